@@ -1,0 +1,22 @@
+// Errors: every failure a user can cause (bad file, bad flag, bad request) becomes a hearth::Error
+// whose message names the file, tensor, field or parameter at fault. Hot paths do not throw.
+#pragma once
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace hearth {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Throws hearth::Error with a fmt-formatted message.
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace hearth
