@@ -1,0 +1,136 @@
+// AVX-512 matmul kernels for small n (decode GEMV, speculative/batched rows) and the fallback for
+// F16/F32 weights at any n. A block of R weight rows is streamed with 64-byte loads, R rows in
+// flight, against up to 4 rows of x at a time; for n > 4 the same R rows are re-read from L1 for
+// the next 4 rows of x, so weights come from memory once per call whatever n is.
+// BF16 weights: a 64-byte load holds 32 bf16; (v << 16) gives the even elements as f32 and
+// (v & 0xffff0000) the odd ones, so x is packed even/odd-permuted per 32-chunk (pack_x).
+// Accumulation is plain f32 FMA: exact products, f32 sums.
+// GCC 12's intrinsic headers use self-initialised "undefined" vectors that trip these warnings
+// once inlined (a known header bug); the code is fine.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "backend/cpu/matmul_kernels.h"
+
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+
+namespace hearth::cpu::detail {
+namespace {
+
+// Loads 32 weights starting at element k of row p as two f32 vectors (w0, w1) matching the
+// packed x halves; `m` masks the valid elements (all ones except in the tail chunk).
+template <DType WT>
+inline void load_w(const void* row, int64_t k, __mmask32 m, __m512& w0, __m512& w1) {
+  if constexpr (WT == DType::BF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(row) + k;
+    __m512i v = m == __mmask32(~0u) ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(m, p);
+    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u))));
+  } else if constexpr (WT == DType::F16) {
+    const uint16_t* p = static_cast<const uint16_t*>(row) + k;
+    __m512i v = m == __mmask32(~0u) ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(m, p);
+    w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+    w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+  } else {
+    const float* p = static_cast<const float*>(row) + k;
+    if (m == __mmask32(~0u)) {
+      w0 = _mm512_loadu_ps(p);
+      w1 = _mm512_loadu_ps(p + 16);
+    } else {
+      w0 = _mm512_maskz_loadu_ps(__mmask16(m), p);
+      w1 = _mm512_maskz_loadu_ps(__mmask16(m >> 16), p + 16);
+    }
+  }
+}
+
+// Horizontal sum (GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized).
+inline float hsum(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
+  __m128 s = _mm512_castps512_ps128(v);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <DType WT>
+constexpr int64_t elem_size() {
+  return WT == DType::F32 ? 4 : 2;
+}
+
+// y[j0 .. j0+N, o .. o+R) for R weight rows against N rows of packed x.
+template <DType WT, int R, int N>
+inline void block(const MatmulArgs& a, int64_t o, int64_t j0) {
+  __m512 acc[R][N];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < N; ++j) acc[r][j] = _mm512_setzero_ps();
+  const char* rows[R];
+  for (int r = 0; r < R; ++r)
+    rows[r] = static_cast<const char*>(a.w) + (o + r) * a.k * elem_size<WT>();
+  const float* xs[N];
+  for (int j = 0; j < N; ++j) xs[j] = a.xp + (j0 + j) * a.kpad;
+
+  const int64_t kfull = a.k & ~int64_t(31);
+  auto step = [&](int64_t k, __mmask32 m) __attribute__((always_inline)) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m512 w0, w1;
+      load_w<WT>(rows[r], k, m, w0, w1);
+#pragma GCC unroll 4
+      for (int j = 0; j < N; ++j) {
+        acc[r][j] = _mm512_fmadd_ps(w0, _mm512_load_ps(xs[j] + k), acc[r][j]);
+        acc[r][j] = _mm512_fmadd_ps(w1, _mm512_load_ps(xs[j] + k + 16), acc[r][j]);
+      }
+    }
+  };
+  int64_t k = 0;
+  for (; k < kfull; k += 32) {
+    // Prefetch well ahead in every row stream: the hardware streamer handles a few streams,
+    // but R rows x 2 threads is more than it tracks comfortably.
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) _mm_prefetch(rows[r] + (k + 512) * elem_size<WT>(), _MM_HINT_T0);
+    step(k, __mmask32(~0u));
+  }
+  if (k < a.k) step(k, __mmask32((1u << (a.k - k)) - 1));
+
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const float b = bias_at(a, o + r);
+#pragma GCC unroll 4
+    for (int j = 0; j < N; ++j) a.y[(j0 + j) * a.out + o + r] = hsum(acc[r][j]) + b;
+  }
+}
+
+template <DType WT, int R>
+inline void row_group(const MatmulArgs& a, int64_t o) {
+  int64_t j = 0;
+  for (; j + 4 <= a.n; j += 4) block<WT, R, 4>(a, o, j);
+  switch (a.n - j) {
+    case 3: block<WT, R, 3>(a, o, j); break;
+    case 2: block<WT, R, 2>(a, o, j); break;
+    case 1: block<WT, R, 1>(a, o, j); break;
+    default: break;
+  }
+}
+
+template <DType WT>
+void rows(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
+  int64_t o = o_begin;
+  for (; o + 4 <= o_end; o += 4) row_group<WT, 4>(a, o);
+  for (; o < o_end; ++o) row_group<WT, 1>(a, o);
+}
+
+}  // namespace
+
+void matmul_rows_avx512(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
+  switch (a.w_dtype) {
+    case DType::BF16: rows<DType::BF16>(a, o_begin, o_end); break;
+    case DType::F16: rows<DType::F16>(a, o_begin, o_end); break;
+    default: rows<DType::F32>(a, o_begin, o_end); break;
+  }
+}
+
+}  // namespace hearth::cpu::detail

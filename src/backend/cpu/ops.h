@@ -1,0 +1,24 @@
+// CPU ops other than matmul: norms, rotary embedding, activations, elementwise, embedding lookup,
+// attention over the KV cache. f32 activations; weights (norm gains, embedding tables) are read in
+// their stored dtype. See backend.h for the contract of each op.
+#pragma once
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+
+namespace hearth::cpu {
+
+// Reads n elements of any float dtype (F32, F16, BF16) into f32.
+void load_f32(float* dst, const void* src, DType dtype, int64_t n);
+
+void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float scale);
+void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float weight_offset);
+void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope);
+void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act);
+void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale);
+void scale(const Tensor& x, float s);
+void softcap(const Tensor& x, float cap);
+void kv_store(const KvView& kv, const Tensor& k, const Tensor& v, const int32_t* positions);
+void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
+               const AttentionParams& params, ThreadPool& pool);
+
+}  // namespace hearth::cpu

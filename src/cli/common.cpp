@@ -1,0 +1,102 @@
+#include "cli/common.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace hearth::cli {
+
+void add_model_options(CLI::App& app, ModelOptions& o) {
+  app.add_option("-m,--model", o.dir, "model directory (Hugging Face checkpoint)");
+  app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)");
+}
+
+std::string resolve_model_dir(const std::string& dir) {
+  if (!dir.empty()) return dir;
+  if (const char* env = std::getenv("HEARTH_MODEL")) return env;
+  const std::filesystem::path bundled = std::filesystem::path(HEARTH_SOURCE_ROOT) / "models/default";
+  if (std::filesystem::exists(bundled / "config.json")) return bundled.string();
+  fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or set HEARTH_MODEL");
+}
+
+std::unique_ptr<Model> load_model_from(ModelOptions& o) {
+  if (o.threads < 0) fail("--threads must be >= 1, got {}", o.threads);
+  ThreadPool::set_global_threads(o.threads);
+  o.dir = resolve_model_dir(o.dir);
+  LoadOptions load;
+  load.device = o.device;
+  return load_model(o.dir, load);
+}
+
+std::vector<int32_t> parse_token_list(const std::string& text, const char* option) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) {
+      if (comma == text.size() && !ids.empty() && pos == comma) break;
+      fail("{}: empty token id in '{}'", option, text);
+    }
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || value < 0 || value > INT32_MAX)
+      fail("{}: '{}' is not a valid token id", option, item);
+    ids.push_back(int32_t(value));
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+void add_sampling_options(CLI::App& app, SamplingOptions& o) {
+  app.add_option("--temperature,--temp", o.temperature, "sampling temperature (0 = greedy)");
+  app.add_option("--top-k", o.top_k, "keep the k most likely tokens (0 = off)");
+  app.add_option("--top-p", o.top_p, "nucleus sampling threshold (1 = off)");
+  app.add_option("--min-p", o.min_p, "drop tokens below min_p × the top probability");
+  app.add_option("--repeat-penalty", o.repetition_penalty, "repetition penalty (1 = off)");
+  app.add_option("--presence-penalty", o.presence_penalty, "presence penalty");
+  app.add_option("--frequency-penalty", o.frequency_penalty, "frequency penalty");
+  app.add_option("--repeat-last-n", o.penalty_last_n, "tokens the penalties look back over (0 = all)");
+  app.add_option("--logit-bias", o.logit_bias, "ID:BIAS, repeatable");
+  app.add_option("-s,--seed", o.seed, "random seed (same seed, same output)");
+}
+
+SamplingParams make_sampling_params(const SamplingOptions& o, SamplingParams p) {
+  if (o.temperature) p.temperature = *o.temperature;
+  if (o.top_k) p.top_k = *o.top_k;
+  if (o.top_p) p.top_p = *o.top_p;
+  if (o.min_p) p.min_p = *o.min_p;
+  if (o.repetition_penalty) p.repetition_penalty = *o.repetition_penalty;
+  if (o.presence_penalty) p.presence_penalty = *o.presence_penalty;
+  if (o.frequency_penalty) p.frequency_penalty = *o.frequency_penalty;
+  if (o.penalty_last_n) p.penalty_last_n = *o.penalty_last_n;
+  if (o.seed) p.seed = *o.seed;
+  for (const auto& item : o.logit_bias) {
+    size_t sep = item.find_first_of(":=");
+    if (sep == std::string::npos) fail("--logit-bias: expected ID:BIAS, got '{}'", item);
+    auto ids = parse_token_list(item.substr(0, sep), "--logit-bias");
+    if (ids.size() != 1) fail("--logit-bias: expected one token id in '{}'", item);
+    float bias = 0;
+    try {
+      size_t used = 0;
+      bias = std::stof(item.substr(sep + 1), &used);
+      if (used != item.size() - sep - 1) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      fail("--logit-bias: '{}' is not a number in '{}'", item.substr(sep + 1), item);
+    }
+    p.logit_bias[ids[0]] = bias;
+  }
+  return p;
+}
+
+}  // namespace hearth::cli

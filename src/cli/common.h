@@ -1,0 +1,42 @@
+// Helpers shared by the CLI subcommands: option groups, token lists, model resolution.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "runtime/sampler.h"
+
+namespace hearth::cli {
+
+struct ModelOptions {
+  std::string dir;
+  std::string device = "cpu";
+  int threads = 0;
+};
+
+// -m/--model, --device, --threads.
+void add_model_options(CLI::App& app, ModelOptions& options);
+// Sets the thread count and loads the model (the bundled default when -m is absent).
+std::unique_ptr<Model> load_model_from(ModelOptions& options);
+std::string resolve_model_dir(const std::string& dir);
+
+// "1,2,3" (spaces allowed) → ids; throws naming the bad item.
+std::vector<int32_t> parse_token_list(const std::string& text, const char* option);
+
+// --temperature, --top-k, --top-p, --min-p, --repeat-penalty, --presence-penalty,
+// --frequency-penalty, --repeat-last-n, --logit-bias, --seed. Values given on the command line
+// override the model's generation_config.json defaults.
+struct SamplingOptions {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty,
+      frequency_penalty;
+  std::optional<int> top_k, penalty_last_n;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> logit_bias;  // "ID:BIAS" or "ID=BIAS"
+};
+void add_sampling_options(CLI::App& app, SamplingOptions& options);
+SamplingParams make_sampling_params(const SamplingOptions& options, SamplingParams defaults);
+
+}  // namespace hearth::cli

@@ -1,0 +1,306 @@
+// The llama-family decoder: weights resolved once at load (fused projections split into row
+// views, multimodal prefixes stripped), then an eager forward over the backend's ops.
+// Scratch activations are sized for the largest batch seen and reused, so steady-state decode
+// allocates nothing.
+#include <algorithm>
+#include <cstring>
+
+#include "core/buffer.h"
+#include "core/error.h"
+#include "kv/kv_cache.h"
+#include "models/llama.h"
+
+namespace hearth {
+
+namespace {
+
+struct Linear {
+  Tensor w;     // [out, in]
+  Tensor bias;  // [out] or empty
+};
+
+struct LlamaLayer {
+  Tensor attn_norm, post_attn_norm, ffn_norm, post_ffn_norm, q_norm, k_norm;
+  Linear q, k, v, o, gate, up, down;
+};
+
+class LlamaSequence final : public SequenceState {
+ public:
+  LlamaSequence(const LlamaDescriptor& d)
+      : kv(d.window, int(d.n_head_kv), int(d.head_dim)), rope_max_seq(d.ropes.size()) {
+    for (size_t i = 0; i < d.ropes.size(); ++i) rope_max_seq[i] = d.ropes[i].max_position;
+  }
+  int64_t n_past() const override { return kv.n_past(); }
+  bool truncate(int64_t n) override { return kv.truncate(n); }
+  size_t bytes() const override { return kv.bytes(); }
+
+  KvCache kv;
+  // Dynamic NTK rope: the longest sequence the frequencies were computed for (HF semantics).
+  std::vector<int64_t> rope_max_seq;
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend)
+      : d_(llama_descriptor_from_config(config)),
+        weights_(std::move(weights)),
+        backend_(std::move(backend)) {
+    load_weights();
+    weights_.audit();
+    info_.model_type = d_.model_type;
+    info_.architecture = "llama-family decoder (" + d_.model_type + ")";
+    info_.n_vocab = d_.n_vocab;
+    info_.n_embd = d_.n_embd;
+    info_.n_layer = d_.n_layer;
+    info_.n_ctx_train = d_.n_ctx_train;
+    info_.n_params = weights_.total_params();
+    info_.weight_bytes = weights_.total_bytes();
+    for (auto [dtype, bytes] : weights_.bytes_by_dtype())
+      info_.dtypes += (info_.dtypes.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + ": " +
+                      std::to_string(bytes) + " bytes";
+    info_.eos_token_ids = config.eos_token_ids();
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::unique_ptr<SequenceState> new_sequence() const override {
+    return std::make_unique<LlamaSequence>(d_);
+  }
+
+  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+               float* logits) override;
+
+ private:
+  void load_weights();
+  Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
+  Tensor take_norm(const std::string& name, int64_t n);
+  void reserve_scratch(int64_t n_tokens);
+  void attention_block(int layer, LlamaSequence& seq, int64_t n, const int32_t* positions);
+  void ffn_block(int layer, int64_t n);
+
+  LlamaDescriptor d_;
+  WeightStore weights_;
+  std::unique_ptr<Backend> backend_;
+  ModelInfo info_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<LlamaLayer> layers_;
+
+  // Scratch, sized for scratch_tokens_ rows.
+  int64_t scratch_tokens_ = 0;
+  Buffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_, logits_rows_;
+  std::vector<int32_t> positions_;
+  std::vector<std::vector<float>> inv_freq_;
+  std::vector<float> attention_factor_;
+};
+
+Tensor LlamaModel::take_norm(const std::string& name, int64_t n) {
+  return weights_.take(name, {n}, "hidden_size/head_dim");
+}
+
+Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in, bool bias) {
+  Linear l;
+  l.w = weights_.take(name + ".weight", {out, in}, "config dimensions");
+  if (bias) l.bias = weights_.take(name + ".bias", {out}, "config dimensions");
+  if (l.w.dtype != DType::F32 && l.w.dtype != DType::F16 && l.w.dtype != DType::BF16)
+    fail("tensor {}.weight has dtype {}; linear weights must be F32, F16 or BF16", name,
+         dtype_name(l.w.dtype));
+  return l;
+}
+
+void LlamaModel::load_weights() {
+  // Multimodal wrappers (gemma3) keep the text model under a prefix; vision parts are unused.
+  for (const char* prefix : {"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.",
+                                    "multi_modal_projector."})
+    weights_.ignore_prefix(prefix);
+  for (const auto& name : weights_.names()) {
+    for (auto [from, to] : {std::pair<std::string, std::string>{"model.language_model.", "model."},
+                            {"language_model.model.", "model."},
+                            {"language_model.lm_head.", "lm_head."}}) {
+      if (name.rfind(from, 0) == 0) weights_.rename(name, to + name.substr(from.size()));
+    }
+  }
+  const int64_t H = d_.n_embd, hd = d_.head_dim, nq = d_.n_head * hd, nkv = d_.n_head_kv * hd;
+  embed_ = weights_.take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+  final_norm_ = take_norm("model.norm.weight", H);
+  if (d_.tied_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    lm_head_ = weights_.take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+  }
+  layers_.resize(size_t(d_.n_layer));
+  for (int64_t i = 0; i < d_.n_layer; ++i) {
+    LlamaLayer& L = layers_[size_t(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    if (d_.input_norm) L.attn_norm = take_norm(p + "input_layernorm.weight", H);
+    if (d_.post_attn_norm) L.post_attn_norm = take_norm(p + d_.post_attn_norm_name + ".weight", H);
+    if (d_.pre_ffn_norm) L.ffn_norm = take_norm(p + d_.ffn_norm_name + ".weight", H);
+    if (d_.post_ffn_norm) L.post_ffn_norm = take_norm(p + "post_feedforward_layernorm.weight", H);
+    if (d_.qk_norm == QkNorm::PerHead) {
+      L.q_norm = take_norm(p + "self_attn.q_norm.weight", hd);
+      L.k_norm = take_norm(p + "self_attn.k_norm.weight", hd);
+    } else if (d_.qk_norm == QkNorm::Full) {
+      L.q_norm = take_norm(p + "self_attn.q_norm.weight", nq);
+      L.k_norm = take_norm(p + "self_attn.k_norm.weight", nkv);
+    }
+    if (d_.fused_qkv) {
+      // Fused [q; k; v] rows: each part is a contiguous row range of the same matrix.
+      Linear qkv = take_linear(p + "self_attn.qkv_proj", nq + 2 * nkv, H, d_.qkv_bias);
+      L.q = {qkv.w.slice_rows(0, nq), qkv.bias.empty() ? Tensor() : qkv.bias.slice_rows(0, nq)};
+      L.k = {qkv.w.slice_rows(nq, nq + nkv),
+             qkv.bias.empty() ? Tensor() : qkv.bias.slice_rows(nq, nq + nkv)};
+      L.v = {qkv.w.slice_rows(nq + nkv, nq + 2 * nkv),
+             qkv.bias.empty() ? Tensor() : qkv.bias.slice_rows(nq + nkv, nq + 2 * nkv)};
+    } else {
+      L.q = take_linear(p + "self_attn.q_proj", nq, H, d_.qkv_bias);
+      L.k = take_linear(p + "self_attn.k_proj", nkv, H, d_.qkv_bias);
+      L.v = take_linear(p + "self_attn.v_proj", nkv, H, d_.qkv_bias);
+    }
+    L.o = take_linear(p + "self_attn.o_proj", H, nq, d_.o_bias);
+    if (d_.fused_gate_up) {
+      Linear gu = take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias);
+      L.gate = {gu.w.slice_rows(0, d_.n_ff), gu.bias.empty() ? Tensor() : gu.bias.slice_rows(0, d_.n_ff)};
+      L.up = {gu.w.slice_rows(d_.n_ff, 2 * d_.n_ff),
+              gu.bias.empty() ? Tensor() : gu.bias.slice_rows(d_.n_ff, 2 * d_.n_ff)};
+    } else {
+      L.gate = take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias);
+      L.up = take_linear(p + "mlp.up_proj", d_.n_ff, H, d_.mlp_bias);
+    }
+    L.down = take_linear(p + "mlp.down_proj", H, d_.n_ff, d_.mlp_bias);
+  }
+  inv_freq_.resize(d_.ropes.size());
+  attention_factor_.resize(d_.ropes.size());
+}
+
+void LlamaModel::reserve_scratch(int64_t n) {
+  if (n <= scratch_tokens_) return;
+  const int64_t H = d_.n_embd, nq = d_.n_head * d_.head_dim, nkv = d_.n_head_kv * d_.head_dim;
+  auto rows = [n](int64_t cols) { return size_t(n * cols) * sizeof(float); };
+  x_ = Buffer(rows(H));
+  h_ = Buffer(rows(H));
+  o_ = Buffer(rows(H));
+  q_ = Buffer(rows(nq));
+  attn_ = Buffer(rows(nq));
+  k_ = Buffer(rows(nkv));
+  v_ = Buffer(rows(nkv));
+  gate_ = Buffer(rows(d_.n_ff));
+  up_ = Buffer(rows(d_.n_ff));
+  scratch_tokens_ = n;
+}
+
+void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const int32_t* pos) {
+  const LlamaLayer& L = layers_[size_t(il)];
+  const int64_t H = d_.n_embd, hd = d_.head_dim;
+  const Tensor x = x_.view(DType::F32, {n, H});
+  const Tensor h = h_.view(DType::F32, {n, H});
+  const Tensor q = q_.view(DType::F32, {n, d_.n_head, hd});
+  const Tensor k = k_.view(DType::F32, {n, d_.n_head_kv, hd});
+  const Tensor v = v_.view(DType::F32, {n, d_.n_head_kv, hd});
+  const Tensor attn = attn_.view(DType::F32, {n, d_.n_head, hd});
+  const Tensor o = o_.view(DType::F32, {n, H});
+  Backend& be = *backend_;
+
+  const Tensor& in = d_.input_norm ? h : x;
+  if (d_.input_norm) be.rms_norm(h, x, L.attn_norm, d_.norm_eps, d_.norm_offset);
+  be.linear(q, in, L.q.w, L.q.bias);
+  be.linear(k, in, L.k.w, L.k.bias);
+  be.linear(v, in, L.v.w, L.v.bias);
+  if (d_.qk_norm != QkNorm::None) {
+    be.rms_norm(q, q, L.q_norm, d_.norm_eps, d_.norm_offset);
+    be.rms_norm(k, k, L.k_norm, d_.norm_eps, d_.norm_offset);
+  }
+  if (d_.use_rope[size_t(il)]) {
+    const int ri = d_.rope_index[size_t(il)];
+    RopeParams rp{inv_freq_[size_t(ri)].data(), d_.ropes[size_t(ri)].rotary_dim,
+                  attention_factor_[size_t(ri)]};
+    be.rope(q, pos, rp);
+    be.rope(k, pos, rp);
+  }
+  const KvView kv = seq.kv.view(il);
+  be.kv_store(kv, k, v, pos);
+  AttentionParams ap;
+  ap.n_head = int(d_.n_head);
+  ap.n_head_kv = int(d_.n_head_kv);
+  ap.head_dim = int(hd);
+  ap.scale = d_.attn_scale;
+  ap.softcap = d_.attn_softcap;
+  ap.window = d_.window[size_t(il)];
+  be.attention(attn, q, kv, pos, ap);
+  be.linear(o, attn.reshaped({n, d_.n_head * hd}), L.o.w, L.o.bias);
+  if (d_.post_attn_norm) be.rms_norm(o, o, L.post_attn_norm, d_.norm_eps, d_.norm_offset);
+  be.add(x, x, o, d_.residual_scale);
+}
+
+void LlamaModel::ffn_block(int il, int64_t n) {
+  const LlamaLayer& L = layers_[size_t(il)];
+  const int64_t H = d_.n_embd;
+  const Tensor x = x_.view(DType::F32, {n, H});
+  const Tensor h = h_.view(DType::F32, {n, H});
+  const Tensor o = o_.view(DType::F32, {n, H});
+  const Tensor gate = gate_.view(DType::F32, {n, d_.n_ff});
+  const Tensor up = up_.view(DType::F32, {n, d_.n_ff});
+  Backend& be = *backend_;
+  const Tensor& in = d_.pre_ffn_norm ? h : x;
+  if (d_.pre_ffn_norm) be.rms_norm(h, x, L.ffn_norm, d_.norm_eps, d_.norm_offset);
+  be.linear(gate, in, L.gate.w, L.gate.bias);
+  be.linear(up, in, L.up.w, L.up.bias);
+  be.glu(gate, gate, up, d_.act);
+  be.linear(o, gate, L.down.w, L.down.bias);
+  if (d_.post_ffn_norm) be.rms_norm(o, o, L.post_ffn_norm, d_.norm_eps, d_.norm_offset);
+  be.add(x, x, o, d_.residual_scale);
+}
+
+void LlamaModel::forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+                         float* logits) {
+  auto& seq = static_cast<LlamaSequence&>(state);
+  const int64_t n = int64_t(tokens.size());
+  if (n == 0) return;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= d_.n_vocab) fail("token id {} is out of range [0, {})", t, d_.n_vocab);
+  reserve_scratch(n);
+  const int64_t start = seq.n_past();
+  positions_.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(start + i);
+
+  // Rope frequencies: fixed except for dynamic NTK, which follows the longest sequence seen.
+  for (size_t r = 0; r < d_.ropes.size(); ++r) {
+    const RopeSpec& spec = d_.ropes[r];
+    int64_t seq_len = start + n;
+    if (spec.type == "dynamic") {
+      if (seq_len > seq.rope_max_seq[r]) seq.rope_max_seq[r] = seq_len;
+      if (seq_len < spec.max_position && seq.rope_max_seq[r] > spec.max_position)
+        seq.rope_max_seq[r] = spec.max_position;
+      seq_len = seq.rope_max_seq[r];
+    }
+    if (inv_freq_[r].empty() || spec.type == "dynamic")
+      inv_freq_[r] = spec.inv_freq(seq_len, &attention_factor_[r]);
+  }
+
+  const int64_t H = d_.n_embd;
+  const Tensor x = x_.view(DType::F32, {n, H});
+  backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
+  seq.kv.reserve_batch(n);
+  for (int il = 0; il < int(d_.n_layer); ++il) {
+    attention_block(il, seq, n, positions_.data());
+    ffn_block(il, n);
+  }
+  seq.kv.commit_batch();
+  if (rows == LogitsRows::None) return;
+
+  const int64_t first_row = rows == LogitsRows::Last ? n - 1 : 0;
+  const int64_t n_rows = n - first_row;
+  const Tensor h = h_.view(DType::F32, {n, H}).slice_rows(first_row, n);
+  backend_->rms_norm(h, x.slice_rows(first_row, n), final_norm_, d_.norm_eps, d_.norm_offset);
+  const Tensor out(logits, DType::F32, {n_rows, d_.n_vocab});
+  backend_->linear(out, h, lm_head_, Tensor());
+  if (d_.logits_scale != 1.0f) backend_->scale(out, d_.logits_scale);
+  if (d_.final_softcap > 0.0f) backend_->softcap(out, d_.final_softcap);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_llama_model(const ModelConfig& config, WeightStore weights,
+                                        std::unique_ptr<Backend> backend) {
+  return std::make_unique<LlamaModel>(config, std::move(weights), std::move(backend));
+}
+
+}  // namespace hearth

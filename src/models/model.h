@@ -1,0 +1,65 @@
+// Model: the interface every architecture implements, and load_model(), which picks the
+// architecture from config.json's model_type through the registry.
+// A model owns its weights (views into the mapped checkpoint) and its scratch memory; the
+// per-sequence state (KV cache, recurrent state) lives in a SequenceState it creates.
+// forward() is not re-entrant: one forward at a time per Model.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "loader/config.h"
+
+namespace hearth {
+
+struct ModelInfo {
+  std::string model_type;
+  std::string architecture;  // e.g. "llama-family decoder (qwen3)"
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_ctx_train = 0;  // max_position_embeddings
+  int64_t n_params = 0;
+  size_t weight_bytes = 0;
+  std::string dtypes;  // "BF16: 1.19 GB"
+  std::vector<int64_t> eos_token_ids;
+};
+
+// Per-sequence state: the positions already processed and whatever they left behind.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  virtual int64_t n_past() const = 0;
+  // Forget positions >= n; false when the state cannot go back that far.
+  virtual bool truncate(int64_t n) = 0;
+  virtual size_t bytes() const = 0;
+};
+
+enum class LogitsRows : uint8_t { None, Last, All };
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
+  // Runs `tokens` at positions n_past().. of `state` and appends them to it. Writes logits for
+  // the requested rows into logits ([n_rows, n_vocab] f32). Token ids must be < n_vocab.
+  virtual void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+                       float* logits) = 0;
+};
+
+struct LoadOptions {
+  std::string device = "cpu";
+};
+
+// Loads config.json + safetensors from dir; throws hearth::Error naming what is wrong.
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+// model_types load_model accepts, sorted.
+std::vector<std::string> supported_model_types();
+
+}  // namespace hearth

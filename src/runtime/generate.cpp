@@ -1,0 +1,90 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace hearth {
+
+namespace {
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+}  // namespace
+
+void prefill(Model& model, SequenceState& state, std::span<const int32_t> tokens, int64_t chunk,
+             std::vector<float>* last_logits) {
+  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t n = int64_t(tokens.size());
+  if (last_logits) last_logits->resize(size_t(model.info().n_vocab));
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t end = std::min(n, begin + chunk);
+    const bool last = end == n && last_logits;
+    model.forward(state, tokens.subspan(size_t(begin), size_t(end - begin)),
+                  last ? LogitsRows::Last : LogitsRows::None, last ? last_logits->data() : nullptr);
+  }
+}
+
+GenerateResult generate(Model& model, SequenceState& state, std::span<const int32_t> prompt,
+                        const GenerateParams& params, const TokenCallback& on_token) {
+  if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
+  if (params.max_tokens < 0) fail("max_tokens must be >= 0, got {}", params.max_tokens);
+  const int64_t n_vocab = model.info().n_vocab;
+  for (int32_t t : prompt)
+    if (t < 0 || t >= n_vocab) fail("prompt token id {} is out of range [0, {})", t, n_vocab);
+  if (state.n_past() >= int64_t(prompt.size()) && !state.truncate(int64_t(prompt.size()) - 1))
+    fail("cannot reuse the cached state for this prompt");
+  Sampler sampler(params.sampling, n_vocab);
+  std::vector<int32_t> stop = params.stop_token_ids;
+  if (!params.ignore_eos)
+    for (int64_t id : model.info().eos_token_ids) stop.push_back(int32_t(id));
+
+  GenerateResult result;
+  result.timings.prompt_tokens = int64_t(prompt.size()) - state.n_past();
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  std::vector<float> logits;
+  auto t0 = std::chrono::steady_clock::now();
+  prefill(model, state, prompt.subspan(size_t(state.n_past())), params.prefill_chunk, &logits);
+  result.finish_reason = "length";
+  auto t_first = t0;
+  for (int64_t i = 0; i < params.max_tokens; ++i) {
+    if (i > 0) model.forward(state, std::span<const int32_t>(&history.back(), 1), LogitsRows::Last, logits.data());
+    const int32_t token = sampler.sample(logits, history);
+    if (i == 0) {
+      result.timings.prompt_ms = elapsed_ms(t0);
+      t_first = std::chrono::steady_clock::now();
+    }
+    history.push_back(token);
+    result.tokens.push_back(token);
+    if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (on_token && !on_token(token)) {
+      result.finish_reason = "cancelled";
+      break;
+    }
+  }
+  result.timings.generated_tokens = int64_t(result.tokens.size());
+  if (!result.tokens.empty()) result.timings.generate_ms = elapsed_ms(t_first);
+  return result;
+}
+
+SamplingParams sampling_defaults(const ModelConfig& config) {
+  SamplingParams p;
+  const auto& g = config.generation();
+  auto num = [&](const char* key, double fallback) {
+    auto it = g.find(key);
+    return it != g.end() && it->is_number() ? it->get<double>() : fallback;
+  };
+  const bool do_sample = g.contains("do_sample") && g["do_sample"].is_boolean() && g["do_sample"].get<bool>();
+  p.temperature = do_sample ? float(num("temperature", 1.0)) : 0.0f;
+  p.top_k = do_sample ? int(num("top_k", 50)) : 0;
+  p.top_p = float(num("top_p", 1.0));
+  p.min_p = float(num("min_p", 0.0));
+  p.repetition_penalty = float(num("repetition_penalty", 1.0));
+  return p;
+}
+
+}  // namespace hearth
