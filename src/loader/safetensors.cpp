@@ -159,7 +159,7 @@ SafetensorsTensor parse_entry(const std::string& file, const std::string& name, 
          name, short_dump(offsets_j));
   if (begin > end)
     fail("{}: tensor '{}': data_offsets [{}, {}] has begin > end", file, name, begin, end);
-  if (false && end > data_size)
+  if (end > data_size)
     fail("{}: tensor '{}': data_offsets [{}, {}] end past the data section ({} bytes; file "
          "truncated?)",
          file, name, begin, end, data_size);

@@ -204,9 +204,13 @@ void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
   be.linear(q, in, L.q.w, L.q.bias);
   be.linear(k, in, L.k.w, L.k.bias);
   be.linear(v, in, L.v.w, L.v.bias);
-  if (d_.qk_norm != QkNorm::None) {
+  if (d_.qk_norm == QkNorm::PerHead) {
     be.rms_norm(q, q, L.q_norm, d_.norm_eps, d_.norm_offset);
     be.rms_norm(k, k, L.k_norm, d_.norm_eps, d_.norm_offset);
+  } else if (d_.qk_norm == QkNorm::Full) {  // olmo2: one norm over all heads together
+    const Tensor q2 = q.reshaped({n, d_.n_head * hd}), k2 = k.reshaped({n, d_.n_head_kv * hd});
+    be.rms_norm(q2, q2, L.q_norm, d_.norm_eps, d_.norm_offset);
+    be.rms_norm(k2, k2, L.k_norm, d_.norm_eps, d_.norm_offset);
   }
   if (d_.use_rope[size_t(il)]) {
     const int ri = d_.rope_index[size_t(il)];

@@ -1,0 +1,57 @@
+// Reference fixtures made by tools/fixtures/make_fixtures.py with Hugging Face transformers
+// (float32 on bf16 weights): tests/data/models/<case>/{config.json, model.safetensors,
+// reference.json, logits.npy}, listed in tests/data/models/manifest.json.
+#pragma once
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "loader/npy.h"
+
+namespace hearth::test {
+
+struct FixtureCase {
+  std::string name;
+  std::string model_type;
+  std::string dir;
+  nlohmann::json reference;
+};
+
+inline std::string fixture_root() { return std::string(HEARTH_TEST_DATA) + "/models"; }
+
+inline void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.name; }
+
+// Cases whose model_type is in `types` (all cases when empty).
+inline std::vector<FixtureCase> fixture_cases(const std::vector<std::string>& types) {
+  std::ifstream in(fixture_root() + "/manifest.json");
+  auto manifest = nlohmann::json::parse(in);
+  std::vector<FixtureCase> cases;
+  for (auto& [name, entry] : manifest["cases"].items()) {
+    FixtureCase c;
+    c.name = name;
+    c.model_type = entry["model_type"].get<std::string>();
+    bool wanted = types.empty();
+    for (const auto& t : types) wanted |= t == c.model_type;
+    if (!wanted) continue;
+    c.dir = fixture_root() + "/" + entry["dir"].get<std::string>();
+    std::ifstream ref(c.dir + "/reference.json");
+    c.reference = nlohmann::json::parse(ref);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// max |a - b| over the reference's standard deviation.
+inline double max_error_rel_std(const float* got, const std::vector<float>& want, double std) {
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double e = std::fabs(double(got[i]) - double(want[i]));
+    if (std::isnan(got[i])) e = INFINITY;
+    worst = std::max(worst, e);
+  }
+  return worst / std;
+}
+
+}  // namespace hearth::test

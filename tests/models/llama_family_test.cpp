@@ -1,0 +1,102 @@
+// The llama family against the transformers fixtures: logits within 1e-3 of the reference's
+// standard deviation, identical greedy continuations, and the invariants every model must keep
+// (prefill-all equals prefill-then-decode at every position; chunked prefill equals one-shot).
+#include <gtest/gtest.h>
+
+#include "fixture.h"
+#include "models/llama.h"
+#include "models/model.h"
+#include "runtime/generate.h"
+
+namespace hearth {
+namespace {
+
+using test::FixtureCase;
+
+std::vector<FixtureCase> llama_cases() {
+  std::vector<std::string> types = llama_model_types();
+  types.push_back("gemma3");  // multimodal wrapper whose text model is gemma3_text
+  return test::fixture_cases(types);
+}
+
+std::vector<int32_t> prompt_of(const FixtureCase& c) {
+  return c.reference["prompt"].get<std::vector<int32_t>>();
+}
+
+// Dynamic NTK rope recomputes frequencies from the sequence length of each forward, as
+// transformers does, so chunked and one-shot prefill legitimately differ there.
+bool chunking_changes_math(const FixtureCase& c) { return c.name == "llama_rope_dynamic"; }
+
+class LlamaFamily : public ::testing::TestWithParam<FixtureCase> {};
+
+TEST_P(LlamaFamily, LogitsMatchTransformers) {
+  const FixtureCase& c = GetParam();
+  auto model = load_model(c.dir);
+  auto prompt = prompt_of(c);
+  NpyArray want = npy_read(c.dir + "/logits.npy");
+  const int64_t n_vocab = model->info().n_vocab;
+  ASSERT_EQ(want.shape, (std::vector<int64_t>{int64_t(prompt.size()), n_vocab}));
+  std::vector<float> got(prompt.size() * size_t(n_vocab), NAN);
+  auto state = model->new_sequence();
+  model->forward(*state, prompt, LogitsRows::All, got.data());
+  const double err = test::max_error_rel_std(got.data(), want.f32, c.reference["logits_std"].get<double>());
+  EXPECT_LT(err, 1e-3) << c.name << ": max |logits - reference| / std";
+}
+
+TEST_P(LlamaFamily, GreedyContinuationMatches) {
+  const FixtureCase& c = GetParam();
+  auto model = load_model(c.dir);
+  auto prompt = prompt_of(c);
+  auto want = c.reference["greedy"].get<std::vector<int32_t>>();
+  GenerateParams params;
+  params.max_tokens = int64_t(want.size());
+  params.ignore_eos = true;
+  params.sampling.temperature = 0.0f;
+  auto state = model->new_sequence();
+  auto result = generate(*model, *state, prompt, params);
+  EXPECT_EQ(result.tokens, want) << c.name;
+}
+
+TEST_P(LlamaFamily, DecodeEqualsPrefillAtEveryPosition) {
+  const FixtureCase& c = GetParam();
+  if (chunking_changes_math(c)) GTEST_SKIP() << "dynamic rope depends on the forward's length";
+  auto model = load_model(c.dir);
+  auto prompt = prompt_of(c);
+  const size_t n_vocab = size_t(model->info().n_vocab);
+  std::vector<float> all(prompt.size() * n_vocab);
+  auto s1 = model->new_sequence();
+  model->forward(*s1, prompt, LogitsRows::All, all.data());
+  auto s2 = model->new_sequence();
+  std::vector<float> one(n_vocab);
+  const double std = c.reference["logits_std"].get<double>();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    model->forward(*s2, std::span<const int32_t>(&prompt[i], 1), LogitsRows::Last, one.data());
+    std::vector<float> row(all.begin() + long(i * n_vocab), all.begin() + long((i + 1) * n_vocab));
+    ASSERT_LT(test::max_error_rel_std(one.data(), row, std), 1e-4) << c.name << " position " << i;
+  }
+}
+
+TEST_P(LlamaFamily, ChunkedPrefillEqualsOneShot) {
+  const FixtureCase& c = GetParam();
+  if (chunking_changes_math(c)) GTEST_SKIP() << "dynamic rope depends on the forward's length";
+  auto model = load_model(c.dir);
+  auto prompt = prompt_of(c);
+  const size_t n_vocab = size_t(model->info().n_vocab);
+  std::vector<float> whole;
+  auto s0 = model->new_sequence();
+  prefill(*model, *s0, prompt, int64_t(prompt.size()), &whole);
+  const double std = c.reference["logits_std"].get<double>();
+  for (int64_t chunk : {1, 7, 64}) {
+    std::vector<float> chunked;
+    auto s = model->new_sequence();
+    prefill(*model, *s, prompt, chunk, &chunked);
+    ASSERT_EQ(chunked.size(), n_vocab);
+    EXPECT_LT(test::max_error_rel_std(chunked.data(), whole, std), 1e-4) << c.name << " chunk " << chunk;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaFamily, ::testing::ValuesIn(llama_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace hearth
