@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/device_buffer.h"
 #include "core/tensor.h"
 
 namespace hearth {
@@ -17,8 +18,8 @@ enum class Activation : uint8_t { Silu, GeluTanh, Gelu };
 // One layer's cached keys and values, addressed as a ring: position p lives in slot
 // p % capacity. Valid positions are [first, end).
 struct KvView {
-  Tensor k;  // [capacity, n_head_kv, head_dim] f32
-  Tensor v;  // [capacity, n_head_kv, head_dim] f32
+  Tensor k;  // [capacity, n_head_kv * head_dim], the backend's activation dtype
+  Tensor v;  // [capacity, n_head_kv * head_dim]
   int64_t capacity = 0;
   int64_t first = 0;
   int64_t end = 0;
@@ -42,12 +43,35 @@ struct RopeParams {
   float attention_factor = 1.0f;
 };
 
+// Gated DeltaNet shapes (Qwen3.5 / Qwen3-Next linear attention). Value head h reads key head
+// h / (n_v_heads / n_k_heads) (transformers' repeat_interleave grouping).
+struct GatedDeltaParams {
+  int n_k_heads = 0, n_v_heads = 0, k_dim = 0, v_dim = 0;
+  // Prefill form: false = token-by-token recurrence, true = chunked (WY / triangular solve,
+  // chunks of `chunk` tokens counted from the first token of the call, as transformers does).
+  bool chunked = false;
+  int chunk = 64;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  // Dtype of activations and KV caches this backend computes in (CPU: F32; CUDA: BF16).
+  virtual DType activation_dtype() const = 0;
+  // Memory for activations, caches and converted weights; throws hearth::Error when exhausted.
+  virtual DeviceBuffer alloc(size_t bytes) = 0;
+  // Makes a checkpoint tensor (host view into the mapped file) usable by this backend's ops:
+  // the CPU reads it in place; a GPU backend uploads it once and owns the copy.
+  virtual Tensor prepare_weight(const Tensor& host) = 0;
+  // dst = src: same device, dtype and size.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // Copies host memory into a tensor of this backend.
+  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
 
-  // y[n, out] = x[n, in] · w[out, in]ᵀ (+ bias[out] when bias is non-empty).
+  // y[n, out] = x[n, in] · w[out, in]ᵀ (+ bias[out] when bias is non-empty). y is in the
+  // activation dtype or F32 (logits).
   virtual void linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // y[i] = table[ids[i]] * scale, converted to the activation dtype.
   virtual void embedding(const Tensor& y, const Tensor& table, const int32_t* ids,
@@ -72,8 +96,37 @@ class Backend {
   virtual void scale(const Tensor& x, float s) = 0;
   // x = softcap * tanh(x / softcap), in place.
   virtual void softcap(const Tensor& x, float softcap) = 0;
-  // Copies a tensor to host f32 (logits out of the device).
+  // Copies a tensor to host f32 (logits out of the device); waits for pending work.
   virtual void to_host_f32(float* dst, const Tensor& src) = 0;
+
+  // --- Gated DeltaNet and mixture-of-experts (Qwen3.5 / Qwen3-Next / Qwen3-MoE) ---
+  // Causal depthwise conv1d + SiLU over [state ‖ x]: y, x [n_tokens, C]; w [K, C] f32 (tap j of
+  // channel c at w[j, c]; tap K-1 multiplies the current token); state [K-1, C] f32 holds the
+  // previous K-1 inputs and is updated in place to the last K-1 rows of [state ‖ x].
+  virtual void conv1d_causal_silu(const Tensor& y, const Tensor& x, const Tensor& state,
+                                  const Tensor& w) = 0;
+  // g = -exp(a_log) * softplus(a + dt_bias), beta = sigmoid(b): all [n_tokens, n_v_heads] f32,
+  // a_log and dt_bias [n_v_heads] f32.
+  virtual void gated_delta_gates(const Tensor& g, const Tensor& beta, const Tensor& a,
+                                 const Tensor& b, const Tensor& a_log, const Tensor& dt_bias) = 0;
+  // The gated delta rule over n_tokens. qkv [n_tokens, 2*Hk*Dk + Hv*Dv] holds q | k | v (after
+  // the conv); q and k are L2-normalised here (eps 1e-6) and q scaled by Dk^-1/2.
+  // out [n_tokens, Hv, Dv]; state [Hv, Dk, Dv] f32, read and updated in place.
+  virtual void gated_delta(const Tensor& out, const Tensor& qkv, const Tensor& g,
+                           const Tensor& beta, const Tensor& state,
+                           const GatedDeltaParams& params) = 0;
+  // y = rms_norm(x) * w * silu(z) per row of w's length (x, z, y [n, H*D], w [D]); y may alias x.
+  virtual void rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& z,
+                              float eps) = 0;
+  // y = x * sigmoid(gate); gate has x's shape, or one column per row (broadcast). y may alias x.
+  virtual void mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) = 0;
+  // y = value everywhere.
+  virtual void fill(const Tensor& y, float value) = 0;
+  // y[i] = x[rows[i]] for i < y.rows() (gathering the tokens routed to one expert).
+  virtual void gather_rows(const Tensor& y, const Tensor& x, const int32_t* rows) = 0;
+  // y[rows[i]] += weights[i] * x[i] for i < x.rows() (accumulates: the MoE scatter-add).
+  virtual void scatter_add_rows(const Tensor& y, const Tensor& x, const int32_t* rows,
+                                const float* weights) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -5,22 +5,29 @@
 
 namespace hearth {
 
-KvCache::KvCache(std::vector<int> windows, int n_head_kv, int head_dim)
-    : row_floats_(int64_t(n_head_kv) * head_dim) {
+KvCache::KvCache(Backend& backend, std::vector<int> windows, int n_head_kv, int head_dim)
+    : backend_(&backend),
+      row_elems_(int64_t(n_head_kv) * head_dim),
+      row_bytes_(size_t(row_elems_) * dtype_size(backend.activation_dtype())) {
   layers_.resize(windows.size());
   for (size_t i = 0; i < windows.size(); ++i) layers_[i].window = windows[i];
 }
 
 void KvCache::grow(Layer& layer, int64_t capacity) {
-  const size_t bytes = size_t(capacity * row_floats_) * sizeof(float);
-  Buffer k(bytes), v(bytes);
-  // Re-lay the valid positions into their slots of the larger ring.
-  for (int64_t p = layer.first; p < end_; ++p) {
+  const DType dtype = backend_->activation_dtype();
+  DeviceBuffer k = backend_->alloc(size_t(capacity) * row_bytes_);
+  DeviceBuffer v = backend_->alloc(size_t(capacity) * row_bytes_);
+  // Re-lay the valid positions into their slots of the larger ring, in contiguous runs.
+  for (int64_t p = layer.first; p < end_;) {
     const int64_t from = p % layer.capacity, to = p % capacity;
-    std::memcpy(static_cast<float*>(k.data()) + to * row_floats_,
-                static_cast<float*>(layer.k.data()) + from * row_floats_, size_t(row_floats_) * 4);
-    std::memcpy(static_cast<float*>(v.data()) + to * row_floats_,
-                static_cast<float*>(layer.v.data()) + from * row_floats_, size_t(row_floats_) * 4);
+    const int64_t run = std::min({end_ - p, layer.capacity - from, capacity - to});
+    auto rows = [&](const DeviceBuffer& b, int64_t slot) {
+      return Tensor(static_cast<char*>(b.data()) + size_t(slot) * row_bytes_, dtype,
+                    {run, row_elems_}, b.device());
+    };
+    backend_->copy(rows(k, to), rows(layer.k, from));
+    backend_->copy(rows(v, to), rows(layer.v, from));
+    p += run;
   }
   layer.k = std::move(k);
   layer.v = std::move(v);
@@ -59,8 +66,8 @@ KvView KvCache::view(int layer_index) const {
   const Layer& layer = layers_[size_t(layer_index)];
   KvView kv;
   const int64_t cap = layer.capacity;
-  kv.k = Tensor(layer.k.data(), DType::F32, {cap, row_floats_});
-  kv.v = Tensor(layer.v.data(), DType::F32, {cap, row_floats_});
+  kv.k = layer.k.view(backend_->activation_dtype(), {cap, row_elems_});
+  kv.v = layer.v.view(backend_->activation_dtype(), {cap, row_elems_});
   kv.capacity = cap;
   kv.first = layer.first;
   kv.end = end_ + pending_;

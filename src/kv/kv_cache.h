@@ -1,4 +1,5 @@
-// KvCache: one sequence's attention keys and values, per layer, f32 on the host.
+// KvCache: one sequence's attention keys and values, per layer, in the backend's memory and
+// activation dtype.
 // Full-attention layers grow (doubling, 256-token minimum) and keep every position.
 // Sliding-window layers are rings that keep only what a window can still see: capacity is at
 // least window - 1 + the largest batch, so a batch never overwrites a key one of its own queries
@@ -8,14 +9,13 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/buffer.h"
 
 namespace hearth {
 
 class KvCache {
  public:
   // windows[i] is layer i's sliding window (0 = full attention).
-  KvCache(std::vector<int> windows, int n_head_kv, int head_dim);
+  KvCache(Backend& backend, std::vector<int> windows, int n_head_kv, int head_dim);
 
   int64_t n_past() const { return end_; }
   // Makes room for positions [end, end + n_tokens); views then include the batch's positions,
@@ -31,15 +31,17 @@ class KvCache {
 
  private:
   struct Layer {
-    Buffer k, v;
+    DeviceBuffer k, v;
     int64_t capacity = 0;
     int64_t first = 0;
     int window = 0;
   };
   void grow(Layer& layer, int64_t capacity);
 
+  Backend* backend_;
   std::vector<Layer> layers_;
-  int64_t row_floats_;  // n_head_kv * head_dim
+  int64_t row_elems_;  // n_head_kv * head_dim
+  size_t row_bytes_;
   int64_t end_ = 0;
   int64_t pending_ = 0;  // tokens of the batch being written
 };

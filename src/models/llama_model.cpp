@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/buffer.h"
 #include "core/error.h"
 #include "kv/kv_cache.h"
 #include "models/llama.h"
@@ -26,8 +25,8 @@ struct LlamaLayer {
 
 class LlamaSequence final : public SequenceState {
  public:
-  LlamaSequence(const LlamaDescriptor& d)
-      : kv(d.window, int(d.n_head_kv), int(d.head_dim)), rope_max_seq(d.ropes.size()) {
+  LlamaSequence(Backend& backend, const LlamaDescriptor& d)
+      : kv(backend, d.window, int(d.n_head_kv), int(d.head_dim)), rope_max_seq(d.ropes.size()) {
     for (size_t i = 0; i < d.ropes.size(); ++i) rope_max_seq[i] = d.ropes[i].max_position;
   }
   int64_t n_past() const override { return kv.n_past(); }
@@ -44,7 +43,8 @@ class LlamaModel final : public Model {
   LlamaModel(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend)
       : d_(llama_descriptor_from_config(config)),
         weights_(std::move(weights)),
-        backend_(std::move(backend)) {
+        backend_(std::move(backend)),
+        act_(backend_->activation_dtype()) {
     load_weights();
     weights_.audit();
     info_.model_type = d_.model_type;
@@ -64,7 +64,7 @@ class LlamaModel final : public Model {
   const ModelInfo& info() const override { return info_; }
 
   std::unique_ptr<SequenceState> new_sequence() const override {
-    return std::make_unique<LlamaSequence>(d_);
+    return std::make_unique<LlamaSequence>(*backend_, d_);
   }
 
   void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
@@ -85,16 +85,17 @@ class LlamaModel final : public Model {
   Tensor embed_, final_norm_, lm_head_;
   std::vector<LlamaLayer> layers_;
 
-  // Scratch, sized for scratch_tokens_ rows.
-  int64_t scratch_tokens_ = 0;
-  Buffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_, logits_rows_;
+  // Scratch in the backend's memory, sized for scratch_tokens_ rows (logits: logits_rows_).
+  DType act_ = DType::F32;
+  int64_t scratch_tokens_ = 0, logits_rows_ = 0;
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_, logits_;
   std::vector<int32_t> positions_;
   std::vector<std::vector<float>> inv_freq_;
   std::vector<float> attention_factor_;
 };
 
 Tensor LlamaModel::take_norm(const std::string& name, int64_t n) {
-  return weights_.take(name, {n}, "hidden_size/head_dim");
+  return backend_->prepare_weight(weights_.take(name, {n}, "hidden_size/head_dim"));
 }
 
 Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in, bool bias) {
@@ -104,6 +105,8 @@ Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in,
   if (l.w.dtype != DType::F32 && l.w.dtype != DType::F16 && l.w.dtype != DType::BF16)
     fail("tensor {}.weight has dtype {}; linear weights must be F32, F16 or BF16", name,
          dtype_name(l.w.dtype));
+  l.w = backend_->prepare_weight(l.w);
+  if (!l.bias.empty()) l.bias = backend_->prepare_weight(l.bias);
   return l;
 }
 
@@ -120,12 +123,14 @@ void LlamaModel::load_weights() {
     }
   }
   const int64_t H = d_.n_embd, hd = d_.head_dim, nq = d_.n_head * hd, nkv = d_.n_head_kv * hd;
-  embed_ = weights_.take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+  embed_ = backend_->prepare_weight(
+      weights_.take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size"));
   final_norm_ = take_norm("model.norm.weight", H);
   if (d_.tied_embeddings) {
     lm_head_ = embed_;
   } else {
-    lm_head_ = weights_.take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+    lm_head_ = backend_->prepare_weight(
+        weights_.take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size"));
   }
   layers_.resize(size_t(d_.n_layer));
   for (int64_t i = 0; i < d_.n_layer; ++i) {
@@ -174,29 +179,30 @@ void LlamaModel::load_weights() {
 void LlamaModel::reserve_scratch(int64_t n) {
   if (n <= scratch_tokens_) return;
   const int64_t H = d_.n_embd, nq = d_.n_head * d_.head_dim, nkv = d_.n_head_kv * d_.head_dim;
-  auto rows = [n](int64_t cols) { return size_t(n * cols) * sizeof(float); };
-  x_ = Buffer(rows(H));
-  h_ = Buffer(rows(H));
-  o_ = Buffer(rows(H));
-  q_ = Buffer(rows(nq));
-  attn_ = Buffer(rows(nq));
-  k_ = Buffer(rows(nkv));
-  v_ = Buffer(rows(nkv));
-  gate_ = Buffer(rows(d_.n_ff));
-  up_ = Buffer(rows(d_.n_ff));
+  const size_t elem = dtype_size(act_);
+  auto rows = [&](int64_t cols) { return backend_->alloc(size_t(n * cols) * elem); };
+  x_ = rows(H);
+  h_ = rows(H);
+  o_ = rows(H);
+  q_ = rows(nq);
+  attn_ = rows(nq);
+  k_ = rows(nkv);
+  v_ = rows(nkv);
+  gate_ = rows(d_.n_ff);
+  up_ = rows(d_.n_ff);
   scratch_tokens_ = n;
 }
 
 void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const int32_t* pos) {
   const LlamaLayer& L = layers_[size_t(il)];
   const int64_t H = d_.n_embd, hd = d_.head_dim;
-  const Tensor x = x_.view(DType::F32, {n, H});
-  const Tensor h = h_.view(DType::F32, {n, H});
-  const Tensor q = q_.view(DType::F32, {n, d_.n_head, hd});
-  const Tensor k = k_.view(DType::F32, {n, d_.n_head_kv, hd});
-  const Tensor v = v_.view(DType::F32, {n, d_.n_head_kv, hd});
-  const Tensor attn = attn_.view(DType::F32, {n, d_.n_head, hd});
-  const Tensor o = o_.view(DType::F32, {n, H});
+  const Tensor x = x_.view(act_, {n, H});
+  const Tensor h = h_.view(act_, {n, H});
+  const Tensor q = q_.view(act_, {n, d_.n_head, hd});
+  const Tensor k = k_.view(act_, {n, d_.n_head_kv, hd});
+  const Tensor v = v_.view(act_, {n, d_.n_head_kv, hd});
+  const Tensor attn = attn_.view(act_, {n, d_.n_head, hd});
+  const Tensor o = o_.view(act_, {n, H});
   Backend& be = *backend_;
 
   const Tensor& in = d_.input_norm ? h : x;
@@ -237,11 +243,11 @@ void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
 void LlamaModel::ffn_block(int il, int64_t n) {
   const LlamaLayer& L = layers_[size_t(il)];
   const int64_t H = d_.n_embd;
-  const Tensor x = x_.view(DType::F32, {n, H});
-  const Tensor h = h_.view(DType::F32, {n, H});
-  const Tensor o = o_.view(DType::F32, {n, H});
-  const Tensor gate = gate_.view(DType::F32, {n, d_.n_ff});
-  const Tensor up = up_.view(DType::F32, {n, d_.n_ff});
+  const Tensor x = x_.view(act_, {n, H});
+  const Tensor h = h_.view(act_, {n, H});
+  const Tensor o = o_.view(act_, {n, H});
+  const Tensor gate = gate_.view(act_, {n, d_.n_ff});
+  const Tensor up = up_.view(act_, {n, d_.n_ff});
   Backend& be = *backend_;
   const Tensor& in = d_.pre_ffn_norm ? h : x;
   if (d_.pre_ffn_norm) be.rms_norm(h, x, L.ffn_norm, d_.norm_eps, d_.norm_offset);
@@ -280,7 +286,7 @@ void LlamaModel::forward(SequenceState& state, std::span<const int32_t> tokens, 
   }
 
   const int64_t H = d_.n_embd;
-  const Tensor x = x_.view(DType::F32, {n, H});
+  const Tensor x = x_.view(act_, {n, H});
   backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
   seq.kv.reserve_batch(n);
   for (int il = 0; il < int(d_.n_layer); ++il) {
@@ -292,9 +298,9 @@ void LlamaModel::forward(SequenceState& state, std::span<const int32_t> tokens, 
 
   const int64_t first_row = rows == LogitsRows::Last ? n - 1 : 0;
   const int64_t n_rows = n - first_row;
-  const Tensor h = h_.view(DType::F32, {n, H}).slice_rows(first_row, n);
+  const Tensor h = h_.view(act_, {n, H}).slice_rows(first_row, n);
   backend_->rms_norm(h, x.slice_rows(first_row, n), final_norm_, d_.norm_eps, d_.norm_offset);
-  const Tensor out(logits, DType::F32, {n_rows, d_.n_vocab});
+  const Tensor out(logits, act_, {n_rows, d_.n_vocab});
   backend_->linear(out, h, lm_head_, Tensor());
   if (d_.logits_scale != 1.0f) backend_->scale(out, d_.logits_scale);
   if (d_.final_softcap > 0.0f) backend_->softcap(out, d_.final_softcap);
