@@ -1,0 +1,104 @@
+// The hearth command as users run it: forms the issues rely on, and bad arguments ending in a
+// one-line error with a non-zero exit status.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "loader/npy.h"
+
+namespace {
+
+struct RunResult {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+RunResult run(const std::string& args) {
+  std::string cmd = std::string(HEARTH_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kModel = std::string(HEARTH_TEST_DATA) + "/models/qwen3";
+
+TEST(Cli, VersionListsBackends) {
+  auto r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("hearth "), std::string::npos);
+  EXPECT_NE(r.out.find("cpu"), std::string::npos);
+}
+
+TEST(Cli, GenerateJsonIsOneLineWithTokensTextAndTimings) {
+  auto r = run("generate -m " + kModel + " --prompt-tokens 1,2,3 -n 5 --ignore-eos --json --temperature 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"].size(), 5u);
+  EXPECT_TRUE(j.contains("text"));
+  EXPECT_TRUE(j["timings"].contains("generate_tokens_per_s"));
+  // Greedy is deterministic.
+  auto again = nlohmann::json::parse(run("generate -m " + kModel + " --prompt-tokens 1,2,3 -n 5 --ignore-eos --json --temperature 0").out);
+  EXPECT_EQ(j["tokens"], again["tokens"]);
+}
+
+TEST(Cli, SeededSamplingRepeats) {
+  const std::string args = "generate -m " + kModel + " --prompt-tokens 4,5 -n 12 --ignore-eos --json --temperature 1.5 --seed 9";
+  auto a = nlohmann::json::parse(run(args).out), b = nlohmann::json::parse(run(args).out);
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+}
+
+TEST(Cli, LogitsWritesOneRowPerToken) {
+  auto path = std::filesystem::temp_directory_path() / "hearth_cli_logits.npy";
+  auto r = run("logits -m " + kModel + " --tokens 3,1,4,1,5 -o " + path.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto a = hearth::npy_read(path);
+  ASSERT_EQ(a.shape.size(), 2u);
+  EXPECT_EQ(a.shape[0], 5);
+  EXPECT_EQ(a.shape[1], 256);
+  std::filesystem::remove(path);
+}
+
+TEST(Cli, InfoDescribesTheCheckpoint) {
+  auto r = run("info -m " + kModel);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("qwen3"), std::string::npos);
+  EXPECT_NE(r.out.find("BF16"), std::string::npos);
+}
+
+TEST(Cli, BenchPrintsRows) {
+  auto r = run("bench -m " + kModel + " -p 16 -n 4 -r 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("pp16"), std::string::npos);
+  EXPECT_NE(r.out.find("tg4"), std::string::npos);
+  EXPECT_NE(r.out.find("±"), std::string::npos);
+}
+
+void expect_one_line_error(const std::string& args, const std::string& needle) {
+  auto r = run(args);
+  EXPECT_NE(r.status, 0) << args;
+  EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
+  // One line: the message ends the output.
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST(Cli, BadArgumentsGiveOneLineErrors) {
+  expect_one_line_error("generate -m " + kModel + " --no-such-flag", "no-such-flag");
+  expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1,99999 -n 2", "99999");
+  expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1,x -n 2", "'x'");
+  expect_one_line_error("generate -m /nonexistent/model --prompt-tokens 1 -n 2", "/nonexistent/model");
+  expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1 -n 2 --top-p 0", "top_p");
+  expect_one_line_error("logits -m " + kModel + " --tokens 1 -o /nonexistent/dir/x.npy", "/nonexistent/dir/x.npy");
+  expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1 --device cuda:7", "cuda");
+  expect_one_line_error("perplexity -m " + kModel + " -f /nonexistent.txt", "/nonexistent.txt");
+}
+
+}  // namespace
