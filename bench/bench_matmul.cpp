@@ -3,7 +3,7 @@
 // decode GEMV (n = 1) and small n cycling over distinct weight copies totalling > 1 GiB so no
 // cache helps, and prefill (n = 512) GFLOP/s. Prints shape, n, dtype, time, GB/s, GFLOP/s and %
 // of the measured bandwidth. Usage: bench_matmul [--threads N] [--isa generic|avx2|avx512|amx]
-//                                                [--quick]
+//                                                [--quick] [--only decode|small|prefill]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -133,11 +133,13 @@ struct Bench {
 int main(int argc, char** argv) {
   int threads = 0;
   bool quick = false;
+  std::string only;  // decode | small | prefill: one section of the table
   MatmulIsa isa = cpu::detail::matmul_best_isa();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--quick") quick = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--isa" && i + 1 < argc) {
       std::string v = argv[++i];
       isa = v == "generic" ? MatmulIsa::Generic : v == "avx2" ? MatmulIsa::Avx2
@@ -163,14 +165,20 @@ int main(int argc, char** argv) {
   const double t = quick ? 0.3 : 1.0;
   std::printf("| shape        |   in x out     |    n | w    |      time    |  GB/s   | GFLOP/s  | %% bw   |\n");
   std::printf("|--------------|----------------|------|------|--------------|---------|----------|--------|\n");
-  for (const Shape& s : decode) b.run(s, 1, DType::BF16, t);
-  for (const Shape& s : {decode[3], decode[5]})
-    for (DType dt : {DType::F16, DType::F32}) b.run(s, 1, dt, t);
-  for (int64_t n : {2, 4, 8, 16}) b.run(decode[3], n, DType::BF16, t);
-  for (int64_t n : {2, 4, 8, 16}) b.run(decode[5], n, DType::BF16, t);
-  for (const Shape& s : {decode[0], decode[3], decode[4], decode[5]})
-    b.run(s, 512, DType::BF16, s.out > 10000 ? 0.0 : t);
-  if (!quick)
-    for (DType dt : {DType::F16, DType::F32}) b.run(decode[3], 512, dt, t);
+  if (only.empty() || only == "decode") {
+    for (const Shape& s : decode) b.run(s, 1, DType::BF16, t);
+    for (const Shape& s : {decode[3], decode[5]})
+      for (DType dt : {DType::F16, DType::F32}) b.run(s, 1, dt, t);
+  }
+  if (only.empty() || only == "small") {
+    for (int64_t n : {2, 4, 8, 16}) b.run(decode[3], n, DType::BF16, t);
+    for (int64_t n : {2, 4, 8, 16, 32}) b.run(decode[5], n, DType::BF16, t);
+  }
+  if (only.empty() || only == "prefill") {
+    for (const Shape& s : {decode[0], decode[3], decode[4], decode[5]})
+      b.run(s, 512, DType::BF16, s.out > 10000 ? 0.0 : t);
+    if (!quick)
+      for (DType dt : {DType::F16, DType::F32}) b.run(decode[3], 512, dt, t);
+  }
   return 0;
 }

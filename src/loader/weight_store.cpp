@@ -171,6 +171,9 @@ Tensor WeightStore::take_entry(Entry& entry, const std::vector<int64_t>& expecte
   Tensor t;
   t.data = const_cast<void*>(info.data);  // read-only mapping: writing to it faults
   t.dtype = info.dtype;
+  if (info.shape.size() > size_t(Tensor::kMaxDims))
+    fail("tensor {} has {} dims; at most {} are supported, in {}", info.name, info.shape.size(),
+         Tensor::kMaxDims, info.file);
   t.ndim = int(info.shape.size());
   for (int i = 0; i < t.ndim; ++i) t.shape[i] = info.shape[i];
   return t;

@@ -24,8 +24,16 @@
 namespace hearth::cpu::detail {
 namespace {
 
-constexpr int64_t kKc = 256;  // k per B panel pass (multiple of 32)
-constexpr int64_t kOc = 256;  // outputs per B panel (multiple of 32)
+// k per B panel pass and outputs per panel (multiples of 32; build-time overridable for
+// tuning): the panel (kOc x kKc bf16, 128 KiB) stays in L2, a 32-token A block (32 KiB) in L1.
+#ifndef HEARTH_AMX_KC
+#define HEARTH_AMX_KC 256
+#endif
+#ifndef HEARTH_AMX_OC
+#define HEARTH_AMX_OC 256
+#endif
+constexpr int64_t kKc = HEARTH_AMX_KC;
+constexpr int64_t kOc = HEARTH_AMX_OC;
 constexpr int64_t kTileElems = 16 * 32;  // bf16 per 1 KiB tile
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }

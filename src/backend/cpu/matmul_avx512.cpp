@@ -15,6 +15,18 @@
 
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 
+// Tuning knobs (overridable at build time for experiments): weight rows in flight per block,
+// and the prefetch scheme: 0 none, 1 each row 1 KiB ahead, 2 the next row block (linear).
+#ifndef HEARTH_MATMUL_ROWS
+#define HEARTH_MATMUL_ROWS 8
+#endif
+#ifndef HEARTH_MATMUL_PREFETCH
+#define HEARTH_MATMUL_PREFETCH 2
+#endif
+#ifndef HEARTH_MATMUL_PF_HINT
+#define HEARTH_MATMUL_PF_HINT _MM_HINT_T0
+#endif
+
 namespace hearth::cpu::detail {
 namespace {
 
@@ -88,10 +100,22 @@ inline void block(const MatmulArgs& a, int64_t o, int64_t j0) {
   };
   int64_t k = 0;
   for (; k < kfull; k += 32) {
-    // Prefetch well ahead in every row stream: the hardware streamer handles a few streams,
-    // but R rows x 2 threads is more than it tracks comfortably.
+    // Prefetch ahead in every row stream: the hardware streamer tracks a few streams, but
+    // R rows x 2 threads is more than it covers comfortably.
+    if constexpr (HEARTH_MATMUL_PREFETCH == 1) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) _mm_prefetch(rows[r] + (k + 512) * elem_size<WT>(), _MM_HINT_T0);
+      for (int r = 0; r < R; ++r)
+        _mm_prefetch(rows[r] + k * elem_size<WT>() + 1024, _MM_HINT_T0);
+    } else if constexpr (HEARTH_MATMUL_PREFETCH == 2) {
+      // A thread's rows are one contiguous region: while this block eats R * 32 elements per
+      // step, fetch the same number of bytes of the next block, front to back, so every row
+      // start is already in flight (rows of 1024 bf16 are only 2 KiB: per-row-ahead misses
+      // their first KiB).
+      const char* next = rows[0] + R * a.k * elem_size<WT>() + R * k * elem_size<WT>();
+      constexpr int lines = int(R * elem_size<WT>() / 2);  // bytes eaten per step / 64
+      for (int l = 0; l < lines; ++l)
+        _mm_prefetch(next + 64 * l, HEARTH_MATMUL_PF_HINT);
+    }
     step(k, __mmask32(~0u));
   }
   if (k < a.k) step(k, __mmask32((1u << (a.k - k)) - 1));
@@ -119,7 +143,8 @@ inline void row_group(const MatmulArgs& a, int64_t o) {
 template <DType WT>
 void rows(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
   int64_t o = o_begin;
-  for (; o + 4 <= o_end; o += 4) row_group<WT, 4>(a, o);
+  constexpr int R = HEARTH_MATMUL_ROWS;
+  for (; o + R <= o_end; o += R) row_group<WT, R>(a, o);
   for (; o < o_end; ++o) row_group<WT, 1>(a, o);
 }
 
