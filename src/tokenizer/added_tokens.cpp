@@ -7,7 +7,8 @@
 
 namespace hearth::tok {
 
-void AddedTokenMatcher::build(std::vector<AddedToken> tokens, const std::vector<std::string>& patterns) {
+void AddedTokenMatcher::build(std::vector<AddedToken> tokens,
+                              const std::vector<std::string>& patterns) {
   tokens_ = std::move(tokens);
   terminal_.assign(1, -1);
   for (size_t t = 0; t < tokens_.size(); ++t) {
@@ -27,14 +28,16 @@ void AddedTokenMatcher::build(std::vector<AddedToken> tokens, const std::vector<
       }
     }
     // With duplicate contents the first token wins; HF's map order is unspecified there.
-    if (terminal_[static_cast<size_t>(node)] < 0) terminal_[static_cast<size_t>(node)] = static_cast<int32_t>(t);
+    if (terminal_[static_cast<size_t>(node)] < 0)
+      terminal_[static_cast<size_t>(node)] = static_cast<int32_t>(t);
   }
 }
 
 int32_t AddedTokenMatcher::longest_at(std::string_view text, size_t pos, size_t& end) const {
   int32_t node = 0, best = -1;
   for (size_t i = pos; i < text.size(); ++i) {
-    const auto* e = edges_.find((static_cast<uint64_t>(node) << 8) | static_cast<unsigned char>(text[i]));
+    const auto* e =
+        edges_.find((static_cast<uint64_t>(node) << 8) | static_cast<unsigned char>(text[i]));
     if (!e) break;
     node = e->a;
     if (terminal_[static_cast<size_t>(node)] >= 0) {

@@ -42,8 +42,8 @@ class AddedTokenMatcher {
   int32_t longest_at(std::string_view text, size_t pos, size_t& end) const;
 
   std::vector<AddedToken> tokens_;
-  U64Map edges_;                  // (node << 8 | byte) → (child node, 0)
-  std::vector<int32_t> terminal_; // node → token index or -1
+  U64Map edges_;                   // (node << 8 | byte) → (child node, 0)
+  std::vector<int32_t> terminal_;  // node → token index or -1
   bool first_byte_[256] = {};
 };
 

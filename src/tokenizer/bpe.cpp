@@ -67,7 +67,8 @@ class WordCache {
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       const Slot& s = slots_[i];
       if (s.key_len == kEmpty) return nullptr;
-      if (s.hash == h && s.key_len == word.size() && std::string_view(keys_.data() + s.key_off, s.key_len) == word) {
+      if (s.hash == h && s.key_len == word.size() &&
+          std::string_view(keys_.data() + s.key_off, s.key_len) == word) {
         n = s.val_len;
         return values_.data() + s.val_off;
       }
@@ -131,8 +132,8 @@ inline bool heap_less(const HeapEntry& x, const HeapEntry& y) {
 }  // namespace
 
 void BpeModel::build(std::vector<std::pair<std::string, int32_t>> vocab,
-                     const std::vector<std::pair<std::string, std::string>>& merges, Options options,
-                     const std::string& where) {
+                     const std::vector<std::pair<std::string, std::string>>& merges,
+                     Options options, const std::string& where) {
   options_ = std::move(options);
   cache_owner_ = next_cache_owner.fetch_add(1);
   int32_t max_id = -1;
@@ -153,36 +154,51 @@ void BpeModel::build(std::vector<std::pair<std::string, int32_t>> vocab,
 
   if (options_.has_unk) unk_id_ = find(options_.unk_token);
 
+  // Merges are resolved in batches: hash every string of the batch and prefetch its slot first,
+  // so the random memory accesses of ~3 lookups per merge overlap (load time is dominated by
+  // them for 150k+ merges).
   size_t prefix_len = options_.continuing_subword_prefix.size();
   merges_.reserve(merges.size());
-  std::string joined;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
-    int32_t ia = find(a), ib = find(b);
-    if (ia < 0) fail("{}.merges[{}]: token {:?} is not in the vocabulary", where, rank, a);
-    if (ib < 0) fail("{}.merges[{}]: token {:?} is not in the vocabulary", where, rank, b);
-    joined.assign(a);
-    joined.append(b.size() >= prefix_len ? std::string_view(b).substr(prefix_len) : std::string_view(b));
-    int32_t merged = find(joined);
-    if (merged < 0) fail("{}.merges[{}]: merged token {:?} is not in the vocabulary", where, rank, joined);
-    merges_.insert_or_assign(pair_key(ia, ib), {static_cast<int32_t>(rank), merged});
+  constexpr size_t kBatch = 32;
+  std::array<std::string, kBatch> joined;
+  std::array<uint64_t, kBatch * 3> hashes;
+  std::array<int32_t, kBatch * 3> found;
+  for (size_t base = 0; base < merges.size(); base += kBatch) {
+    size_t n = std::min(kBatch, merges.size() - base);
+    for (size_t k = 0; k < n; ++k) {
+      const auto& [a, b] = merges[base + k];
+      joined[k].assign(a);
+      joined[k].append(b.size() >= prefix_len ? std::string_view(b).substr(prefix_len)
+                                              : std::string_view(b));
+      hashes[3 * k] = hash_bytes(a);
+      hashes[3 * k + 1] = hash_bytes(b);
+      hashes[3 * k + 2] = hash_bytes(joined[k]);
+      for (int q = 0; q < 3; ++q) index_.prefetch(hashes[3 * k + q]);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const auto& [a, b] = merges[base + k];
+      found[3 * k] = index_.find_hashed(a, hashes[3 * k], key_of);
+      found[3 * k + 1] = index_.find_hashed(b, hashes[3 * k + 1], key_of);
+      found[3 * k + 2] = index_.find_hashed(joined[k], hashes[3 * k + 2], key_of);
+      merges_.prefetch(pair_key(found[3 * k], found[3 * k + 1]));
+    }
+    for (size_t k = 0; k < n; ++k) {
+      size_t rank = base + k;
+      const auto& [a, b] = merges[rank];
+      if (found[3 * k] < 0)
+        fail("{}.merges[{}]: token {:?} is not in the vocabulary", where, rank, a);
+      if (found[3 * k + 1] < 0)
+        fail("{}.merges[{}]: token {:?} is not in the vocabulary", where, rank, b);
+      if (found[3 * k + 2] < 0)
+        fail("{}.merges[{}]: merged token {:?} is not in the vocabulary", where, rank, joined[k]);
+      merges_.insert_or_assign(pair_key(found[3 * k], found[3 * k + 1]),
+                               {static_cast<int32_t>(rank), found[3 * k + 2]});
+    }
   }
 }
 
 void BpeModel::enable_byte_mode() {
   byte_mode_ = true;
-  byte_tokens_.assign(tokens_.size(), std::string());
-  byte_index_.reserve(tokens_.size());
-  auto key_of = [this](int32_t id) -> std::string_view { return byte_tokens_[static_cast<size_t>(id)]; };
-  for (size_t id = 0; id < tokens_.size(); ++id) {
-    if (!present_[id]) continue;
-    std::string raw;
-    // Tokens with chars outside the byte-level alphabet can never be produced from bytes.
-    if (byte_level_decode(tokens_[id], raw) && !raw.empty()) {
-      byte_tokens_[id] = std::move(raw);
-      byte_index_.insert(byte_tokens_[id], static_cast<int32_t>(id), key_of);
-    }
-  }
   const auto& chars = byte_level_chars();
   for (int b = 0; b < 256; ++b) {
     std::string s;
@@ -193,7 +209,11 @@ void BpeModel::enable_byte_mode() {
 
 int32_t BpeModel::find_input(std::string_view key) const {
   if (!byte_mode_) return find(key);
-  return byte_index_.find(key, [this](int32_t id) -> std::string_view { return byte_tokens_[static_cast<size_t>(id)]; });
+  // Whole-word lookups (ignore_merges) are rare enough to map the bytes back on the fly.
+  thread_local std::string mapped;
+  mapped.clear();
+  byte_level_encode(key, mapped);
+  return find(mapped);
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {

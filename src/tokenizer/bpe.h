@@ -34,16 +34,21 @@ class BpeModel {
   // Switches to raw-byte input (see file comment). Only valid without prefix/suffix.
   void enable_byte_mode();
   bool byte_mode() const { return byte_mode_; }
-  bool can_use_byte_mode() const { return options_.continuing_subword_prefix.empty() && options_.end_of_word_suffix.empty(); }
+  bool can_use_byte_mode() const {
+    return options_.continuing_subword_prefix.empty() && options_.end_of_word_suffix.empty();
+  }
 
   // Appends the ids of one pre-tokenized word (model alphabet, or raw bytes in byte mode).
   void tokenize(std::string_view word, std::vector<int32_t>& out) const;
 
   int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
-  bool has_id(int32_t id) const { return id >= 0 && id < size() && present_[static_cast<size_t>(id)]; }
+  bool has_id(int32_t id) const {
+    return id >= 0 && id < size() && present_[static_cast<size_t>(id)];
+  }
   const std::string& token(int32_t id) const { return tokens_[static_cast<size_t>(id)]; }
   int32_t find(std::string_view token) const {  // model alphabet
-    return index_.find(token, [this](int32_t id) -> std::string_view { return tokens_[static_cast<size_t>(id)]; });
+    return index_.find(
+        token, [this](int32_t id) -> std::string_view { return tokens_[static_cast<size_t>(id)]; });
   }
 
  private:
@@ -57,9 +62,7 @@ class BpeModel {
   U64Map merges_;  // (left id, right id) → (rank, merged id)
   int32_t unk_id_ = -1;
   bool byte_mode_ = false;
-  std::vector<std::string> byte_tokens_;  // id → raw bytes (byte mode)
-  StringIdMap byte_index_;
-  std::array<int32_t, 256> byte_ids_{};  // raw byte → id of its single-char token
+  std::array<int32_t, 256> byte_ids_{};  // raw byte → id of its single-char token (byte mode)
   uint64_t cache_owner_ = 0;
 };
 

@@ -25,7 +25,8 @@ class ByteLevelDecoder final : public Decoder {
 
 class MetaspaceDecoder final : public Decoder {
  public:
-  MetaspaceDecoder(std::string replacement, bool prepend) : replacement_(std::move(replacement)), prepend_(prepend) {}
+  MetaspaceDecoder(std::string replacement, bool prepend)
+      : replacement_(std::move(replacement)), prepend_(prepend) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       std::string out;
@@ -49,7 +50,8 @@ class MetaspaceDecoder final : public Decoder {
 
 class ReplaceDecoder final : public Decoder {
  public:
-  ReplaceDecoder(std::unique_ptr<Regex> re, std::string content) : re_(std::move(re)), content_(std::move(content)) {}
+  ReplaceDecoder(std::unique_ptr<Regex> re, std::string content)
+      : re_(std::move(re)), content_(std::move(content)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (auto& t : tokens) t = regex_replace_all(*re_, t, content_);
   }
@@ -111,7 +113,8 @@ class FuseDecoder final : public Decoder {
 
 class StripDecoder final : public Decoder {
  public:
-  StripDecoder(char32_t content, size_t start, size_t stop) : content_(content), start_(start), stop_(stop) {}
+  StripDecoder(char32_t content, size_t start, size_t stop)
+      : content_(content), start_(start), stop_(stop) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (auto& t : tokens) {
       std::vector<size_t> starts;  // byte offset of each char
@@ -152,7 +155,8 @@ class StripDecoder final : public Decoder {
 
 class SequenceDecoder final : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> items) : items_(std::move(items)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> items)
+      : items_(std::move(items)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& d : items_) d->decode_chain(tokens);
   }
@@ -163,7 +167,9 @@ class SequenceDecoder final : public Decoder {
 
 }  // namespace
 
-bool is_plain_byte_level(const Decoder* d) { return d && dynamic_cast<const ByteLevelDecoder*>(d) != nullptr; }
+bool is_plain_byte_level(const Decoder* d) {
+  return d && dynamic_cast<const ByteLevelDecoder*>(d) != nullptr;
+}
 
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string& where) {
   if (j.is_null()) return nullptr;
@@ -172,11 +178,13 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string
   if (type == "Metaspace") {
     std::string scheme = json_string_or(j, "prepend_scheme", "always", where);
     bool prepend = scheme != "never" && json_bool_or(j, "add_prefix_space", true, where);
-    return std::make_unique<MetaspaceDecoder>(json_string_or(j, "replacement", "\xE2\x96\x81", where), prepend);
+    return std::make_unique<MetaspaceDecoder>(
+        json_string_or(j, "replacement", "\xE2\x96\x81", where), prepend);
   }
   if (type == "Replace")
-    return std::make_unique<ReplaceDecoder>(make_pattern(json_field(j, "pattern", where), where + ".pattern"),
-                                            json_string(j, "content", where));
+    return std::make_unique<ReplaceDecoder>(
+        make_pattern(json_field(j, "pattern", where), where + ".pattern"),
+        json_string(j, "content", where));
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {

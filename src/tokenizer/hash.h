@@ -60,8 +60,15 @@ class StringIdMap {
   }
   template <typename KeyOf>
   int32_t find(std::string_view key, KeyOf key_of) const {
+    return find_hashed(key, hash_bytes(key), key_of);
+  }
+  // Hint for batched lookups (loading): fetch the slot for hash `h` into cache.
+  void prefetch(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[h & (slots_.size() - 1)]);
+  }
+  template <typename KeyOf>
+  int32_t find_hashed(std::string_view key, uint64_t h, KeyOf key_of) const {
     if (slots_.empty()) return -1;
-    uint64_t h = hash_bytes(key);
     size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       if (slots_[i].id < 0) return -1;
@@ -113,6 +120,9 @@ class U64Map {
         return;
       }
     }
+  }
+  void prefetch(uint64_t key) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[hash_mix(key) & (slots_.size() - 1)]);
   }
   const Value* find(uint64_t key) const {
     if (slots_.empty()) return nullptr;

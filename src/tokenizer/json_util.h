@@ -8,7 +8,8 @@
 
 namespace hearth::tok {
 
-inline const nlohmann::json& json_field(const nlohmann::json& j, const char* key, const std::string& where) {
+inline const nlohmann::json& json_field(const nlohmann::json& j, const char* key,
+                                        const std::string& where) {
   if (!j.is_object()) fail("{}: expected an object", where);
   auto it = j.find(key);
   if (it == j.end()) fail("{}.{}: missing", where, key);
@@ -21,8 +22,8 @@ inline std::string json_string(const nlohmann::json& j, const char* key, const s
   return v.get<std::string>();
 }
 
-inline std::string json_string_or(const nlohmann::json& j, const char* key, const std::string& fallback,
-                                  const std::string& where) {
+inline std::string json_string_or(const nlohmann::json& j, const char* key,
+                                  const std::string& fallback, const std::string& where) {
   if (!j.is_object()) fail("{}: expected an object", where);
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
@@ -30,7 +31,8 @@ inline std::string json_string_or(const nlohmann::json& j, const char* key, cons
   return it->get<std::string>();
 }
 
-inline bool json_bool_or(const nlohmann::json& j, const char* key, bool fallback, const std::string& where) {
+inline bool json_bool_or(const nlohmann::json& j, const char* key, bool fallback,
+                         const std::string& where) {
   if (!j.is_object()) fail("{}: expected an object", where);
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
@@ -38,7 +40,8 @@ inline bool json_bool_or(const nlohmann::json& j, const char* key, bool fallback
   return it->get<bool>();
 }
 
-inline int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& where) {
+inline int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback,
+                           const std::string& where) {
   if (!j.is_object()) fail("{}: expected an object", where);
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
@@ -46,7 +49,8 @@ inline int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fal
   return it->get<int64_t>();
 }
 
-inline const nlohmann::json& json_array(const nlohmann::json& j, const char* key, const std::string& where) {
+inline const nlohmann::json& json_array(const nlohmann::json& j, const char* key,
+                                        const std::string& where) {
   const auto& v = json_field(j, key, where);
   if (!v.is_array()) fail("{}.{}: expected an array", where, key);
   return v;

@@ -65,7 +65,8 @@ class PrependNormalizer final : public Normalizer {
 
 class ReplaceNormalizer final : public Normalizer {
  public:
-  ReplaceNormalizer(std::unique_ptr<Regex> re, std::string content) : re_(std::move(re)), content_(std::move(content)) {}
+  ReplaceNormalizer(std::unique_ptr<Regex> re, std::string content)
+      : re_(std::move(re)), content_(std::move(content)) {}
   std::string apply(std::string s) const override { return regex_replace_all(*re_, s, content_); }
 
  private:
@@ -86,8 +87,9 @@ class BertNormalizer final : public Normalizer {
 };
 
 bool is_cjk(char32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -126,7 +128,8 @@ std::string BertNormalizer::apply(std::string s) const {
 
 class SequenceNormalizer final : public Normalizer {
  public:
-  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> items) : items_(std::move(items)) {}
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> items)
+      : items_(std::move(items)) {}
   std::string apply(std::string s) const override {
     for (const auto& n : items_) s = n->apply(std::move(s));
     return s;
@@ -149,16 +152,19 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::
   if (type == "Strip")
     return std::make_unique<StripNormalizer>(json_bool_or(j, "strip_left", true, where),
                                              json_bool_or(j, "strip_right", true, where));
-  if (type == "Prepend") return std::make_unique<PrependNormalizer>(json_string(j, "prepend", where));
+  if (type == "Prepend")
+    return std::make_unique<PrependNormalizer>(json_string(j, "prepend", where));
   if (type == "Replace")
-    return std::make_unique<ReplaceNormalizer>(make_pattern(json_field(j, "pattern", where), where + ".pattern"),
-                                               json_string(j, "content", where));
+    return std::make_unique<ReplaceNormalizer>(
+        make_pattern(json_field(j, "pattern", where), where + ".pattern"),
+        json_string(j, "content", where));
   if (type == "BertNormalizer") {
     bool lowercase = json_bool_or(j, "lowercase", true, where);
     auto it = j.find("strip_accents");
     bool strip = (it == j.end() || it->is_null()) ? lowercase : it->get<bool>();
     return std::make_unique<BertNormalizer>(json_bool_or(j, "clean_text", true, where),
-                                            json_bool_or(j, "handle_chinese_chars", true, where), strip, lowercase);
+                                            json_bool_or(j, "handle_chinese_chars", true, where),
+                                            strip, lowercase);
   }
   if (type == "Sequence") {
     const auto& arr = json_array(j, "normalizers", where);

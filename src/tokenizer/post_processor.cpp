@@ -14,7 +14,8 @@ void add_processor(PostProcessor& pp, const nlohmann::json& j, const std::string
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
     const auto& arr = json_array(j, "processors", where);
-    for (size_t i = 0; i < arr.size(); ++i) add_processor(pp, arr[i], fmt::format("{}.processors[{}]", where, i));
+    for (size_t i = 0; i < arr.size(); ++i)
+      add_processor(pp, arr[i], fmt::format("{}.processors[{}]", where, i));
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
@@ -42,13 +43,15 @@ void add_processor(PostProcessor& pp, const nlohmann::json& j, const std::string
         seen_sequence = true;
         continue;
       }
-      if (!piece.is_object() || !piece.contains("SpecialToken")) fail("{}: expected SpecialToken or Sequence", w);
+      if (!piece.is_object() || !piece.contains("SpecialToken"))
+        fail("{}: expected SpecialToken or Sequence", w);
       std::string name = json_string(piece["SpecialToken"], "id", w + ".SpecialToken");
       auto it = specials.find(name);
       if (it == specials.end()) fail("{}.special_tokens: missing {:?}", where, name);
       const auto& ids = json_array(*it, "ids", fmt::format("{}.special_tokens[{:?}]", where, name));
       for (const auto& id : ids) {
-        if (!id.is_number_integer()) fail("{}.special_tokens[{:?}].ids: expected integers", where, name);
+        if (!id.is_number_integer())
+          fail("{}.special_tokens[{:?}].ids: expected integers", where, name);
         (seen_sequence ? after : before).push_back(id.get<int32_t>());
       }
     }

@@ -14,7 +14,8 @@ namespace {
 
 enum class Behavior { Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous };
 
-Behavior parse_behavior(const nlohmann::json& j, const char* key, Behavior fallback, const std::string& where) {
+Behavior parse_behavior(const nlohmann::json& j, const char* key, Behavior fallback,
+                        const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   std::string b = it->is_string() ? it->get<std::string>() : "";
@@ -32,7 +33,8 @@ struct Segment {
 };
 
 // Splits piece `p` by `matches` (relative to the piece) and appends the resulting pieces.
-void split_piece(PieceList& pl, const Piece& p, const std::vector<Span>& matches, Behavior behavior, bool invert) {
+void split_piece(PieceList& pl, const Piece& p, const std::vector<Span>& matches, Behavior behavior,
+                 bool invert) {
   thread_local std::vector<Segment> segs;
   thread_local std::vector<Segment> merged;
   segs.clear();
@@ -126,7 +128,8 @@ void split_chars(PieceList& pl, Behavior behavior, bool invert, Pred pred) {
 
 class SplitPreTokenizer final : public PreTokenizer {
  public:
-  SplitPreTokenizer(std::unique_ptr<Regex> re, Behavior b, bool invert) : re_(std::move(re)), behavior_(b), invert_(invert) {}
+  SplitPreTokenizer(std::unique_ptr<Regex> re, Behavior b, bool invert)
+      : re_(std::move(re)), behavior_(b), invert_(invert) {}
   void apply(PieceList& pl) const override {
     for_each_piece(pl, [&](const Piece& p) {
       pl.spans.clear();
@@ -163,7 +166,9 @@ class PunctuationPreTokenizer final : public PreTokenizer {
 
 class WhitespaceSplitPreTokenizer final : public PreTokenizer {
  public:
-  void apply(PieceList& pl) const override { split_chars(pl, Behavior::Removed, false, is_whitespace); }
+  void apply(PieceList& pl) const override {
+    split_chars(pl, Behavior::Removed, false, is_whitespace);
+  }
 };
 
 class WhitespacePreTokenizer final : public PreTokenizer {
@@ -192,7 +197,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
       std::string_view s = pl.view(p);
       text.clear();
       bool starts = s.substr(0, 1) == " " || s.substr(0, replacement_.size()) == replacement_;
-      if (!starts && (scheme_ == Scheme::Always || (scheme_ == Scheme::First && p.first))) text += replacement_;
+      if (!starts && (scheme_ == Scheme::Always || (scheme_ == Scheme::First && p.first)))
+        text += replacement_;
       for (char c : s) {
         if (c == ' ') {
           text += replacement_;
@@ -207,7 +213,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
         return;
       }
       pl.spans.clear();
-      for (size_t pos = text.find(replacement_); pos != std::string::npos; pos = text.find(replacement_, pos + replacement_.size()))
+      for (size_t pos = text.find(replacement_); pos != std::string::npos;
+           pos = text.find(replacement_, pos + replacement_.size()))
         pl.spans.push_back({pos, pos + replacement_.size()});
       split_piece(pl, np, pl.spans, Behavior::MergedWithNext, false);
     });
@@ -226,8 +233,9 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
   ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex)
       : add_prefix_space_(add_prefix_space), use_regex_(use_regex) {
     if (use_regex_)
-      re_ = std::make_unique<Regex>("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
-                                    "ByteLevel");
+      re_ = std::make_unique<Regex>(
+          "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+          "ByteLevel");
   }
   void set_map_chars(bool v) { map_chars_ = v; }
   void apply(PieceList& pl) const override {
@@ -277,18 +285,21 @@ void add_steps(PreTokenizerChain& chain, const nlohmann::json& j, const std::str
   std::string type = json_type(j, where);
   if (type == "Sequence") {
     const auto& arr = json_array(j, "pretokenizers", where);
-    for (size_t i = 0; i < arr.size(); ++i) add_steps(chain, arr[i], fmt::format("{}.pretokenizers[{}]", where, i));
+    for (size_t i = 0; i < arr.size(); ++i)
+      add_steps(chain, arr[i], fmt::format("{}.pretokenizers[{}]", where, i));
     return;
   }
   if (type == "ByteLevel") {
-    chain.steps.push_back(std::make_unique<ByteLevelPreTokenizer>(json_bool_or(j, "add_prefix_space", true, where),
-                                                                  json_bool_or(j, "use_regex", true, where)));
+    chain.steps.push_back(
+        std::make_unique<ByteLevelPreTokenizer>(json_bool_or(j, "add_prefix_space", true, where),
+                                                json_bool_or(j, "use_regex", true, where)));
     return;
   }
   if (type == "Split") {
     auto re = make_pattern(json_field(j, "pattern", where), where + ".pattern");
     chain.steps.push_back(std::make_unique<SplitPreTokenizer>(
-        std::move(re), parse_behavior(j, "behavior", Behavior::Isolated, where), json_bool_or(j, "invert", false, where)));
+        std::move(re), parse_behavior(j, "behavior", Behavior::Isolated, where),
+        json_bool_or(j, "invert", false, where)));
     return;
   }
   if (type == "Metaspace") {
@@ -302,12 +313,15 @@ void add_steps(PreTokenizerChain& chain, const nlohmann::json& j, const std::str
     } else if (s != "always") {
       fail("{}.prepend_scheme: unknown value {:?}", where, s);
     }
-    if (!json_bool_or(j, "add_prefix_space", true, where)) scheme = MetaspacePreTokenizer::Scheme::Never;
-    chain.steps.push_back(std::make_unique<MetaspacePreTokenizer>(replacement, scheme, json_bool_or(j, "split", true, where)));
+    if (!json_bool_or(j, "add_prefix_space", true, where))
+      scheme = MetaspacePreTokenizer::Scheme::Never;
+    chain.steps.push_back(std::make_unique<MetaspacePreTokenizer>(
+        replacement, scheme, json_bool_or(j, "split", true, where)));
     return;
   }
   if (type == "Digits") {
-    chain.steps.push_back(std::make_unique<DigitsPreTokenizer>(json_bool_or(j, "individual_digits", false, where)));
+    chain.steps.push_back(
+        std::make_unique<DigitsPreTokenizer>(json_bool_or(j, "individual_digits", false, where)));
     return;
   }
   if (type == "Whitespace") {
@@ -319,7 +333,8 @@ void add_steps(PreTokenizerChain& chain, const nlohmann::json& j, const std::str
     return;
   }
   if (type == "Punctuation") {
-    chain.steps.push_back(std::make_unique<PunctuationPreTokenizer>(parse_behavior(j, "behavior", Behavior::Isolated, where)));
+    chain.steps.push_back(std::make_unique<PunctuationPreTokenizer>(
+        parse_behavior(j, "behavior", Behavior::Isolated, where)));
     return;
   }
   fail("{}.type: unsupported pre-tokenizer {:?}", where, type);

@@ -25,7 +25,9 @@ struct PieceList {
   std::vector<Piece> pieces;
   std::vector<Piece> next;  // scratch for the step being applied
   std::vector<Span> spans;  // scratch for matches
-  std::string_view view(const Piece& p) const { return std::string_view(arena).substr(p.off, p.len); }
+  std::string_view view(const Piece& p) const {
+    return std::string_view(arena).substr(p.off, p.len);
+  }
 };
 
 class PreTokenizer {

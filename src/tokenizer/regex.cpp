@@ -15,11 +15,13 @@ namespace {
 std::string rewrite_oniguruma(std::string_view p) {
   std::string out;
   out.reserve(p.size());
-  auto is_hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+  auto is_hex = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  };
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] == '\\' && i + 1 < p.size()) {
-      if (p[i + 1] == 'u' && i + 5 < p.size() && is_hex(p[i + 2]) &&
-          is_hex(p[i + 3]) && is_hex(p[i + 4]) && is_hex(p[i + 5])) {
+      if (p[i + 1] == 'u' && i + 5 < p.size() && is_hex(p[i + 2]) && is_hex(p[i + 3]) &&
+          is_hex(p[i + 4]) && is_hex(p[i + 5])) {
         out += "\\x{";
         out.append(p.substr(i + 2, 4));
         out += "}";
@@ -63,8 +65,8 @@ Regex::Regex(std::string_view pattern, const std::string& where) : pattern_(patt
   std::string p = rewrite_oniguruma(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP, &error,
-                        &offset, nullptr);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP,
+                        &error, &offset, nullptr);
   if (!code_) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
@@ -91,7 +93,9 @@ Regex Regex::literal(std::string_view text, const std::string& where) {
   return r;
 }
 
-Regex::Regex(Regex&& o) noexcept : code_(o.code_), jit_(o.jit_), pattern_(std::move(o.pattern_)) { o.code_ = nullptr; }
+Regex::Regex(Regex&& o) noexcept : code_(o.code_), jit_(o.jit_), pattern_(std::move(o.pattern_)) {
+  o.code_ = nullptr;
+}
 
 Regex& Regex::operator=(Regex&& o) noexcept {
   if (this != &o) {
@@ -115,7 +119,8 @@ void Regex::find_all(std::string_view s, std::vector<Span>& out) const {
     if (jit_) {
       rc = pcre2_jit_match(code_, subject, s.size(), pos, 0, st.data, st.context);
       if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
-        rc = pcre2_match(code_, subject, s.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, st.data, nullptr);
+        rc = pcre2_match(code_, subject, s.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, st.data,
+                         nullptr);
     } else {
       rc = pcre2_match(code_, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, st.data, nullptr);
     }

@@ -42,7 +42,8 @@ std::string StreamDecoder::flush() {
   std::string prefix_text = tokenizer_.decode(all.subspan(prefix_, read_ - prefix_), skip_special_);
   std::string new_text = tokenizer_.decode(all.subspan(prefix_), skip_special_);
   std::string out;
-  if (new_text.size() > prefix_text.size() && new_text.compare(0, prefix_text.size(), prefix_text) == 0)
+  if (new_text.size() > prefix_text.size() &&
+      new_text.compare(0, prefix_text.size(), prefix_text) == 0)
     out = new_text.substr(prefix_text.size());
   ids_.clear();
   prefix_ = read_ = 0;

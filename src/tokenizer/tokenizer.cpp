@@ -79,7 +79,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids)
-    if (keep(id)) tokens.push_back(im.id_text[static_cast<size_t>(id)]);
+    if (keep(id)) tokens.emplace_back(im.id_text[static_cast<size_t>(id)]);
   std::string out;
   if (im.decoder) {
     im.decoder->decode_chain(tokens);
@@ -96,7 +96,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 std::string Tokenizer::token_text(int32_t id) const {
   const Impl& im = *impl_;
   if (id < 0 || static_cast<size_t>(id) >= im.id_text.size()) return {};
-  return im.id_text[static_cast<size_t>(id)];
+  return std::string(im.id_text[static_cast<size_t>(id)]);
 }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
@@ -112,7 +112,8 @@ int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_te
 
 bool Tokenizer::is_special(int32_t id) const {
   const Impl& im = *impl_;
-  return id >= 0 && static_cast<size_t>(id) < im.id_kind.size() && im.id_kind[static_cast<size_t>(id)] == Impl::kSpecial;
+  return id >= 0 && static_cast<size_t>(id) < im.id_kind.size() &&
+         im.id_kind[static_cast<size_t>(id)] == Impl::kSpecial;
 }
 
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos_id; }

@@ -23,7 +23,8 @@ class Tokenizer {
   static Tokenizer load(const std::filesystem::path& model_dir);
   // Same, from an in-memory tokenizer.json (and optional tokenizer_config.json text); `name` is
   // used in error messages.
-  static Tokenizer from_json(std::string_view tokenizer_json, std::string_view tokenizer_config = {},
+  static Tokenizer from_json(std::string_view tokenizer_json,
+                             std::string_view tokenizer_config = {},
                              const std::string& name = "tokenizer.json");
 
   // Text → ids. add_special_tokens adds what the post-processor adds (BOS etc.).

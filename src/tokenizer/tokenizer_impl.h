@@ -29,7 +29,9 @@ struct Tokenizer::Impl {
   bool byte_level_decode_fast = false;  // decoder is plain ByteLevel: use id_bytes
 
   enum Kind : uint8_t { kNone = 0, kModel = 1, kAdded = 2, kSpecial = 3 };
-  std::vector<std::string> id_text;  // id → token string (added tokens take precedence)
+  std::vector<tok::AddedToken> added_tokens;
+  // id → token string (added tokens take precedence); views into model / added_tokens.
+  std::vector<std::string_view> id_text;
   std::vector<uint8_t> id_kind;
   std::vector<std::string> id_bytes;  // id → ByteLevel-decoded bytes (fast path only)
   std::unordered_map<std::string, int32_t> added_index;

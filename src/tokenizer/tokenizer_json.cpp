@@ -1,154 +1,341 @@
-// SAX handler: DOM building through a stack of json pointers (array elements are only appended
-// after the element before them is complete, so pointers stay valid), with two special modes for
-// model.vocab (key → integer id) and model.merges ("a b" strings or ["a", "b"] pairs).
+// The tokenizer.json parser. Strings are scanned in runs up to the next quote, backslash or
+// control byte; \u escapes (with surrogate pairs) become UTF-8. Nesting is limited to 256 levels
+// so hostile input cannot exhaust the stack.
 #include "tokenizer/tokenizer_json.h"
 
+#include <charconv>
+#include <cstdlib>
+
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace hearth::tok {
 
 namespace {
 using json = nlohmann::json;
 
-class Handler final : public nlohmann::json_sax<json> {
+class Parser {
  public:
-  Handler(TokenizerJson& out, std::string file) : out_(out), file_(std::move(file)) {}
+  Parser(std::string_view text, TokenizerJson& out, std::string file)
+      : begin_(text.data()),
+        p_(text.data()),
+        end_(text.data() + text.size()),
+        out_(out),
+        file_(std::move(file)) {}
 
-  bool null() override { return value(json(nullptr)); }
-  bool boolean(bool v) override { return value(json(v)); }
-  bool number_integer(number_integer_t v) override {
-    if (mode_ == Mode::Vocab) return vocab_id(v);
-    return value(json(v));
-  }
-  bool number_unsigned(number_unsigned_t v) override {
-    if (mode_ == Mode::Vocab) return vocab_id(v > static_cast<uint64_t>(INT32_MAX) ? -1 : static_cast<int64_t>(v));
-    return value(json(v));
-  }
-  bool number_float(number_float_t v, const string_t&) override { return value(json(v)); }
-  bool binary(binary_t&) override { return true; }
-  bool string(string_t& v) override {
-    if (mode_ == Mode::Merges) {
-      size_t sp = v.find(' ');
-      if (sp == std::string::npos || v.find(' ', sp + 1) != std::string::npos)
-        fail("{}: model.merges[{}]: expected two tokens separated by one space, got {:?}", file_, out_.merges.size(), v);
-      out_.merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
-      return true;
-    }
-    if (mode_ == Mode::MergePair) {
-      if (pair_count_ >= 2) fail("{}: model.merges[{}]: expected two tokens", file_, out_.merges.size());
-      (pair_count_ == 0 ? pair_.first : pair_.second) = std::move(v);
-      ++pair_count_;
-      return true;
-    }
-    if (mode_ == Mode::Vocab) fail("{}: model.vocab[{:?}]: expected an integer id", file_, key_);
-    return value(json(std::move(v)));
-  }
-  bool start_object(std::size_t) override {
-    if (mode_ == Mode::Merges || mode_ == Mode::MergePair)
-      fail("{}: model.merges[{}]: expected two tokens", file_, out_.merges.size());
-    if (mode_ == Mode::Vocab) fail("{}: model.vocab[{:?}]: expected an integer id", file_, key_);
-    if (entering("vocab")) {
-      mode_ = Mode::Vocab;
-      out_.has_vocab = true;
-      return true;
-    }
-    return open(json::object());
-  }
-  bool key(string_t& k) override {
-    key_ = std::move(k);
-    return true;
-  }
-  bool end_object() override {
-    if (mode_ == Mode::Vocab) {
-      mode_ = Mode::Dom;
-      return true;
-    }
-    return close();
-  }
-  bool start_array(std::size_t) override {
-    if (mode_ == Mode::Merges) {
-      mode_ = Mode::MergePair;
-      pair_count_ = 0;
-      return true;
-    }
-    if (mode_ == Mode::MergePair) fail("{}: model.merges[{}]: expected two tokens", file_, out_.merges.size());
-    if (mode_ == Mode::Vocab) fail("{}: model.vocab[{:?}]: expected an integer id", file_, key_);
-    if (entering("merges")) {
-      mode_ = Mode::Merges;
-      out_.has_merges = true;
-      return true;
-    }
-    return open(json::array());
-  }
-  bool end_array() override {
-    if (mode_ == Mode::MergePair) {
-      if (pair_count_ != 2) fail("{}: model.merges[{}]: expected two tokens", file_, out_.merges.size());
-      out_.merges.emplace_back(std::move(pair_.first), std::move(pair_.second));
-      mode_ = Mode::Merges;
-      return true;
-    }
-    if (mode_ == Mode::Merges) {
-      mode_ = Mode::Dom;
-      return true;
-    }
-    return close();
-  }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
-    fail("{}: invalid JSON at byte {}: {}", file_, position, e.what());
+  void parse_document() {
+    skip_ws();
+    parse_value(out_.doc, 0, Where::Root);
+    skip_ws();
+    if (p_ != end_) error("unexpected data after the top-level value");
   }
 
  private:
-  enum class Mode { Dom, Vocab, Merges, MergePair };
+  enum class Where { Root, Model, Other };
 
-  // True when the value about to start is root.model.<name>.
-  bool entering(const char* name) const {
-    return stack_.size() == 2 && stack_[1].is_object_in_root_model && stack_.back().node->is_object() && key_ == name;
+  [[noreturn]] void error(const char* what) const {
+    fail("{}: invalid JSON at byte {}: {}", file_, static_cast<size_t>(p_ - begin_), what);
   }
-  bool vocab_id(int64_t v) {
-    if (v < 0 || v > INT32_MAX) fail("{}: model.vocab[{:?}]: id {} out of range", file_, key_, v);
-    out_.vocab.emplace_back(std::move(key_), static_cast<int32_t>(v));
-    return true;
+  void skip_ws() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
-  json* place(json&& v) {
-    if (stack_.empty()) {
-      out_.doc = std::move(v);
-      return &out_.doc;
-    }
-    json* parent = stack_.back().node;
-    if (parent->is_object()) {
-      json& slot = (*parent)[key_];
-      slot = std::move(v);
-      return &slot;
-    }
-    parent->push_back(std::move(v));
-    return &parent->back();
+  void expect(char c, const char* what) {
+    skip_ws();
+    if (p_ >= end_ || *p_ != c) error(what);
+    ++p_;
   }
-  bool value(json&& v) {
-    place(std::move(v));
-    return true;
-  }
-  bool open(json&& v) {
-    bool in_model = stack_.size() == 1 && stack_[0].node->is_object() && key_ == "model";
-    json* node = place(std::move(v));
-    stack_.push_back({node, in_model});
-    return true;
-  }
-  bool close() {
-    stack_.pop_back();
+  bool literal(const char* word, size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n || std::string_view(p_, n) != std::string_view(word, n))
+      return false;
+    p_ += n;
     return true;
   }
 
-  struct Frame {
-    json* node;
-    bool is_object_in_root_model;
-  };
+  unsigned hex4() {
+    if (end_ - p_ < 4) error("truncated \\u escape");
+    unsigned v = 0;
+    for (int k = 0; k < 4; ++k) {
+      char c = *p_++;
+      v <<= 4;
+      if (c >= '0' && c <= '9')
+        v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<unsigned>(c - 'A' + 10);
+      else
+        error("bad \\u escape");
+    }
+    return v;
+  }
+
+  // At the opening quote.
+  void parse_string(std::string& s) {
+    s.clear();
+    ++p_;
+    for (;;) {
+      const char* run = p_;
+      while (p_ < end_ && *p_ != '"' && *p_ != '\\' && static_cast<unsigned char>(*p_) >= 0x20)
+        ++p_;
+      s.append(run, static_cast<size_t>(p_ - run));
+      if (p_ >= end_) error("unterminated string");
+      char c = *p_++;
+      if (c == '"') return;
+      if (c != '\\') {
+        --p_;
+        error("control character in string");
+      }
+      if (p_ >= end_) error("unterminated string");
+      char e = *p_++;
+      switch (e) {
+        case '"':
+          s += '"';
+          break;
+        case '\\':
+          s += '\\';
+          break;
+        case '/':
+          s += '/';
+          break;
+        case 'b':
+          s += '\b';
+          break;
+        case 'f':
+          s += '\f';
+          break;
+        case 'n':
+          s += '\n';
+          break;
+        case 'r':
+          s += '\r';
+          break;
+        case 't':
+          s += '\t';
+          break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u')
+              error("lone surrogate in \\u escape");
+            p_ += 2;
+            unsigned lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) error("lone surrogate in \\u escape");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            error("lone surrogate in \\u escape");
+          }
+          utf8_append(s, static_cast<char32_t>(cp));
+          break;
+        }
+        default:
+          error("bad escape in string");
+      }
+    }
+  }
+
+  void parse_number(json& dst) {
+    const char* start = p_;
+    bool is_float = false;
+    if (p_ < end_ && *p_ == '-') ++p_;
+    while (p_ < end_ && ((*p_ >= '0' && *p_ <= '9') || *p_ == '.' || *p_ == 'e' || *p_ == 'E' ||
+                         *p_ == '+' || *p_ == '-')) {
+      if (*p_ == '.' || *p_ == 'e' || *p_ == 'E') is_float = true;
+      ++p_;
+    }
+    if (!is_float) {
+      int64_t v = 0;
+      auto r = std::from_chars(start, p_, v);
+      if (r.ec == std::errc() && r.ptr == p_) {
+        dst = v;
+        return;
+      }
+      uint64_t u = 0;
+      auto ru = std::from_chars(start, p_, u);
+      if (ru.ec == std::errc() && ru.ptr == p_) {
+        dst = u;
+        return;
+      }
+    }
+    std::string tmp(start, p_);
+    char* stop = nullptr;
+    double d = std::strtod(tmp.c_str(), &stop);
+    if (tmp.empty() || stop != tmp.c_str() + tmp.size()) {
+      p_ = start;
+      error("bad number");
+    }
+    dst = d;
+  }
+
+  void parse_value(json& dst, int depth, Where where) {
+    if (depth > 256) error("nesting too deep");
+    skip_ws();
+    if (p_ >= end_) error("unexpected end of input");
+    char c = *p_;
+    if (c == '{') {
+      ++p_;
+      dst = json::object();
+      skip_ws();
+      if (p_ < end_ && *p_ == '}') {
+        ++p_;
+        return;
+      }
+      std::string key;
+      for (;;) {
+        skip_ws();
+        if (p_ >= end_ || *p_ != '"') error("expected a string key");
+        parse_string(key);
+        expect(':', "expected ':'");
+        skip_ws();
+        if (where == Where::Model && key == "vocab" && p_ < end_ && *p_ == '{') {
+          parse_vocab();
+        } else if (where == Where::Model && key == "merges" && p_ < end_ && *p_ == '[') {
+          parse_merges();
+        } else {
+          Where child = where == Where::Root && key == "model" ? Where::Model : Where::Other;
+          parse_value(dst[key], depth + 1, child);
+        }
+        skip_ws();
+        if (p_ < end_ && *p_ == ',') {
+          ++p_;
+          continue;
+        }
+        expect('}', "expected ',' or '}'");
+        return;
+      }
+    }
+    if (c == '[') {
+      ++p_;
+      dst = json::array();
+      skip_ws();
+      if (p_ < end_ && *p_ == ']') {
+        ++p_;
+        return;
+      }
+      for (;;) {
+        dst.push_back(json());
+        parse_value(dst.back(), depth + 1, Where::Other);
+        skip_ws();
+        if (p_ < end_ && *p_ == ',') {
+          ++p_;
+          continue;
+        }
+        expect(']', "expected ',' or ']'");
+        return;
+      }
+    }
+    if (c == '"') {
+      std::string s;
+      parse_string(s);
+      dst = std::move(s);
+      return;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) return parse_number(dst);
+    if (literal("true", 4)) {
+      dst = true;
+      return;
+    }
+    if (literal("false", 5)) {
+      dst = false;
+      return;
+    }
+    if (literal("null", 4)) {
+      dst = nullptr;
+      return;
+    }
+    error("unexpected character");
+  }
+
+  void parse_vocab() {
+    out_.has_vocab = true;
+    ++p_;
+    skip_ws();
+    if (p_ < end_ && *p_ == '}') {
+      ++p_;
+      return;
+    }
+    std::string key;
+    for (;;) {
+      skip_ws();
+      if (p_ >= end_ || *p_ != '"') error("expected a string key in model.vocab");
+      parse_string(key);
+      expect(':', "expected ':'");
+      skip_ws();
+      int64_t id = -1;
+      auto r = std::from_chars(p_, end_, id);
+      if (r.ec != std::errc() ||
+          (r.ptr < end_ && (*r.ptr == '.' || *r.ptr == 'e' || *r.ptr == 'E')))
+        fail("{}: model.vocab[{:?}]: expected an integer id", file_, key);
+      if (id < 0 || id > INT32_MAX)
+        fail("{}: model.vocab[{:?}]: id {} out of range", file_, key, id);
+      p_ = r.ptr;
+      out_.vocab.emplace_back(std::move(key), static_cast<int32_t>(id));
+      key = std::string();
+      skip_ws();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        continue;
+      }
+      expect('}', "expected ',' or '}' in model.vocab");
+      return;
+    }
+  }
+
+  void parse_merges() {
+    out_.has_merges = true;
+    ++p_;
+    skip_ws();
+    if (p_ < end_ && *p_ == ']') {
+      ++p_;
+      return;
+    }
+    std::string s;
+    for (;;) {
+      skip_ws();
+      size_t index = out_.merges.size();
+      if (p_ < end_ && *p_ == '"') {
+        parse_string(s);
+        size_t sp = s.find(' ');
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+          fail("{}: model.merges[{}]: expected two tokens separated by one space, got {:?}", file_,
+               index, s);
+        out_.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+      } else if (p_ < end_ && *p_ == '[') {
+        ++p_;
+        std::pair<std::string, std::string> pair;
+        for (int k = 0; k < 2; ++k) {
+          skip_ws();
+          if (p_ >= end_ || *p_ != '"')
+            fail("{}: model.merges[{}]: expected two tokens", file_, index);
+          parse_string(k == 0 ? pair.first : pair.second);
+          skip_ws();
+          if (k == 0) {
+            if (p_ >= end_ || *p_ != ',')
+              fail("{}: model.merges[{}]: expected two tokens", file_, index);
+            ++p_;
+          }
+        }
+        if (p_ >= end_ || *p_ != ']')
+          fail("{}: model.merges[{}]: expected two tokens", file_, index);
+        ++p_;
+        out_.merges.push_back(std::move(pair));
+      } else {
+        fail("{}: model.merges[{}]: expected two tokens", file_, index);
+      }
+      skip_ws();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        continue;
+      }
+      expect(']', "expected ',' or ']' in model.merges");
+      return;
+    }
+  }
+
+  const char* begin_;
+  const char* p_;
+  const char* end_;
   TokenizerJson& out_;
   std::string file_;
-  std::vector<Frame> stack_;
-  std::string key_;
-  Mode mode_ = Mode::Dom;
-  std::pair<std::string, std::string> pair_;
-  int pair_count_ = 0;
 };
 }  // namespace
 
@@ -156,8 +343,7 @@ TokenizerJson parse_tokenizer_json(std::string_view text, const std::string& fil
   TokenizerJson out;
   out.vocab.reserve(text.size() / 40);
   out.merges.reserve(text.size() / 40);
-  Handler handler(out, file);
-  if (!json::sax_parse(text.begin(), text.end(), &handler)) fail("{}: invalid JSON", file);
+  Parser(text, out, file).parse_document();
   if (!out.doc.is_object()) fail("{}: expected a JSON object at the top level", file);
   return out;
 }

@@ -1,6 +1,7 @@
-// Fast reader for tokenizer.json: a SAX pass that stores model.vocab and model.merges straight
-// into vectors (they are >95% of the file; a DOM for them costs ~3x the parse) and builds a
-// normal nlohmann::json DOM for everything else.
+// Fast reader for tokenizer.json: a small recursive-descent JSON parser that stores model.vocab
+// and model.merges straight into vectors (they are >95% of the file; a DOM for them costs ~3x
+// the parse, and nlohmann's lexer alone ~50 ms on Qwen3's 11 MB) and builds an nlohmann::json
+// DOM for everything else. Strict JSON (RFC 8259): errors name the byte offset.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

@@ -1,10 +1,9 @@
 // Building a Tokenizer from tokenizer.json and its companions. Errors name the file and JSON
-// path. The Llama/Gemma tokenizer classes of transformers rebuild the post-processor from
-// tokenizer_config.json's add_bos_token/add_eos_token; hearth does the same so that
-// encode(text, true) matches what transformers (and so vLLM, mlx-lm) feed the model.
-#include <fstream>
-#include <set>
-#include <sstream>
+// path. Special tokens added by encode(text, true) come from tokenizer.json's post-processor
+// only: tokenizer_config.json's add_bos_token/add_eos_token are not applied (neither HF
+// tokenizers nor transformers 5 apply them; transformers 4's Llama classes did). See
+// docs/tokenizer.md.
+#include <cstdio>
 
 #include "core/error.h"
 #include "tokenizer/json_util.h"
@@ -20,11 +19,20 @@ using nlohmann::json;
 namespace {
 
 std::optional<std::string> read_file(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return std::nullopt;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return std::move(ss).str();
+  std::string data;
+  char buf[1 << 16];
+  if (std::fseek(f, 0, SEEK_END) == 0) {
+    long size = std::ftell(f);
+    if (size > 0) data.reserve(static_cast<size_t>(size));
+    std::fseek(f, 0, SEEK_SET);
+  }
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) data.append(buf, n);
+  bool ok = !std::ferror(f);
+  std::fclose(f);
+  if (!ok) return std::nullopt;
+  return data;
 }
 
 // A special token in tokenizer_config.json is a string or an AddedToken object {"content": ...}.
@@ -33,13 +41,15 @@ std::string config_token(const json& config, const char* key, const std::string&
   auto it = config.find(key);
   if (it == config.end() || it->is_null()) return {};
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   fail("{}.{}: expected a string or {{\"content\": ...}}", where, key);
 }
 
 void build_model(Tokenizer::Impl& im, TokenizerJson& tj, const std::string& file) {
-  const json& model = json_field(tj.doc, "model", file);
   std::string where = file + ": model";
+  if (!tj.doc.contains("model")) fail("{}: missing", where);
+  const json& model = tj.doc["model"];
   std::string type = json_string_or(model, "type", "BPE", where);
   if (type != "BPE") fail("{}.type: unsupported model {:?} (hearth supports BPE)", where, type);
   if (!tj.has_vocab) fail("{}.vocab: missing", where);
@@ -63,7 +73,7 @@ void build_model(Tokenizer::Impl& im, TokenizerJson& tj, const std::string& file
 void build_added_tokens(Tokenizer::Impl& im, const json& doc, const std::string& file) {
   std::vector<AddedToken> raw, norm;
   std::vector<std::string> raw_patterns, norm_patterns;
-  std::vector<AddedToken> all;
+  std::vector<AddedToken>& all = im.added_tokens;
   auto it = doc.find("added_tokens");
   if (it != doc.end() && !it->is_null()) {
     if (!it->is_array()) fail("{}: added_tokens: expected an array", file);
@@ -95,7 +105,7 @@ void build_added_tokens(Tokenizer::Impl& im, const json& doc, const std::string&
 
   int32_t n = im.model.size();
   for (const auto& a : all) n = std::max(n, a.id + 1);
-  im.id_text.assign(static_cast<size_t>(n), std::string());
+  im.id_text.assign(static_cast<size_t>(n), std::string_view());
   im.id_kind.assign(static_cast<size_t>(n), Tokenizer::Impl::kNone);
   for (int32_t id = 0; id < im.model.size(); ++id) {
     if (!im.model.has_id(id)) continue;
@@ -103,13 +113,15 @@ void build_added_tokens(Tokenizer::Impl& im, const json& doc, const std::string&
     im.id_kind[static_cast<size_t>(id)] = Tokenizer::Impl::kModel;
   }
   for (const auto& a : all) {
-    im.id_text[static_cast<size_t>(a.id)] = a.content;
-    im.id_kind[static_cast<size_t>(a.id)] = a.special ? Tokenizer::Impl::kSpecial : Tokenizer::Impl::kAdded;
+    im.id_text[static_cast<size_t>(a.id)] = a.content;  // `all` is complete: views stay valid
+    im.id_kind[static_cast<size_t>(a.id)] =
+        a.special ? Tokenizer::Impl::kSpecial : Tokenizer::Impl::kAdded;
     im.added_index.emplace(a.content, a.id);
   }
 }
 
-void read_config(Tokenizer::Impl& im, const json& config, const json& special_map, const std::string& config_name) {
+void read_config(Tokenizer::Impl& im, const json& config, const json& special_map,
+                 const std::string& config_name) {
   auto token = [&](const char* key) {
     std::string t = config_token(config, key, config_name);
     if (t.empty()) t = config_token(special_map, key, "special_tokens_map.json");
@@ -130,20 +142,6 @@ void read_config(Tokenizer::Impl& im, const json& config, const json& special_ma
   im.pad_id = id_of(im.pad_token);
 
   if (config.is_object()) {
-    static const std::set<std::string> kRebuildsPostProcessor = {
-        "LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer", "CodeLlamaTokenizerFast",
-        "GemmaTokenizer", "GemmaTokenizerFast"};
-    std::string cls = json_string_or(config, "tokenizer_class", "", config_name);
-    if (kRebuildsPostProcessor.count(cls)) {
-      bool add_bos = json_bool_or(config, "add_bos_token", true, config_name);
-      bool add_eos = json_bool_or(config, "add_eos_token", false, config_name);
-      if (add_bos && !im.bos_id) fail("{}: add_bos_token is true but bos_token is not a known token", config_name);
-      if (add_eos && !im.eos_id) fail("{}: add_eos_token is true but eos_token is not a known token", config_name);
-      im.post_processor.prefix.clear();
-      im.post_processor.suffix.clear();
-      if (add_bos) im.post_processor.prefix.push_back(*im.bos_id);
-      if (add_eos) im.post_processor.suffix.push_back(*im.eos_id);
-    }
     auto ct = config.find("chat_template");
     if (ct != config.end() && !ct->is_null()) {
       if (ct->is_string()) {
@@ -151,7 +149,8 @@ void read_config(Tokenizer::Impl& im, const json& config, const json& special_ma
       } else if (ct->is_array()) {
         for (size_t i = 0; i < ct->size(); ++i) {
           std::string where = fmt::format("{}: chat_template[{}]", config_name, i);
-          im.chat_templates[json_string((*ct)[i], "name", where)] = json_string((*ct)[i], "template", where);
+          im.chat_templates[json_string((*ct)[i], "name", where)] =
+              json_string((*ct)[i], "template", where);
         }
       } else {
         fail("{}: chat_template: expected a string or a list of {{name, template}}", config_name);
@@ -183,19 +182,18 @@ std::shared_ptr<Tokenizer::Impl> build(std::string_view tokenizer_json, const st
     im->byte_level_decode_fast = true;
     im->id_bytes.resize(im->id_text.size());
     for (size_t id = 0; id < im->id_text.size(); ++id)
-      if (!byte_level_decode(im->id_text[id], im->id_bytes[id])) im->id_bytes[id] = im->id_text[id];
+      if (!byte_level_decode(im->id_text[id], im->id_bytes[id]))
+        im->id_bytes[id] = std::string(im->id_text[id]);
   }
   return im;
 }
 
 json parse_small_json(std::string_view text, const std::string& name) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) {
-    try {
-      (void)json::parse(text);
-    } catch (const json::exception& e) {
-      fail("{}: invalid JSON: {}", name, e.what());
-    }
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail("{}: invalid JSON: {}", name, e.what());
   }
   if (!j.is_object()) fail("{}: expected a JSON object", name);
   return j;
@@ -203,9 +201,12 @@ json parse_small_json(std::string_view text, const std::string& name) {
 
 }  // namespace
 
-Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_config, const std::string& name) {
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_config,
+                               const std::string& name) {
   auto im = build(tokenizer_json, name);
-  json config = tokenizer_config.empty() ? json() : parse_small_json(tokenizer_config, "tokenizer_config.json");
+  json config = tokenizer_config.empty()
+                    ? json()
+                    : parse_small_json(tokenizer_config, "tokenizer_config.json");
   read_config(*im, config, json(), "tokenizer_config.json");
   return Tokenizer(std::move(im));
 }

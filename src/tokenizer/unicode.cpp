@@ -77,7 +77,8 @@ bool utf8_incomplete_tail(std::string_view s) {
   size_t i = utf8_valid_prefix(s);
   if (i == s.size()) return false;
   int n = utf8_sequence_at(s, i);
-  return n < 0 && i + static_cast<size_t>(-n) == s.size() && utf8_len(static_cast<unsigned char>(s[i])) > -n;
+  return n < 0 && i + static_cast<size_t>(-n) == s.size() &&
+         utf8_len(static_cast<unsigned char>(s[i])) > -n;
 }
 
 std::string utf8_lossy(std::string_view s) {
@@ -109,20 +110,30 @@ bool is_numeric(char32_t c) {
 }
 
 bool is_punctuation(char32_t c) {
-  if (c < 0x80) return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+  if (c < 0x80)
+    return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+           (c >= 0x7B && c <= 0x7E);
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
 }
 
 bool is_word_char(char32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  if (c < 0x80)
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   if (c == 0x200C || c == 0x200D) return true;
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   switch (cat) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;
@@ -133,10 +144,18 @@ namespace {
 void normalize_chunk(std::string_view s, NormForm form, std::string& out) {
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormForm::NFC: options |= UTF8PROC_COMPOSE; break;
-    case NormForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
-    case NormForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormForm::NFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormForm::NFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormForm::NFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormForm::NFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* result = nullptr;
   auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),

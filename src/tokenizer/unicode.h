@@ -23,7 +23,8 @@ inline char32_t utf8_next(std::string_view s, size_t& i) {
   auto b = static_cast<unsigned char>(s[i]);
   int n = utf8_len(b);
   char32_t cp = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-  for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  for (int k = 1; k < n && i + k < s.size(); ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   i += n;
   return cp;
 }
