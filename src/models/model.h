@@ -34,8 +34,13 @@ class SequenceState {
  public:
   virtual ~SequenceState() = default;
   virtual int64_t n_past() const = 0;
-  // Forget positions >= n; false when the state cannot go back that far.
+  // Forget positions >= n; false when the state cannot go back that far. Attention-only
+  // states can go back anywhere (within a sliding window's reach); recurrent states only to a
+  // position where they kept a checkpoint.
   virtual bool truncate(int64_t n) = 0;
+  // Asks the state to remember the current position so truncate() can return to it later
+  // (recurrent layers snapshot their state; attention KV needs nothing). Cheap to call.
+  virtual void keep_checkpoint() {}
   virtual size_t bytes() const = 0;
 };
 
