@@ -25,12 +25,13 @@ test: build
 
 # Unit tests under AddressSanitizer + UBSan (a separate Debug build).
 asan: deps
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_BENCH=OFF
-	cmake --build build-asan -j $(JOBS) --target test_unit
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_BENCH=OFF -DHEARTH_CUDA=OFF
+	cmake --build build-asan -j $(JOBS) --target test_unit test_ops
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_unit
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_ops
 
 run: build
-	$(BUILD)/hearth generate -n 64
+	$(BUILD)/hearth generate -p "The Python interpreter" -n 64
 
 format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
