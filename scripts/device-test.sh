@@ -7,7 +7,8 @@
 #   scripts/fetch-device-debs.sh      # here, once
 #   run(command="bash scripts/device-test.sh", carry=[".device"])
 # Environment: BUILD (build dir, default build-device), PREFIX (default /tmp/hearth-prefix),
-# JOBS, CTEST_ARGS (e.g. "-R ops"), HEARTH_CMAKE_ARGS (extra -D flags). Logs go to $OUT if set.
+# JOBS, TARGETS (e.g. "hearth test_ops"), CTEST_ARGS (e.g. "-R ops"), HEARTH_CMAKE_ARGS (extra -D
+# flags). Logs go to $OUT if set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,9 +38,15 @@ if compgen -G ".device/debs/*.deb" >/dev/null; then
   # dpkg -x keeps absolute symlinks (e.g. lib*.so -> /usr/lib/...): make them relative to the prefix
   while IFS= read -r link; do
     target=$(readlink "$link")
-    case "$target" in /*) [ -e "$PREFIX$target" ] && ln -sfn "$PREFIX$target" "$link" ;; esac
+    case "$target" in
+      /*) if [ -e "$PREFIX$target" ]; then ln -sfn "$PREFIX$target" "$link"
+          elif [ ! -e "$target" ]; then  # e.g. libz.so -> /lib/.../libz.so.1.2.13: use the system soname
+            soname=$(dirname "$target")/$(basename "$target" | sed -E 's/(\.so\.[0-9]+).*/\1/')
+            if [ -e "$soname" ]; then ln -sfn "$soname" "$link"; fi
+          fi ;;
+    esac
   done < <(find "$PREFIX" -type l)
-  MULTIARCH=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  MULTIARCH=$(gcc -print-multiarch 2>/dev/null || true); [ -n "$MULTIARCH" ] || MULTIARCH=x86_64-linux-gnu
   export PKG_CONFIG_PATH="$PREFIX/usr/lib/$MULTIARCH/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   export LD_LIBRARY_PATH="$PREFIX/usr/lib/$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export CPATH="$PREFIX/usr/include${CPATH:+:$CPATH}"
@@ -58,9 +65,21 @@ echo "== configure ($BUILD)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_TESTS=ON -DHEARTH_BENCH=ON \
   "${CMAKE_PREFIX_ARGS[@]}" "${CUDA_ARGS[@]}" ${HEARTH_CMAKE_ARGS:-} 2>&1 | tee "$LOGDIR/configure.log"
 
-# 3. build and test
+# 3. build and test. TARGETS (space-separated) limits the build; a failing target does not stop
+# the others (-k 0), so one engineer's unfinished file cannot hide everyone else's results.
 echo "== build"
-cmake --build "$BUILD" -j "$JOBS" 2>&1 | tee "$LOGDIR/build.log"
+build_ok=1
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j "$JOBS" ${TARGETS:+--target $TARGETS} -- -k 0 2>&1 | tee "$LOGDIR/build.log" || build_ok=0
 echo "== test"
+set +e
 # shellcheck disable=SC2086
 (cd "$BUILD" && ctest --output-on-failure -j 1 ${CTEST_ARGS:-}) 2>&1 | tee "$LOGDIR/ctest.log"
+set -e
+
+# 4. summary (last, so it is what the device tool's output tail shows)
+echo "== summary"
+[ "$build_ok" = 1 ] && echo "build: ok" || echo "build: FAILED (see $LOGDIR/build.log; first errors below)"
+[ "$build_ok" = 1 ] || grep -m 5 -E "error|FAILED" "$LOGDIR/build.log" || true
+grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|Not Run" "$LOGDIR/ctest.log" || true
+grep -hE "^\[  (PASSED|FAILED|SKIPPED) " "$LOGDIR/ctest.log" | sort | uniq -c || true

@@ -127,6 +127,14 @@ class Backend {
   // y[rows[i]] += weights[i] * x[i] for i < x.rows() (accumulates: the MoE scatter-add).
   virtual void scatter_add_rows(const Tensor& y, const Tensor& x, const int32_t* rows,
                                 const float* weights) = 0;
+
+  // --- step hooks (optional; the CPU backend ignores them) ---
+  // Bracket one forward pass of n_tokens rows. Between them a backend may defer work: the CUDA
+  // backend records a decode step (n_tokens == 1) and replays it as one CUDA graph. Everything
+  // the step wrote to host memory (to_host_f32, a linear whose output is host memory) is
+  // complete when to_host_f32 / end_step returns.
+  virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }
+  virtual void end_step() {}
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

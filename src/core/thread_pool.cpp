@@ -68,7 +68,15 @@ void ThreadPool::run(const std::function<void(int, int)>& job) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   job(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) HEARTH_PAUSE();
+  // Spin while the workers finish; yield after a while so an oversubscribed machine (more
+  // runnable threads than cores) can schedule the worker we are waiting for.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < 4096) {
+      HEARTH_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

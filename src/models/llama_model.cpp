@@ -267,6 +267,8 @@ void LlamaModel::forward(SequenceState& state, std::span<const int32_t> tokens, 
   for (int32_t t : tokens)
     if (t < 0 || t >= d_.n_vocab) fail("token id {} is out of range [0, {})", t, d_.n_vocab);
   reserve_scratch(n);
+  // Bracket the step: the CUDA backend records a decode step and replays it as a graph.
+  backend_->begin_step(n);
   const int64_t start = seq.n_past();
   positions_.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(start + i);
@@ -294,16 +296,26 @@ void LlamaModel::forward(SequenceState& state, std::span<const int32_t> tokens, 
     ffn_block(il, n);
   }
   seq.kv.commit_batch();
-  if (rows == LogitsRows::None) return;
+  if (rows == LogitsRows::None) {
+    backend_->end_step();
+    return;
+  }
 
   const int64_t first_row = rows == LogitsRows::Last ? n - 1 : 0;
   const int64_t n_rows = n - first_row;
   const Tensor h = h_.view(act_, {n, H}).slice_rows(first_row, n);
   backend_->rms_norm(h, x.slice_rows(first_row, n), final_norm_, d_.norm_eps, d_.norm_offset);
-  const Tensor out(logits, act_, {n_rows, d_.n_vocab});
+  // Logits in the backend's memory as f32, then one copy to the caller's host buffer.
+  if (n_rows > logits_rows_) {
+    logits_ = backend_->alloc(size_t(n_rows * d_.n_vocab) * sizeof(float));
+    logits_rows_ = n_rows;
+  }
+  const Tensor out = logits_.view(DType::F32, {n_rows, d_.n_vocab});
   backend_->linear(out, h, lm_head_, Tensor());
   if (d_.logits_scale != 1.0f) backend_->scale(out, d_.logits_scale);
   if (d_.final_softcap > 0.0f) backend_->softcap(out, d_.final_softcap);
+  backend_->to_host_f32(logits, out);
+  backend_->end_step();
 }
 
 }  // namespace

@@ -5,10 +5,14 @@
 #include <map>
 
 #include "core/error.h"
+#ifdef HEARTH_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "loader/config.h"
 #include "loader/weight_store.h"
 #include "models/llama.h"
 #include "models/model.h"
+#include "models/qwen3_5.h"
 
 namespace hearth {
 
@@ -21,15 +25,30 @@ const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = [] {
     std::map<std::string, Factory> t;
     for (const auto& type : llama_model_types()) t[type] = make_llama_model;
+    for (const auto& type : qwen3_5_model_types()) t[type] = make_qwen3_5_model;
     return t;
   }();
   return table;
 }
 
+// cpu | cuda | cuda:N | auto (the first GPU when one is present, else the CPU).
 std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu" || device == "auto") return make_cpu_backend();
-  if (device.rfind("cuda", 0) == 0)
+  if (device == "cpu") return make_cpu_backend();
+#ifdef HEARTH_HAVE_CUDA
+  if (device == "auto") return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend();
+  if (device == "cuda") return make_cuda_backend(0);
+  if (device.rfind("cuda:", 0) == 0) {
+    const std::string index = device.substr(5);
+    if (index.empty() || index.size() > 3 ||
+        !std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      fail("device '{}': expected cuda:N with N a device index", device);
+    return make_cuda_backend(std::stoi(index));
+  }
+#else
+  if (device == "auto") return make_cpu_backend();
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
     fail("device '{}' is not available: this build of hearth has no CUDA backend", device);
+#endif
   fail("unknown device '{}' (expected cpu, cuda, cuda:N or auto)", device);
 }
 

@@ -1,0 +1,116 @@
+// Shared by the CUDA backend (host C++) and its kernels (.cu): the plain-data tensor descriptor
+// the launchers take, the per-backend launch context, the CUDA error check, and the launcher
+// declarations (one .cu per op family). Launchers only enqueue work on ctx.stream: they never
+// synchronise or allocate, so every one of them can be captured into a CUDA graph.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace hearth::cuda {
+
+[[noreturn]] void cuda_fail(const char* call, const char* error, const char* file, int line);
+
+// Every CUDA runtime / cuBLASLt call goes through this: failures become hearth::Error naming
+// the call and the error string.
+#define HEARTH_CUDA_CHECK(call)                                                              \
+  do {                                                                                       \
+    cudaError_t hearth_err_ = (call);                                                        \
+    if (hearth_err_ != cudaSuccess)                                                          \
+      ::hearth::cuda::cuda_fail(#call, cudaGetErrorString(hearth_err_), __FILE__, __LINE__); \
+  } while (0)
+#define HEARTH_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                           \
+    cublasStatus_t hearth_st_ = (call);                                                          \
+    if (hearth_st_ != CUBLAS_STATUS_SUCCESS)                                                     \
+      ::hearth::cuda::cuda_fail(#call, cublasLtGetStatusString(hearth_st_), __FILE__, __LINE__); \
+  } while (0)
+// After a kernel launch: catches bad launch configurations without synchronising.
+#define HEARTH_CUDA_LAUNCHED() HEARTH_CUDA_CHECK(cudaGetLastError())
+
+// dtype codes as in hearth::DType (F32 = 0, F16 = 1, BF16 = 2); kernels read these three.
+enum : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// A tensor as plain data without padding, so op records can be compared bytewise.
+struct Ten {
+  void* p = nullptr;
+  int64_t d[4] = {0, 0, 0, 0};
+  int32_t dtype = 0;
+  int32_t ndim = 0;
+
+  Ten() = default;
+  explicit Ten(const Tensor& t) : p(t.data), dtype(int32_t(t.dtype)), ndim(t.ndim) {
+    for (int i = 0; i < 4; ++i) d[i] = i < t.ndim ? t.shape[size_t(i)] : 0;
+  }
+  bool empty() const { return p == nullptr; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= d[i];
+    return n;
+  }
+  int64_t cols() const { return ndim == 0 ? 1 : d[ndim - 1]; }
+  int64_t rows() const { return ndim == 0 ? 1 : numel() / cols(); }
+};
+
+// A KV view with its dynamic first position in device memory (graph replays read it there).
+struct KvDev {
+  Ten k, v;
+  int64_t capacity = 0;
+  const int32_t* first = nullptr;  // device int32
+};
+
+struct Ctx {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* lt_workspace = nullptr;
+  size_t lt_workspace_bytes = 0;
+  int sm_count = 0;
+  // Split-K attention partials (sized by attention_workspace_bytes before any launch).
+  float* attn_ws = nullptr;
+  size_t attn_ws_bytes = 0;
+};
+
+// --- launchers (ctx first, then the op's operands; device pointers only) ---
+
+// linear.cu
+void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias);
+void linear_plans_clear();
+// elementwise.cu
+void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, float scale);
+void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act);
+void add(Ctx& ctx, const Ten& y, const Ten& a, const Ten& b, float b_scale);
+void scale(Ctx& ctx, const Ten& x, float s);
+void softcap(Ctx& ctx, const Ten& x, float cap);
+void fill(Ctx& ctx, const Ten& y, float value);
+void convert(Ctx& ctx, const Ten& dst, const Ten& src);  // any float dtype to any, same numel
+void mul_sigmoid(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate);
+void gather_rows(Ctx& ctx, const Ten& y, const Ten& x, const int32_t* rows);
+void scatter_add_rows(Ctx& ctx, const Ten& y, const Ten& x, const int32_t* rows,
+                      const float* weights);
+void copy_bytes(Ctx& ctx, const Ten& dst, const Ten& src);
+// norm.cu
+void rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float offset);
+void rms_norm_gated(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& z, float eps);
+// rope.cu
+void rope(Ctx& ctx, const Ten& x, const int32_t* positions, const float* inv_freq,
+          int32_t rotary_dim, float attention_factor);
+void kv_store(Ctx& ctx, const KvDev& kv, const Ten& k, const Ten& v, const int32_t* positions);
+// attention.cu
+size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
+                                 int64_t capacity);
+// Raises the dynamic shared-memory limits once (outside any graph capture).
+void attention_init();
+void attention(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const int32_t* positions,
+               const AttentionParams& p);
+// gated_delta.cu
+void gated_delta_init();
+void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w);
+void gated_delta_gates(Ctx& ctx, const Ten& g, const Ten& beta, const Ten& a, const Ten& b,
+                       const Ten& a_log, const Ten& dt_bias);
+void gated_delta(Ctx& ctx, const Ten& out, const Ten& qkv, const Ten& g, const Ten& beta,
+                 const Ten& state, const GatedDeltaParams& p);
+
+}  // namespace hearth::cuda

@@ -1,0 +1,719 @@
+// The CUDA backend: memory, weight upload, and the dispatch of every Backend op to its launcher
+// (one .cu per op family), with decode steps recorded and replayed as CUDA graphs.
+//
+// Invariants:
+// - Every op is enqueued on one stream; nothing synchronises the host inside a step except the
+//   copy of a host output (logits) at its end.
+// - Host-side inputs (token ids, positions, rope frequencies, the cache's first position, MoE
+//   rows) are copied into a pinned "dyn" area and kernels read them from its device mirror. In a
+//   recorded step (begin_step(1) ... end_step) ops are not launched but appended as records
+//   (launcher + its plain-data arguments). At the end, if the records equal those of the last
+//   captured graph, only the dyn values changed: the graph (whose first node copies the dyn
+//   area to the device) is replayed. Otherwise the records are captured into a new graph.
+// - Anything that needs the host mid-step (alloc, copy_from_host, growing a buffer) first runs
+//   the records so far eagerly and leaves the step unrecorded.
+// - Outputs whose Tensor::device is CPU (the model's logits) are computed into a device f32
+//   buffer and copied out at the step's end (immediately outside a step).
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/common.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace hearth {
+
+namespace cuda {
+
+void cuda_fail(const char* call, const char* error, const char* file, int line) {
+  const char* base = std::strrchr(file, '/');
+  fail("CUDA error: {} failed: {} ({}:{})", call, error, base ? base + 1 : file, line);
+}
+
+namespace {
+
+void launch_d2h(Ctx& ctx, void* dst_pinned, const void* src, size_t bytes) {
+  HEARTH_CUDA_CHECK(cudaMemcpyAsync(dst_pinned, src, bytes, cudaMemcpyDeviceToHost, ctx.stream));
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& blob, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const size_t at = blob.size();
+  blob.resize(at + sizeof(T));
+  std::memcpy(blob.data() + at, &v, sizeof(T));
+}
+
+template <typename T>
+T take(const uint8_t*& p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  p += sizeof(T);
+  return v;
+}
+
+// Calls launcher Fn with arguments read back from a record's bytes, in order.
+template <auto Fn, typename... A>
+void invoke(Ctx& ctx, const uint8_t* p) {
+  std::tuple<A...> args{take<A>(p)...};  // braced init: evaluated left to right
+  std::apply([&](const A&... a) { Fn(ctx, a...); }, args);
+}
+
+using Invoker = void (*)(Ctx&, const uint8_t*);
+struct Record {
+  Invoker fn;
+  size_t offset, size;
+};
+
+// Zero-padded copies of the parameter structs, so records compare bytewise.
+AttentionParams packed(const AttentionParams& p) {
+  AttentionParams q;
+  std::memset(static_cast<void*>(&q), 0, sizeof q);
+  q.n_head = p.n_head;
+  q.n_head_kv = p.n_head_kv;
+  q.head_dim = p.head_dim;
+  q.scale = p.scale;
+  q.softcap = p.softcap;
+  q.window = p.window;
+  return q;
+}
+GatedDeltaParams packed(const GatedDeltaParams& p) {
+  GatedDeltaParams q;
+  std::memset(static_cast<void*>(&q), 0, sizeof q);
+  q.n_k_heads = p.n_k_heads;
+  q.n_v_heads = p.n_v_heads;
+  q.k_dim = p.k_dim;
+  q.v_dim = p.v_dim;
+  q.chunked = p.chunked;
+  q.chunk = p.chunk;
+  return q;
+}
+
+constexpr int64_t kDynInts = 1 << 20;       // 4 MiB pinned, mirrored on the device
+constexpr int64_t kGraphDynInts = 1 << 16;  // [0, this): a recorded step's values
+constexpr size_t kLtWorkspace = 32u << 20;
+constexpr size_t kUploadChunk = 64u << 20;
+
+void free_device(void* p) { cudaFree(p); }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    const int count = cuda_device_count();
+    if (count == 0) fail("device 'cuda:{}': no CUDA device is available", device);
+    if (device < 0 || device >= count)
+      fail("device 'cuda:{}' does not exist ({} CUDA device(s) present)", device, count);
+    HEARTH_CUDA_CHECK(cudaSetDevice(device_));
+    cudaDeviceProp prop{};
+    HEARTH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    name_ = std::string("cuda:") + std::to_string(device_) + " (" + prop.name + ")";
+    ctx_.sm_count = prop.multiProcessorCount;
+    HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+    HEARTH_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
+    HEARTH_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, kLtWorkspace));
+    ctx_.lt_workspace_bytes = kLtWorkspace;
+    HEARTH_CUDA_CHECK(
+        cudaHostAlloc(reinterpret_cast<void**>(&dyn_host_), kDynInts * 4, cudaHostAllocDefault));
+    HEARTH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dyn_dev_), kDynInts * 4));
+    HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&graph_done_, cudaEventDisableTiming));
+    ring_ = kGraphDynInts;
+    attention_init();
+    gated_delta_init();
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(ctx_.stream);
+    if (exec_) cudaGraphExecDestroy(exec_);
+    weights_.clear();
+    linear_plans_clear();
+    cudaFree(ctx_.attn_ws);
+    cudaFree(ctx_.lt_workspace);
+    cudaFree(out_dev_);
+    cudaFree(tmp_dev_);
+    cudaFreeHost(out_host_);
+    cudaFreeHost(dyn_host_);
+    cudaFree(dyn_dev_);
+    for (void* p : staging_) cudaFreeHost(p);
+    cudaEventDestroy(graph_done_);
+    cublasLtDestroy(ctx_.lt);
+    cudaStreamDestroy(ctx_.stream);
+  }
+
+  std::string name() const override { return name_; }
+  Device device() const override { return Device::CUDA; }
+  DType activation_dtype() const override { return DType::BF16; }
+
+  DeviceBuffer alloc(size_t bytes) override {
+    bind();
+    stop_recording();
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      fail("CUDA out of memory on cuda:{} allocating {:.1f} MiB ({:.1f} of {:.1f} GiB free): {}",
+           device_, double(bytes) / (1 << 20), double(free_b) / (1 << 30),
+           double(total_b) / (1 << 30), cudaGetErrorString(err));
+    }
+    return DeviceBuffer(p, bytes, Device::CUDA, free_device);
+  }
+
+  // Weights are uploaded once and owned here. 2-D F16 matrices become BF16 (one GEMM/GEMV path;
+  // bf16 keeps f16's precision within 3 bits and has f32's range); F32 and BF16 stay as stored
+  // (F32 1-D/2-D parameters such as norm gains, conv taps and gate constants are read as f32).
+  Tensor prepare_weight(const Tensor& host) override {
+    bind();
+    if (host.device == Device::CUDA) return host;
+    const bool to_bf16 = host.dtype == DType::F16 && host.ndim == 2;
+    const DType dtype = to_bf16 ? DType::BF16 : host.dtype;
+    DeviceBuffer buf = alloc(host.nbytes());
+    upload(buf.data(), host.data, host.nbytes());
+    if (to_bf16) {
+      // Same size (2 bytes per element): convert in place through a temporary.
+      DeviceBuffer tmp = alloc(host.nbytes());
+      HEARTH_CUDA_CHECK(cudaMemcpyAsync(tmp.data(), buf.data(), host.nbytes(),
+                                        cudaMemcpyDeviceToDevice, ctx_.stream));
+      Ten src(host), dst(host);
+      src.p = tmp.data();
+      dst.p = buf.data();
+      dst.dtype = kBF16;
+      cuda::convert(ctx_, dst, src);
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    }
+    Tensor t = host;
+    t.data = buf.data();
+    t.dtype = dtype;
+    t.device = Device::CUDA;
+    weights_.push_back(std::move(buf));
+    return t;
+  }
+
+  void copy(const Tensor& dst, const Tensor& src) override {
+    bind();
+    if (src.device == Device::CPU) return copy_from_host(dst, src.data);
+    submit<&cuda::copy_bytes>(Ten(dst), Ten(src));
+  }
+
+  void copy_from_host(const Tensor& dst, const void* src) override {
+    bind();
+    stop_recording();
+    HEARTH_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
+  }
+
+  void linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) override {
+    bind();
+    if (y.device == Device::CPU) return linear_to_host(y, x, w, bias);
+    submit<&cuda::linear>(Ten(y), Ten(x), Ten(w), Ten(bias));
+  }
+
+  void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s) override {
+    bind();
+    const int32_t* d_ids = upload_ints(ids, y.rows(), 0);
+    submit<&cuda::embedding>(Ten(y), Ten(table), d_ids, s);
+  }
+
+  void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float off) override {
+    bind();
+    submit<&cuda::rms_norm>(Ten(y), Ten(x), Ten(w), eps, off);
+  }
+
+  void rope(const Tensor& x, const int32_t* positions, const RopeParams& rp) override {
+    bind();
+    const int32_t* d_pos = upload_ints(positions, x.dim(0), 1);
+    const float* d_freq =
+        reinterpret_cast<const float*>(upload_ints(rp.inv_freq, rp.rotary_dim / 2, 2));
+    submit<&cuda::rope>(Ten(x), d_pos, d_freq, int32_t(rp.rotary_dim), rp.attention_factor);
+  }
+
+  void kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
+                const int32_t* positions) override {
+    bind();
+    const int32_t* d_pos = upload_ints(positions, k.dim(0), 1);
+    submit<&cuda::kv_store>(kv_dev(kv), Ten(k), Ten(v), d_pos);
+  }
+
+  void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
+                 const AttentionParams& p) override {
+    bind();
+    const size_t ws = attention_workspace_bytes(ctx_, q.dim(0), p, kv.capacity);
+    if (ws > ctx_.attn_ws_bytes) {
+      stop_recording();
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+      cudaFree(ctx_.attn_ws);
+      ctx_.attn_ws = nullptr;
+      grow_device(reinterpret_cast<void**>(&ctx_.attn_ws), ctx_.attn_ws_bytes, ws);
+      invalidate_graph();  // the captured graph holds the old workspace address
+    }
+    const int32_t* d_pos = upload_ints(positions, q.dim(0), 1);
+    submit<&cuda::attention>(Ten(out), Ten(q), kv_dev(kv), d_pos, packed(p));
+  }
+
+  void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) override {
+    bind();
+    submit<&cuda::glu>(Ten(y), Ten(gate), Ten(up), int32_t(act));
+  }
+
+  void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) override {
+    bind();
+    submit<&cuda::add>(Ten(y), Ten(a), Ten(b), b_scale);
+  }
+
+  void scale(const Tensor& x, float s) override {
+    bind();
+    if (x.device == Device::CPU) {
+      if (const Ten* d = pending_host_output(x)) return submit<&cuda::scale>(*d, s);
+      float* p = x.as<float>();
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] *= s;
+      return;
+    }
+    submit<&cuda::scale>(Ten(x), s);
+  }
+
+  void softcap(const Tensor& x, float cap) override {
+    bind();
+    if (x.device == Device::CPU) {
+      if (const Ten* d = pending_host_output(x)) return submit<&cuda::softcap>(*d, cap);
+      float* p = x.as<float>();
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) p[i] = std::tanh(p[i] / cap) * cap;
+      return;
+    }
+    submit<&cuda::softcap>(Ten(x), cap);
+  }
+
+  void to_host_f32(float* dst, const Tensor& src) override {
+    bind();
+    const size_t bytes = size_t(src.numel()) * 4;
+    Ten s(src);
+    if (src.dtype != DType::F32) {
+      if (bytes > tmp_bytes_) {
+        stop_recording();
+        HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        cudaFree(tmp_dev_);
+        tmp_dev_ = nullptr;
+        grow_device(&tmp_dev_, tmp_bytes_, bytes);
+        invalidate_graph();
+      }
+      Ten f = s;
+      f.p = tmp_dev_;
+      f.dtype = kF32;
+      submit<&cuda::convert>(f, s);
+      s = f;
+    }
+    if (out_.p) deliver_or_queue_output();  // one pending host output at a time
+    ensure_out_host(bytes);
+    out_ = s;
+    out_user_ = dst;
+    out_bytes_ = bytes;
+    if (recording_) {
+      finish_recording();
+    } else {
+      deliver_now();
+    }
+  }
+
+  void conv1d_causal_silu(const Tensor& y, const Tensor& x, const Tensor& state,
+                          const Tensor& w) override {
+    bind();
+    submit<&cuda::conv1d_causal_silu>(Ten(y), Ten(x), Ten(state), Ten(w));
+  }
+  void gated_delta_gates(const Tensor& g, const Tensor& beta, const Tensor& a, const Tensor& b,
+                         const Tensor& a_log, const Tensor& dt_bias) override {
+    bind();
+    submit<&cuda::gated_delta_gates>(Ten(g), Ten(beta), Ten(a), Ten(b), Ten(a_log), Ten(dt_bias));
+  }
+  void gated_delta(const Tensor& out, const Tensor& qkv, const Tensor& g, const Tensor& beta,
+                   const Tensor& state, const GatedDeltaParams& p) override {
+    bind();
+    submit<&cuda::gated_delta>(Ten(out), Ten(qkv), Ten(g), Ten(beta), Ten(state), packed(p));
+  }
+  void rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& z,
+                      float eps) override {
+    bind();
+    submit<&cuda::rms_norm_gated>(Ten(y), Ten(x), Ten(w), Ten(z), eps);
+  }
+  void mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) override {
+    bind();
+    submit<&cuda::mul_sigmoid>(Ten(y), Ten(x), Ten(gate));
+  }
+  void fill(const Tensor& y, float value) override {
+    bind();
+    submit<&cuda::fill>(Ten(y), value);
+  }
+  void gather_rows(const Tensor& y, const Tensor& x, const int32_t* rows) override {
+    bind();
+    const int32_t* d_rows = upload_ints(rows, y.rows(), 3);
+    submit<&cuda::gather_rows>(Ten(y), Ten(x), d_rows);
+  }
+  void scatter_add_rows(const Tensor& y, const Tensor& x, const int32_t* rows,
+                        const float* weights) override {
+    bind();
+    const int32_t* d_rows = upload_ints(rows, x.rows(), 3);
+    const float* d_w = reinterpret_cast<const float*>(upload_ints(weights, x.rows(), 4));
+    submit<&cuda::scatter_add_rows>(Ten(y), Ten(x), d_rows, d_w);
+  }
+
+  void begin_step(int64_t n_tokens) override {
+    bind();
+    recs_.clear();
+    blob_.clear();
+    dedup_.clear();
+    graph_cursor_ = 0;
+    recording_ = n_tokens == 1 && graphs_enabled_;
+    // The previous replay's first node may still be reading the pinned dyn values.
+    if (recording_) HEARTH_CUDA_CHECK(cudaEventSynchronize(graph_done_));
+  }
+
+  void end_step() override {
+    bind();
+    if (recording_) finish_recording();
+    if (out_.p) deliver_now();
+    recording_ = false;
+  }
+
+  // Test hooks: graphs off (every step eager) and how many graphs were captured / replayed.
+  void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
+  int64_t graphs_captured() const { return graphs_captured_; }
+  int64_t graphs_replayed() const { return graphs_replayed_; }
+
+ private:
+  // The calling thread's current device must be ours (the server may call from any thread).
+  void bind() {
+    thread_local int current = -1;
+    if (current != device_) {
+      HEARTH_CUDA_CHECK(cudaSetDevice(device_));
+      current = device_;
+    }
+  }
+
+  template <auto Fn, typename... A>
+  void submit(const A&... a) {
+    if (!recording_) {
+      Fn(ctx_, a...);
+      return;
+    }
+    Record r{&invoke<Fn, A...>, blob_.size(), 0};
+    (put(blob_, a), ...);
+    r.size = blob_.size() - r.offset;
+    recs_.push_back(r);
+  }
+
+  KvDev kv_dev(const KvView& kv) {
+    KvDev d;
+    d.k = Ten(kv.k);
+    d.v = Ten(kv.v);
+    d.capacity = kv.capacity;
+    const int32_t first = int32_t(kv.first);
+    d.first = upload_ints(&first, 1, 5);
+    return d;
+  }
+
+  // Copies n 4-byte host values into the dyn area and returns their device address. Equal
+  // contents of the same kind (tag) share a slot, so a step's positions upload once.
+  const int32_t* upload_ints(const void* src, int64_t n, int tag) {
+    if (n <= 0) return dyn_dev_;
+    const size_t bytes = size_t(n) * 4;
+    for (const auto& e : dedup_)
+      if (e.tag == tag && e.n == n && std::memcmp(dyn_host_ + e.offset, src, bytes) == 0)
+        return dyn_dev_ + e.offset;
+    const int64_t len = (n + 3) / 4 * 4;  // 16-byte aligned slots
+    int64_t at;
+    if (recording_ && graph_cursor_ + len <= kGraphDynInts) {
+      at = graph_cursor_;
+      graph_cursor_ += len;
+      std::memcpy(dyn_host_ + at, src, bytes);
+    } else {
+      if (recording_) stop_recording();  // a step with more inputs than the graph area holds
+      if (len > kDynInts - kGraphDynInts)
+        fail("CUDA backend: {} host values exceed the staging area", n);
+      if (ring_ + len > kDynInts) {
+        // Wrap: earlier copies out of the ring must have run before it is rewritten.
+        HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        ring_ = kGraphDynInts;
+        dedup_.clear();
+      }
+      at = ring_;
+      ring_ += len;
+      std::memcpy(dyn_host_ + at, src, bytes);
+      HEARTH_CUDA_CHECK(cudaMemcpyAsync(dyn_dev_ + at, dyn_host_ + at, bytes,
+                                        cudaMemcpyHostToDevice, ctx_.stream));
+    }
+    if (dedup_.size() >= 8) dedup_.erase(dedup_.begin());
+    dedup_.push_back({tag, n, at});
+    return dyn_dev_ + at;
+  }
+
+  // Ends the recorded step early: runs the records so far eagerly; the rest of the step is eager.
+  void stop_recording() {
+    if (!recording_) return;
+    recording_ = false;
+    dedup_.clear();  // graph-area slots are not ring slots
+    if (!recs_.empty()) {
+      HEARTH_CUDA_CHECK(cudaMemcpyAsync(dyn_dev_, dyn_host_, size_t(graph_cursor_) * 4,
+                                        cudaMemcpyHostToDevice, ctx_.stream));
+      for (const Record& r : recs_) r.fn(ctx_, blob_.data() + r.offset);
+      // The pinned graph area is rewritten by the next recorded step only after this.
+      HEARTH_CUDA_CHECK(cudaEventRecord(graph_done_, ctx_.stream));
+    }
+    recs_.clear();
+    blob_.clear();
+  }
+
+  void invalidate_graph() {
+    cap_recs_.clear();
+    cap_blob_.clear();
+  }
+
+  bool records_match() const {
+    if (!exec_ || cap_recs_.size() != recs_.size() || cap_cursor_ != graph_cursor_ ||
+        cap_blob_.size() != blob_.size())
+      return false;
+    for (size_t i = 0; i < recs_.size(); ++i)
+      if (recs_[i].fn != cap_recs_[i].fn || recs_[i].size != cap_recs_[i].size) return false;
+    return std::memcmp(blob_.data(), cap_blob_.data(), blob_.size()) == 0;
+  }
+
+  // End of a recorded step: replay the graph (or capture a new one), then deliver host outputs.
+  void finish_recording() {
+    recording_ = false;
+    if (out_.p) submit_recorded_d2h();
+    if (!recs_.empty()) {
+      if (!records_match()) capture();
+      HEARTH_CUDA_CHECK(cudaGraphLaunch(exec_, ctx_.stream));
+      HEARTH_CUDA_CHECK(cudaEventRecord(graph_done_, ctx_.stream));
+      ++graphs_replayed_;
+    }
+    recs_.clear();
+    blob_.clear();
+    dedup_.clear();
+    if (out_.p) finish_delivery();
+  }
+
+  void submit_recorded_d2h() {
+    Record r{&invoke<&launch_d2h, void*, const void*, size_t>, blob_.size(), 0};
+    put(blob_, static_cast<void*>(out_host_));
+    put(blob_, static_cast<const void*>(out_.p));
+    put(blob_, out_bytes_);
+    r.size = blob_.size() - r.offset;
+    recs_.push_back(r);
+    out_queued_ = true;
+  }
+
+  void capture() {
+    HEARTH_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      HEARTH_CUDA_CHECK(cudaMemcpyAsync(dyn_dev_, dyn_host_, size_t(graph_cursor_) * 4,
+                                        cudaMemcpyHostToDevice, ctx_.stream));
+      for (const Record& r : recs_) r.fn(ctx_, blob_.data() + r.offset);
+    } catch (...) {
+      cudaStreamEndCapture(ctx_.stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    HEARTH_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
+    bool updated = false;
+    if (exec_) {
+      cudaGraphExecUpdateResultInfo info{};
+      updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
+      if (!updated) {
+        cudaGetLastError();
+        cudaGraphExecDestroy(exec_);
+        exec_ = nullptr;
+      }
+    }
+    if (!updated) {
+      const cudaError_t err = cudaGraphInstantiate(&exec_, graph, 0);
+      cudaGraphDestroy(graph);
+      HEARTH_CUDA_CHECK(err);
+    } else {
+      cudaGraphDestroy(graph);
+    }
+    cap_recs_ = recs_;
+    cap_blob_ = blob_;
+    cap_cursor_ = graph_cursor_;
+    ++graphs_captured_;
+  }
+
+  // --- host outputs (logits) ---
+
+  void linear_to_host(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
+    // The model's host logits buffer holds f32 whatever the activation dtype says.
+    const size_t bytes = size_t(y.numel()) * 4;
+    if (out_.p) deliver_or_queue_output();
+    if (bytes > out_dev_bytes_) {
+      stop_recording();
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+      cudaFree(out_dev_);
+      out_dev_ = nullptr;
+      grow_device(&out_dev_, out_dev_bytes_, bytes);
+      invalidate_graph();
+    }
+    ensure_out_host(bytes);
+    Ten d(y);
+    d.p = out_dev_;
+    d.dtype = kF32;
+    submit<&cuda::linear>(d, Ten(x), Ten(w), Ten(bias));
+    out_ = d;
+    out_user_ = y.data;
+    out_bytes_ = bytes;
+    if (!recording_) deliver_now();  // outside a step: complete on return
+  }
+
+  const Ten* pending_host_output(const Tensor& x) const {
+    return out_.p && out_user_ == x.data && size_t(x.numel()) * 4 == out_bytes_ ? &out_ : nullptr;
+  }
+
+  void deliver_or_queue_output() {
+    if (recording_) stop_recording();
+    deliver_now();
+  }
+
+  void deliver_now() {
+    if (!out_.p) return;
+    if (!out_queued_) launch_d2h(ctx_, out_host_, out_.p, out_bytes_);
+    out_queued_ = true;
+    finish_delivery();
+  }
+
+  void finish_delivery() {
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    std::memcpy(out_user_, out_host_, out_bytes_);
+    out_ = Ten();
+    out_user_ = nullptr;
+    out_queued_ = false;
+  }
+
+  void ensure_out_host(size_t bytes) {
+    if (bytes <= out_host_bytes_) return;
+    stop_recording();
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    cudaFreeHost(out_host_);
+    out_host_ = nullptr;
+    HEARTH_CUDA_CHECK(cudaHostAlloc(&out_host_, bytes, cudaHostAllocDefault));
+    out_host_bytes_ = bytes;
+    invalidate_graph();
+  }
+
+  void grow_device(void** p, size_t& have, size_t need) {
+    const size_t bytes = std::max(need, have * 2);
+    const cudaError_t err = cudaMalloc(p, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail("CUDA out of memory on cuda:{} allocating {:.1f} MiB of scratch", device_,
+           double(bytes) / (1 << 20));
+    }
+    have = bytes;
+  }
+
+  // Host → device through two pinned buffers: the CPU fills one (threads, from the mapped file)
+  // while the copy engine drains the other.
+  void upload(void* dst, const void* src, size_t bytes) {
+    if (bytes < (4u << 20)) {
+      HEARTH_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+      return;
+    }
+    if (staging_.empty()) {
+      for (int i = 0; i < 2; ++i) {
+        void* p = nullptr;
+        HEARTH_CUDA_CHECK(cudaHostAlloc(&p, kUploadChunk, cudaHostAllocDefault));
+        staging_.push_back(p);
+        cudaEvent_t e;
+        HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        staging_done_.push_back(e);
+      }
+    }
+    ThreadPool& pool = ThreadPool::global();
+    for (size_t off = 0, i = 0; off < bytes; off += kUploadChunk, ++i) {
+      const size_t n = std::min(kUploadChunk, bytes - off);
+      char* stage = static_cast<char*>(staging_[i % 2]);
+      HEARTH_CUDA_CHECK(cudaEventSynchronize(staging_done_[i % 2]));
+      const char* from = static_cast<const char*>(src) + off;
+      const int64_t pieces = int64_t((n + (1u << 20) - 1) >> 20);
+      pool.parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
+        const size_t lo = size_t(b) << 20, hi = std::min(n, size_t(e) << 20);
+        std::memcpy(stage + lo, from + lo, hi - lo);
+      });
+      HEARTH_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + off, stage, n,
+                                        cudaMemcpyHostToDevice, ctx_.stream));
+      HEARTH_CUDA_CHECK(cudaEventRecord(staging_done_[i % 2], ctx_.stream));
+    }
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  }
+
+  struct DedupEntry {
+    int tag;
+    int64_t n, offset;
+  };
+
+  int device_;
+  std::string name_;
+  Ctx ctx_;
+  std::vector<DeviceBuffer> weights_;
+  std::vector<void*> staging_;
+  std::vector<cudaEvent_t> staging_done_;
+
+  int32_t* dyn_host_ = nullptr;
+  int32_t* dyn_dev_ = nullptr;
+  int64_t ring_ = 0, graph_cursor_ = 0, cap_cursor_ = 0;
+  std::vector<DedupEntry> dedup_;
+
+  bool graphs_enabled_ = true, recording_ = false;
+  std::vector<Record> recs_, cap_recs_;
+  std::vector<uint8_t> blob_, cap_blob_;
+  cudaGraphExec_t exec_ = nullptr;
+  cudaEvent_t graph_done_ = nullptr;
+  int64_t graphs_captured_ = 0, graphs_replayed_ = 0;
+
+  // The pending host output: device f32 source, pinned staging, the caller's pointer.
+  Ten out_;
+  void* out_user_ = nullptr;
+  size_t out_bytes_ = 0;
+  bool out_queued_ = false;
+  void* out_dev_ = nullptr;
+  size_t out_dev_bytes_ = 0;
+  void* out_host_ = nullptr;
+  size_t out_host_bytes_ = 0;
+  void* tmp_dev_ = nullptr;
+  size_t tmp_bytes_ = 0;
+};
+
+}  // namespace
+}  // namespace cuda
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+// Test-only access to graph statistics and the graph switch (declared in the CUDA tests).
+void cuda_backend_set_graphs(Backend& b, bool on) {
+  if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) c->set_graphs_enabled(on);
+}
+int64_t cuda_backend_graphs_replayed(const Backend& b) {
+  auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);
+  return c ? c->graphs_replayed() : 0;
+}
+int64_t cuda_backend_graphs_captured(const Backend& b) {
+  auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);
+  return c ? c->graphs_captured() : 0;
+}
+
+}  // namespace hearth

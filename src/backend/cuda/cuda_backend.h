@@ -1,0 +1,16 @@
+// The CUDA backend's entry points. This header has no CUDA includes, so any file can use it;
+// it is compiled only when the build has HEARTH_HAVE_CUDA (see CMakeLists.txt).
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace hearth {
+
+// Number of CUDA devices the driver reports; 0 when there is no driver or no GPU (never throws).
+int cuda_device_count();
+// A backend on GPU `device`: bf16 activations and KV, f32 accumulation, f32 logits.
+// Throws hearth::Error when the device does not exist or cannot be initialised.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+}  // namespace hearth

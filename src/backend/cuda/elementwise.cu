@@ -1,0 +1,195 @@
+// Elementwise and row-copy ops: embedding lookup, GLU activations, residual add, scale, softcap,
+// fill, dtype conversion, x·sigmoid(gate), and the MoE gather / scatter-add. All are
+// memory-bound grid-stride loops over f32 math; inputs and outputs may be F32, F16 or BF16
+// (read per launch), which is how the CPU reference (f32) and the bf16 activations meet.
+#include "backend/cuda/device_util.cuh"
+
+namespace hearth::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+#define GRID_STRIDE(i, n)                                                   \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void embedding_kernel(void* y, int ydt, const void* table, int tdt, const int32_t* ids,
+                                 int64_t n_tokens, int64_t n_embd, float scale) {
+  GRID_STRIDE(i, n_tokens * n_embd) {
+    const int64_t t = i / n_embd, c = i - t * n_embd;
+    st(y, ydt, i, ld(table, tdt, int64_t(ids[t]) * n_embd + c) * scale);
+  }
+}
+
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+  const float k = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void glu_kernel(void* y, int ydt, const void* g, int gdt, const void* u, int udt,
+                           int64_t n, int act) {
+  GRID_STRIDE(i, n) {
+    const float x = ld(g, gdt, i);
+    float a;
+    if (act == int(Activation::Silu))
+      a = silu_f(x);
+    else if (act == int(Activation::GeluTanh))
+      a = gelu_tanh_f(x);
+    else
+      a = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    st(y, ydt, i, a * ld(u, udt, i));
+  }
+}
+
+// bf16 fast path for the decode hot loop: 8 elements per thread through 16-byte accesses.
+__global__ void add_bf16x8_kernel(uint4* y, const uint4* a, const uint4* b, int64_t n8, float s) {
+  GRID_STRIDE(i, n8) {
+    uint4 va = a[i], vb = b[i], vy;
+    const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&va);
+    const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&vb);
+    __nv_bfloat162* py = reinterpret_cast<__nv_bfloat162*>(&vy);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
+      py[j] = __floats2bfloat162_rn(fa.x + fb.x * s, fa.y + fb.y * s);
+    }
+    y[i] = vy;
+  }
+}
+
+__global__ void add_kernel(void* y, int ydt, const void* a, int adt, const void* b, int bdt,
+                           int64_t n, float s) {
+  GRID_STRIDE(i, n) st(y, ydt, i, ld(a, adt, i) + ld(b, bdt, i) * s);
+}
+
+__global__ void scale_kernel(void* x, int dt, int64_t n, float s) {
+  GRID_STRIDE(i, n) st(x, dt, i, ld(x, dt, i) * s);
+}
+
+__global__ void softcap_kernel(void* x, int dt, int64_t n, float cap) {
+  GRID_STRIDE(i, n) st(x, dt, i, tanhf(ld(x, dt, i) / cap) * cap);
+}
+
+__global__ void fill_kernel(void* y, int dt, int64_t n, float v) {
+  GRID_STRIDE(i, n) st(y, dt, i, v);
+}
+
+__global__ void convert_kernel(void* y, int ydt, const void* x, int xdt, int64_t n) {
+  GRID_STRIDE(i, n) st(y, ydt, i, ld(x, xdt, i));
+}
+
+__global__ void mul_sigmoid_kernel(void* y, int ydt, const void* x, int xdt, const void* g, int gdt,
+                                   int64_t n, int64_t cols, bool broadcast) {
+  GRID_STRIDE(i, n) {
+    const float gv = ld(g, gdt, broadcast ? i / cols : i);
+    st(y, ydt, i, ld(x, xdt, i) * sigmoid_f(gv));
+  }
+}
+
+__global__ void gather_rows_kernel(void* y, int ydt, const void* x, int xdt, const int32_t* rows,
+                                   int64_t n_rows, int64_t cols) {
+  GRID_STRIDE(i, n_rows * cols) {
+    const int64_t r = i / cols, c = i - r * cols;
+    st(y, ydt, i, ld(x, xdt, int64_t(rows[r]) * cols + c));
+  }
+}
+
+// Rows are distinct within one call (one expert sees a token once), so no atomics are needed.
+__global__ void scatter_add_rows_kernel(void* y, int ydt, const void* x, int xdt,
+                                        const int32_t* rows, const float* w, int64_t n_rows,
+                                        int64_t cols) {
+  GRID_STRIDE(i, n_rows * cols) {
+    const int64_t r = i / cols, c = i - r * cols;
+    const int64_t o = int64_t(rows[r]) * cols + c;
+    st(y, ydt, o, ld(y, ydt, o) + w[r] * ld(x, xdt, i));
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, float scale) {
+  const int64_t n = y.rows(), c = table.cols();
+  embedding_kernel<<<grid_for(n * c, kThreads), kThreads, 0, ctx.stream>>>(
+      y.p, y.dtype, table.p, table.dtype, ids, n, c, scale);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act) {
+  const int64_t n = y.numel();
+  glu_kernel<<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(y.p, y.dtype, gate.p, gate.dtype,
+                                                                 up.p, up.dtype, n, act);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void add(Ctx& ctx, const Ten& y, const Ten& a, const Ten& b, float s) {
+  const int64_t n = y.numel();
+  if (y.dtype == kBF16 && a.dtype == kBF16 && b.dtype == kBF16 && n % 8 == 0 && aligned16(y.p) &&
+      aligned16(a.p) && aligned16(b.p)) {
+    add_bf16x8_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, ctx.stream>>>(
+        static_cast<uint4*>(y.p), static_cast<const uint4*>(a.p), static_cast<const uint4*>(b.p),
+        n / 8, s);
+  } else {
+    add_kernel<<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(y.p, y.dtype, a.p, a.dtype, b.p,
+                                                                   b.dtype, n, s);
+  }
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void scale(Ctx& ctx, const Ten& x, float s) {
+  scale_kernel<<<grid_for(x.numel(), kThreads), kThreads, 0, ctx.stream>>>(x.p, x.dtype, x.numel(),
+                                                                           s);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void softcap(Ctx& ctx, const Ten& x, float cap) {
+  softcap_kernel<<<grid_for(x.numel(), kThreads), kThreads, 0, ctx.stream>>>(x.p, x.dtype,
+                                                                             x.numel(), cap);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void fill(Ctx& ctx, const Ten& y, float value) {
+  fill_kernel<<<grid_for(y.numel(), kThreads), kThreads, 0, ctx.stream>>>(y.p, y.dtype, y.numel(),
+                                                                          value);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void convert(Ctx& ctx, const Ten& dst, const Ten& src) {
+  convert_kernel<<<grid_for(src.numel(), kThreads), kThreads, 0, ctx.stream>>>(
+      dst.p, dst.dtype, src.p, src.dtype, src.numel());
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void mul_sigmoid(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const bool broadcast = gate.numel() == rows && cols != 1;
+  mul_sigmoid_kernel<<<grid_for(x.numel(), kThreads), kThreads, 0, ctx.stream>>>(
+      y.p, y.dtype, x.p, x.dtype, gate.p, gate.dtype, x.numel(), cols, broadcast);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void gather_rows(Ctx& ctx, const Ten& y, const Ten& x, const int32_t* rows) {
+  const int64_t n = y.rows(), cols = x.cols();
+  if (n == 0) return;
+  gather_rows_kernel<<<grid_for(n * cols, kThreads), kThreads, 0, ctx.stream>>>(
+      y.p, y.dtype, x.p, x.dtype, rows, n, cols);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void scatter_add_rows(Ctx& ctx, const Ten& y, const Ten& x, const int32_t* rows,
+                      const float* weights) {
+  const int64_t n = x.rows(), cols = x.cols();
+  if (n == 0) return;
+  scatter_add_rows_kernel<<<grid_for(n * cols, kThreads), kThreads, 0, ctx.stream>>>(
+      y.p, y.dtype, x.p, x.dtype, rows, weights, n, cols);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void copy_bytes(Ctx& ctx, const Ten& dst, const Ten& src) {
+  const size_t bytes = size_t(src.numel()) * dtype_size(DType(src.dtype));
+  HEARTH_CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+}
+
+}  // namespace hearth::cuda

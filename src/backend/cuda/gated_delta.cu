@@ -1,0 +1,164 @@
+// Gated DeltaNet (Qwen3.5 / Qwen3-Next linear attention) on the GPU: the causal depthwise conv1d
+// + SiLU with its carried state, the decay / write-strength gates, and the gated delta rule.
+// The delta rule runs in its recurrent form for decode and prefill alike (the chunked form is
+// the same recurrence reassociated; GatedDeltaParams::chunked is accepted and gives the same
+// result within f32 rounding). One block owns a value head's 32-column slab of the state
+// [Dk, 32] f32 in shared memory for the whole call; every value column evolves independently,
+// so slabs never communicate. State, g and beta are f32 (any float dtype is read); q | k | v
+// come in the activation dtype.
+#include "backend/cuda/device_util.cuh"
+
+namespace hearth::cuda {
+
+namespace {
+
+// One thread per channel; tokens in order, so the state update needs no synchronisation.
+__global__ void conv1d_kernel(void* y, int ydt, const void* x, int xdt, void* state, int sdt,
+                              const void* w, int wdt, int64_t n, int64_t C, int K) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int64_t t = 0; t < n; ++t) {
+    float acc = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const int64_t p = t - (K - 1) + j;
+      const float in = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
+      acc += ld(w, wdt, int64_t(j) * C + c) * in;
+    }
+    st(y, ydt, t * C + c, acc * sigmoid_f(acc));
+  }
+  // New state: the last K-1 rows of [state ‖ x]; ascending rows only read rows not yet written.
+  for (int r = 0; r < K - 1; ++r) {
+    const int64_t p = n - (K - 1) + r;
+    const float v = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
+    st(state, sdt, int64_t(r) * C + c, v);
+  }
+}
+
+__global__ void gates_kernel(void* g, int gdt, void* beta, int bdt, const void* a, int adt,
+                             const void* b, int bbdt, const void* a_log, int ldt,
+                             const void* dt_bias, int ddt, int64_t n, int64_t h) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n * h;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = x % h;
+    const float z = ld(a, adt, x) + ld(dt_bias, ddt, i);
+    const float sp = z > 20.0f ? z : log1pf(expf(z));
+    st(g, gdt, x, -expf(ld(a_log, ldt, i)) * sp);
+    st(beta, bdt, x, sigmoid_f(ld(b, bbdt, x)));
+  }
+}
+
+constexpr int kCols = 32, kRowGroups = 8;
+
+// Block (value head h, slab c0 = 32·blockIdx.y); dynamic smem: S [dk][32], q [dk], k [dk],
+// red [8][32].
+__global__ void __launch_bounds__(kCols* kRowGroups)
+    gated_delta_kernel(void* out, int odt, const void* qkv, int qdt, const void* g, int gdt,
+                       const void* beta, int bdt, float* state, int n, int hk, int hv, int dk,
+                       int dv) {
+  extern __shared__ float sm[];
+  float* S = sm;
+  float* qs = S + dk * kCols;
+  float* ks = qs + dk;
+  float* red = ks + dk;
+  const int h = blockIdx.x, c0 = blockIdx.y * kCols;
+  const int col = threadIdx.x % kCols, rg = threadIdx.x / kCols;
+  const int kh = h / (hv / hk);
+  const bool col_ok = c0 + col < dv;
+  const int64_t row = int64_t(2 * hk) * dk + int64_t(hv) * dv;
+  float* Sg = state + int64_t(h) * dk * dv;
+  for (int i = rg; i < dk; i += kRowGroups)
+    S[i * kCols + col] = col_ok ? Sg[int64_t(i) * dv + c0 + col] : 0.0f;
+  const float q_scale = rsqrtf(float(dk));
+  for (int t = 0; t < n; ++t) {
+    const int64_t base = int64_t(t) * row;
+    // L2-normalise q and k (eps 1e-6 inside the sqrt, as transformers' l2norm).
+    float qv = 0.0f, kv = 0.0f;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+      qv = ld(qkv, qdt, base + int64_t(kh) * dk + i);
+      kv = ld(qkv, qdt, base + int64_t(hk) * dk + int64_t(kh) * dk + i);
+      qs[i] = qv;
+      ks[i] = kv;
+    }
+    __syncthreads();
+    float pq = 0.0f, pk = 0.0f;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+      pq += qs[i] * qs[i];
+      pk += ks[i] * ks[i];
+    }
+    const float sq = block_sum(pq);
+    const float sk = block_sum(pk);
+    const float iq = rsqrtf(sq + 1e-6f) * q_scale, ik = rsqrtf(sk + 1e-6f);
+    const float decay = expf(ld(g, gdt, int64_t(t) * hv + h));
+    const float bt = ld(beta, bdt, int64_t(t) * hv + h);
+    const float v =
+        col_ok ? ld(qkv, qdt, base + int64_t(2 * hk) * dk + int64_t(h) * dv + c0 + col) : 0.0f;
+    // S ← e^g·S; mem = Sᵀk.
+    float mem = 0.0f;
+    for (int i = rg; i < dk; i += kRowGroups) {
+      float s = S[i * kCols + col] * decay;
+      S[i * kCols + col] = s;
+      mem += s * ks[i] * ik;
+    }
+    red[rg * kCols + col] = mem;
+    __syncthreads();
+    mem = 0.0f;
+    for (int r = 0; r < kRowGroups; ++r) mem += red[r * kCols + col];
+    const float delta = bt * (v - mem);
+    __syncthreads();  // red is reused below
+    float o = 0.0f;
+    for (int i = rg; i < dk; i += kRowGroups) {
+      const float s = S[i * kCols + col] + ks[i] * ik * delta;
+      S[i * kCols + col] = s;
+      o += s * qs[i] * iq;
+    }
+    red[rg * kCols + col] = o;
+    __syncthreads();
+    if (rg == 0 && col_ok) {
+      float sum = 0.0f;
+      for (int r = 0; r < kRowGroups; ++r) sum += red[r * kCols + col];
+      st(out, odt, (int64_t(t) * hv + h) * dv + c0 + col, sum);
+    }
+    __syncthreads();  // qs, ks, red are rewritten by the next token
+  }
+  if (col_ok)
+    for (int i = rg; i < dk; i += kRowGroups) Sg[int64_t(i) * dv + c0 + col] = S[i * kCols + col];
+}
+
+}  // namespace
+
+void gated_delta_init() {
+  HEARTH_CUDA_CHECK(cudaFuncSetAttribute(gated_delta_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+}
+
+void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w) {
+  const int64_t n = x.rows(), C = x.cols();
+  const int K = int(w.rows());
+  conv1d_kernel<<<unsigned((C + 127) / 128), 128, 0, ctx.stream>>>(
+      y.p, y.dtype, x.p, x.dtype, state.p, state.dtype, w.p, w.dtype, n, C, K);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void gated_delta_gates(Ctx& ctx, const Ten& g, const Ten& beta, const Ten& a, const Ten& b,
+                       const Ten& a_log, const Ten& dt_bias) {
+  const int64_t n = a.rows(), h = a.cols();
+  gates_kernel<<<grid_for(n * h, 256), 256, 0, ctx.stream>>>(
+      g.p, g.dtype, beta.p, beta.dtype, a.p, a.dtype, b.p, b.dtype, a_log.p, a_log.dtype, dt_bias.p,
+      dt_bias.dtype, n, h);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void gated_delta(Ctx& ctx, const Ten& out, const Ten& qkv, const Ten& g, const Ten& beta,
+                 const Ten& state, const GatedDeltaParams& p) {
+  if (state.dtype != kF32)
+    cuda_fail("gated_delta", "the recurrent state must be F32", __FILE__, __LINE__);
+  const int n = int(qkv.rows());
+  const size_t smem = (size_t(p.k_dim) * kCols + 2 * size_t(p.k_dim) + kRowGroups * kCols) * 4;
+  dim3 grid(unsigned(p.n_v_heads), unsigned((p.v_dim + kCols - 1) / kCols));
+  gated_delta_kernel<<<grid, kCols * kRowGroups, smem, ctx.stream>>>(
+      out.p, out.dtype, qkv.p, qkv.dtype, g.p, g.dtype, beta.p, beta.dtype,
+      static_cast<float*>(state.p), n, p.n_k_heads, p.n_v_heads, p.k_dim, p.v_dim);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+}  // namespace hearth::cuda

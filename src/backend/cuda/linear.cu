@@ -1,0 +1,245 @@
+// y[n, out] = x[n, in] · w[out, in]ᵀ (+ bias): the matrix products of every layer.
+// - n ≤ 8 rows (decode): our own GEMV. Decode is bound by reading the weights, so each warp
+//   streams one weight row with 16-byte non-caching loads, several in flight before first use,
+//   and applies it to all n activation rows at once: the matrix is read exactly once per step.
+// - n > 8 (prefill), bf16 weights and activations: cuBLASLt, f32 accumulation, bf16 or f32 out;
+//   one plan per shape, cached (heuristic queried once).
+// - anything else (F16/F32 weights, odd alignment): a plain tiled kernel, correct but slow.
+// Bias, when present, is added by the GEMV itself or by a small kernel after the GEMM.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/device_util.cuh"
+
+namespace hearth::cuda {
+
+namespace {
+
+constexpr int kGemvWarps = 8;
+constexpr int kGemvUnroll = 4;
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
+  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
+    s = fmaf(fa.x, fb.x, s);
+    s = fmaf(fa.y, fb.y, s);
+  }
+  return s;
+}
+
+// bf16 w and x, in % 8 == 0 and 16-byte aligned rows. One warp per output row.
+template <int N>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_bf16_kernel(void* y, int ydt, const uint4* x, const uint4* w, const void* bias, int bdt,
+                     int64_t out, int64_t in8) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  if (row >= out) return;
+  const uint4* wr = w + row * in8;
+  float acc[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) acc[r] = 0.0f;
+  for (int64_t c0 = lane; c0 < in8; c0 += 32 * kGemvUnroll) {
+    uint4 wv[kGemvUnroll];
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t c = c0 + u * 32;
+      wv[u] = c < in8 ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t c = c0 + u * 32;
+      if (c < in8) {
+#pragma unroll
+        for (int r = 0; r < N; ++r) acc[r] += dot8(wv[u], x[r * in8 + c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < N; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane == 0) {
+    const float b = bias ? ld(bias, bdt, row) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < N; ++r) st(y, ydt, r * out + row, acc[r] + b);
+  }
+}
+
+// Any dtypes, any alignment; one warp per (output row), all n rows.
+__global__ void gemv_generic_kernel(void* y, int ydt, const void* x, int xdt, const void* w,
+                                    int wdt, const void* bias, int bdt, int64_t n, int64_t out,
+                                    int64_t in) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  if (row >= out) return;
+  for (int64_t r = 0; r < n; ++r) {
+    float acc = 0.0f;
+    for (int64_t c = lane; c < in; c += 32)
+      acc += ld(w, wdt, row * in + c) * ld(x, xdt, r * in + c);
+    acc = warp_sum(acc);
+    if (lane == 0) st(y, ydt, r * out + row, acc + (bias ? ld(bias, bdt, row) : 0.0f));
+  }
+}
+
+// Plain shared-memory tiled product for the rare non-bf16 prefill case.
+constexpr int kTile = 16;
+__global__ void gemm_tiled_kernel(void* y, int ydt, const void* x, int xdt, const void* w, int wdt,
+                                  const void* bias, int bdt, int64_t n, int64_t out, int64_t in) {
+  __shared__ float xs[kTile][kTile + 1], ws[kTile][kTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t r = int64_t(blockIdx.y) * kTile + ty, o = int64_t(blockIdx.x) * kTile + tx;
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < in; k0 += kTile) {
+    const int64_t xr = int64_t(blockIdx.y) * kTile + ty, wr = int64_t(blockIdx.x) * kTile + ty;
+    xs[ty][tx] = (xr < n && k0 + tx < in) ? ld(x, xdt, xr * in + k0 + tx) : 0.0f;
+    ws[ty][tx] = (wr < out && k0 + tx < in) ? ld(w, wdt, wr * in + k0 + tx) : 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kTile; ++k) acc += xs[ty][k] * ws[tx][k];
+    __syncthreads();
+  }
+  if (r < n && o < out) st(y, ydt, r * out + o, acc + (bias ? ld(bias, bdt, o) : 0.0f));
+}
+
+__global__ void add_bias_kernel(void* y, int ydt, const void* bias, int bdt, int64_t n,
+                                int64_t out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * out;
+       i += int64_t(gridDim.x) * blockDim.x)
+    st(y, ydt, i, ld(y, ydt, i) + ld(bias, bdt, i % out));
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+};
+
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int32_t, int>;
+std::mutex g_plans_mutex;
+std::map<PlanKey, Plan>& plans() {
+  static std::map<PlanKey, Plan> p;
+  return p;
+}
+
+int alignment_of(const void* p) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  for (int a : {16, 8, 4})
+    if (v % uintptr_t(a) == 0) return a;
+  return 2;
+}
+
+// Column-major view: D[out, n] = op(W)[out, in] · X[in, n], W stored as [in, out] col-major.
+const Plan& plan_for(Ctx& ctx, int64_t n, int64_t out, int64_t in, int32_t ydt, int align) {
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  Plan& p = plans()[{n, out, in, ydt, align}];
+  if (p.op) return p;
+  const cudaDataType_t dt = ydt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  HEARTH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  HEARTH_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  HEARTH_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  HEARTH_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(in), uint64_t(out), in));
+  HEARTH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(in), uint64_t(n), in));
+  HEARTH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, dt, uint64_t(out), uint64_t(n), out));
+  cublasLtMatmulPreference_t pref;
+  HEARTH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = ctx.lt_workspace_bytes;
+  HEARTH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  const uint32_t al = uint32_t(align);
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    HEARTH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(ctx.lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (p.ok) p.algo = result.algo;
+  return p;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+void linear_plans_clear() {
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  for (auto& [key, p] : plans()) {
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+  }
+  plans().clear();
+}
+
+void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias) {
+  const int64_t n = x.rows(), in = x.cols(), out = w.d[0];
+  const bool bf16 = x.dtype == kBF16 && w.dtype == kBF16;
+  const bool vec = bf16 && in % 8 == 0 && aligned16(x.p) && aligned16(w.p);
+  if (n <= 8) {
+    const unsigned blocks = unsigned((out + kGemvWarps - 1) / kGemvWarps);
+    if (vec) {
+      const uint4* xp = static_cast<const uint4*>(x.p);
+      const uint4* wp = static_cast<const uint4*>(w.p);
+      switch (n) {
+#define GEMV_CASE(N)                                                                              \
+  case N:                                                                                         \
+    gemv_bf16_kernel<N><<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(y.p, y.dtype, xp, wp, bias.p, \
+                                                                    bias.dtype, out, in / 8);     \
+    break;
+        GEMV_CASE(1)
+        GEMV_CASE(2) GEMV_CASE(3) GEMV_CASE(4) GEMV_CASE(5) GEMV_CASE(6) GEMV_CASE(7) GEMV_CASE(8)
+#undef GEMV_CASE
+            default : break;
+      }
+    } else {
+      gemv_generic_kernel<<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(
+          y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, bias.p, bias.dtype, n, out, in);
+    }
+    HEARTH_CUDA_LAUNCHED();
+    return;
+  }
+  if (bf16 && (y.dtype == kBF16 || y.dtype == kF32)) {
+    const int align = std::min({alignment_of(x.p), alignment_of(w.p), alignment_of(y.p)});
+    const Plan& p = plan_for(ctx, n, out, in, y.dtype, align);
+    if (p.ok) {
+      const float alpha = 1.0f, beta = 0.0f;
+      HEARTH_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, p.op, &alpha, w.p, p.a, x.p, p.b, &beta, y.p, p.c,
+                                         y.p, p.c, &p.algo, ctx.lt_workspace,
+                                         ctx.lt_workspace_bytes, ctx.stream));
+      if (!bias.empty()) {
+        add_bias_kernel<<<grid_for(n * out, 256), 256, 0, ctx.stream>>>(y.p, y.dtype, bias.p,
+                                                                        bias.dtype, n, out);
+        HEARTH_CUDA_LAUNCHED();
+      }
+      return;
+    }
+  }
+  dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((n + kTile - 1) / kTile));
+  gemm_tiled_kernel<<<grid, dim3(kTile, kTile), 0, ctx.stream>>>(
+      y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, bias.p, bias.dtype, n, out, in);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+}  // namespace hearth::cuda

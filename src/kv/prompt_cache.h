@@ -1,0 +1,67 @@
+// PromptCache: finished sequences' states kept in RAM, keyed by the tokens they hold, so a new
+// request whose prompt shares a prefix with an earlier one skips prefilling that prefix.
+// Invariants: an entry's state holds exactly its `tokens` (n_past() == tokens.size()); a state
+// is owned by one place at a time (taken out by acquire(), handed back by release()); the sum
+// of entries' bytes() stays <= the cap (least recently used entries are dropped first).
+// Recurrent (hybrid) states can only go back to positions where keep_checkpoint() was called,
+// so entries remember those positions and acquire() falls back to the largest one that fits.
+// Thread-safe (one mutex); the engine's worker is the only caller today.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+
+namespace hearth {
+
+struct PromptCacheStats {
+  uint64_t lookups = 0;
+  uint64_t hits = 0;          // lookups that reused at least one token
+  uint64_t reused_tokens = 0;
+  size_t bytes = 0;
+  size_t entries = 0;
+};
+
+class PromptCache {
+ public:
+  explicit PromptCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+  struct Acquired {
+    std::unique_ptr<SequenceState> state;  // null when nothing matched (make a new one)
+    int64_t n_reused = 0;                  // == state->n_past()
+    std::vector<int64_t> checkpoints;      // checkpoint positions still valid (<= n_reused)
+  };
+  // Takes out the entry sharing the longest common prefix with `prompt`, rolled back to at most
+  // `max_reuse` tokens (callers pass prompt.size() - 1: the last prompt token must be run to get
+  // logits). Entries that match nothing stay cached.
+  Acquired acquire(std::span<const int32_t> prompt, int64_t max_reuse);
+  // Hands a state back; `tokens` are the tokens it holds (n_past() of them). Evicts LRU entries
+  // over the cap; a state larger than the whole cap is dropped.
+  void release(std::vector<int32_t> tokens, std::unique_ptr<SequenceState> state,
+               std::vector<int64_t> checkpoints);
+  void clear();
+  PromptCacheStats stats() const;
+  size_t max_bytes() const { return max_bytes_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    std::unique_ptr<SequenceState> state;
+    std::vector<int64_t> checkpoints;  // ascending
+    size_t bytes = 0;
+  };
+  void evict_locked();
+
+  size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::list<Entry> entries_;  // front = most recently used
+  size_t bytes_ = 0;
+  PromptCacheStats stats_;
+};
+
+}  // namespace hearth

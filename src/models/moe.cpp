@@ -1,0 +1,179 @@
+// MoE block: loading the three expert layouts as views, and the grouped forward. Routing (softmax,
+// top-k, renormalisation) runs on the host in f32 over the router logits: it decides which
+// matmuls run, so it is control flow, not math a backend could keep on the device.
+#include "models/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace hearth {
+
+namespace {
+
+void check_linear_dtype(const Tensor& t, const std::string& name) {
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    fail("tensor {} has dtype {}; expert weights must be F32, F16 or BF16", name, dtype_name(t.dtype));
+}
+
+// The first of `names` present in the store, or "".
+std::string first_present(const WeightStore& store, std::initializer_list<std::string> names) {
+  for (const auto& n : names)
+    if (store.contains(n)) return n;
+  return "";
+}
+
+}  // namespace
+
+MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeShape& s) {
+  MoeWeights w;
+  const int64_t E = s.n_expert, H = s.n_embd, I = s.n_ff_expert;
+  const std::string cfg = "num_experts, moe_intermediate_size, hidden_size";
+  w.router = store.take(p + "gate.weight", {E, H}, "num_experts, hidden_size");
+  w.gate.resize(size_t(E));
+  w.up.resize(size_t(E));
+  w.down.resize(size_t(E));
+  const std::string fused_gu = first_present(store, {p + "experts.gate_up_proj", p + "experts.gate_up_proj.weight"});
+  const std::string fused_down = first_present(store, {p + "experts.down_proj", p + "experts.down_proj.weight"});
+  if (!fused_gu.empty()) {
+    w.layout = "fused";
+    if (fused_down.empty()) fail("checkpoint {}: {} is present but {}experts.down_proj is missing", store.dir().string(), fused_gu, p);
+    const Tensor gu = store.take(fused_gu, {E, 2 * I, H}, cfg).reshaped({E * 2 * I, H});
+    const Tensor dn = store.take(fused_down, {E, H, I}, cfg).reshaped({E * H, I});
+    check_linear_dtype(gu, fused_gu);
+    check_linear_dtype(dn, fused_down);
+    for (int64_t e = 0; e < E; ++e) {
+      w.gate[size_t(e)] = gu.slice_rows(e * 2 * I, e * 2 * I + I);
+      w.up[size_t(e)] = gu.slice_rows(e * 2 * I + I, (e + 1) * 2 * I);
+      w.down[size_t(e)] = dn.slice_rows(e * H, (e + 1) * H);
+    }
+  } else if (store.contains(p + "switch_mlp.gate_proj.weight")) {
+    w.layout = "switch_mlp";
+    const Tensor g = store.take(p + "switch_mlp.gate_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
+    const Tensor u = store.take(p + "switch_mlp.up_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
+    const Tensor d = store.take(p + "switch_mlp.down_proj.weight", {E, H, I}, cfg).reshaped({E * H, I});
+    check_linear_dtype(g, p + "switch_mlp.gate_proj.weight");
+    check_linear_dtype(u, p + "switch_mlp.up_proj.weight");
+    check_linear_dtype(d, p + "switch_mlp.down_proj.weight");
+    for (int64_t e = 0; e < E; ++e) {
+      w.gate[size_t(e)] = g.slice_rows(e * I, (e + 1) * I);
+      w.up[size_t(e)] = u.slice_rows(e * I, (e + 1) * I);
+      w.down[size_t(e)] = d.slice_rows(e * H, (e + 1) * H);
+    }
+  } else {
+    w.layout = "per-expert";
+    if (!store.contains(p + "experts.0.gate_proj.weight"))
+      fail("checkpoint {}: no experts for {} (looked for {}experts.gate_up_proj, "
+           "{}switch_mlp.gate_proj.weight and {}experts.0.gate_proj.weight)",
+           store.dir().string(), p, p, p, p);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string q = p + "experts." + std::to_string(e) + ".";
+      w.gate[size_t(e)] = store.take(q + "gate_proj.weight", {I, H}, cfg);
+      w.up[size_t(e)] = store.take(q + "up_proj.weight", {I, H}, cfg);
+      w.down[size_t(e)] = store.take(q + "down_proj.weight", {H, I}, cfg);
+      check_linear_dtype(w.gate[size_t(e)], q + "gate_proj.weight");
+      check_linear_dtype(w.up[size_t(e)], q + "up_proj.weight");
+      check_linear_dtype(w.down[size_t(e)], q + "down_proj.weight");
+    }
+  }
+  if (s.n_ff_shared > 0) {
+    const int64_t Is = s.n_ff_shared;
+    const std::string sc = "shared_expert_intermediate_size, hidden_size";
+    w.shared_gate = store.take(p + "shared_expert.gate_proj.weight", {Is, H}, sc);
+    w.shared_up = store.take(p + "shared_expert.up_proj.weight", {Is, H}, sc);
+    w.shared_down = store.take(p + "shared_expert.down_proj.weight", {H, Is}, sc);
+    if (s.shared_expert_gate)
+      w.shared_expert_gate = store.take(p + "shared_expert_gate.weight", {1, H}, "hidden_size");
+  }
+  return w;
+}
+
+void MoeBlock::reserve(Backend& be, int64_t n, const MoeShape& s) {
+  if (n <= capacity_) return;
+  auto rows = [&](int64_t cols) { return be.alloc(size_t(n * cols) * dtype_size(be.activation_dtype())); };
+  logits_ = (rows(s.n_expert));
+  xg_ = (rows(s.n_embd));
+  gate_ = (rows(s.n_ff_expert));
+  up_ = (rows(s.n_ff_expert));
+  eo_ = (rows(s.n_embd));
+  if (s.n_ff_shared > 0) {
+    sh_gate_ = (rows(s.n_ff_shared));
+    sh_up_ = (rows(s.n_ff_shared));
+    sh_out_ = (rows(s.n_embd));
+    sh_logit_ = (rows(1));
+  }
+  capacity_ = n;
+}
+
+void MoeBlock::forward(Backend& be, const Tensor& y, const Tensor& x, const MoeWeights& w,
+                       const MoeShape& s) {
+  const int64_t n = x.rows(), E = s.n_expert, H = s.n_embd, I = s.n_ff_expert;
+  const int64_t k = std::min(s.n_expert_used, E);
+  reserve(be, n, s);
+  const Tensor logits = logits_.view(be.activation_dtype(), {n, E});
+  be.linear(logits, x, w.router, Tensor());
+  probs_.resize(size_t(n * E));
+  be.to_host_f32(probs_.data(), logits);
+
+  rows_.resize(size_t(E));
+  weights_.resize(size_t(E));
+  for (auto& r : rows_) r.clear();
+  for (auto& r : weights_) r.clear();
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < n; ++t) {
+    float* p = probs_.data() + t * E;
+    const float mx = *std::max_element(p, p + E);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
+    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+    // Top-k by probability; ties go to the lower expert index.
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top_sum = 0.0f;
+    for (int64_t i = 0; i < k; ++i) top_sum += p[order[size_t(i)]];
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t e = order[size_t(i)];
+      rows_[size_t(e)].push_back(int32_t(t));
+      weights_[size_t(e)].push_back(s.norm_topk_prob ? p[e] / top_sum : p[e]);
+    }
+  }
+
+  be.fill(y, 0.0f);
+  last_active_ = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& rows = rows_[size_t(e)];
+    const int64_t m = int64_t(rows.size());
+    if (m == 0) continue;
+    ++last_active_;
+    const Tensor xg = xg_.view(be.activation_dtype(), {m, H});
+    const Tensor g = gate_.view(be.activation_dtype(), {m, I});
+    const Tensor u = up_.view(be.activation_dtype(), {m, I});
+    const Tensor o = eo_.view(be.activation_dtype(), {m, H});
+    be.gather_rows(xg, x, rows.data());
+    be.linear(g, xg, w.gate[size_t(e)], Tensor());
+    be.linear(u, xg, w.up[size_t(e)], Tensor());
+    be.glu(g, g, u, s.act);
+    be.linear(o, g, w.down[size_t(e)], Tensor());
+    be.scatter_add_rows(y, o, rows.data(), weights_[size_t(e)].data());
+  }
+  if (s.n_ff_shared > 0) {
+    const Tensor g = sh_gate_.view(be.activation_dtype(), {n, s.n_ff_shared});
+    const Tensor u = sh_up_.view(be.activation_dtype(), {n, s.n_ff_shared});
+    const Tensor o = sh_out_.view(be.activation_dtype(), {n, H});
+    be.linear(g, x, w.shared_gate, Tensor());
+    be.linear(u, x, w.shared_up, Tensor());
+    be.glu(g, g, u, s.act);
+    be.linear(o, g, w.shared_down, Tensor());
+    if (!w.shared_expert_gate.empty()) {
+      const Tensor gl = sh_logit_.view(be.activation_dtype(), {n, 1});
+      be.linear(gl, x, w.shared_expert_gate, Tensor());
+      be.mul_sigmoid(o, o, gl);
+    }
+    be.add(y, y, o);
+  }
+}
+
+}  // namespace hearth

@@ -1,0 +1,98 @@
+// The Qwen3.5 / Qwen3-Next hybrid family: Gated DeltaNet linear-attention layers (a recurrent
+// state instead of a KV cache) interleaved with gated full-attention layers, dense or MoE MLPs.
+// One architecture for qwen3_5 (multimodal wrapper, text weights only), qwen3_5_text, qwen3_next,
+// qwen3_5_moe, and qwen3_moe as its all-attention variant (plain gains, no output gate, full
+// rotary). Checkpoint quirks (name prefixes, MLX's shifted gains and conv layout, Qwen3-Next's
+// fused per-key-head projections, the interleaved query/gate rows, expert layouts) are resolved
+// once at load; the forward pass only follows the descriptor.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/device_buffer.h"
+#include "kv/kv_cache.h"
+#include "loader/config.h"
+#include "loader/weight_store.h"
+#include "models/model.h"
+#include "models/moe.h"
+#include "models/rope.h"
+
+namespace hearth {
+
+struct Qwen35Descriptor {
+  std::string model_type;  // the text model_type (qwen3_5_text, qwen3_next, ...)
+  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  float norm_eps = 1e-6f;
+  bool zero_centred_norms = true;  // (1 + w) gains on input/post/final/q/k norms
+  bool attn_output_gate = true;    // q_proj holds [query | gate] per head; o_proj(attn·σ(gate))
+  bool attention_bias = false;
+  bool tied_embeddings = false;
+  Activation act = Activation::Silu;
+  std::vector<bool> linear_layer;  // per layer: Gated DeltaNet (else full attention)
+  std::vector<bool> moe_layer;     // per layer: MoE MLP (else dense)
+  // Gated DeltaNet
+  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, conv_kernel = 4;
+  bool fused_qkvz = false;  // qwen3_next: in_proj_qkvz / in_proj_ba grouped per key head
+  MoeShape moe;
+  RopeSpec rope;
+
+  int64_t conv_dim() const { return 2 * lin_k_heads * lin_k_dim + lin_v_heads * lin_v_dim; }
+  int64_t n_full_layers() const;
+};
+
+Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& config);
+std::unique_ptr<Model> make_qwen3_5_model(const ModelConfig& config, WeightStore weights,
+                                          std::unique_ptr<Backend> backend);
+// model_types (text and wrapper) served by this architecture.
+const std::vector<std::string>& qwen3_5_model_types();
+
+// The whole recurrent part of a sequence at a token boundary: conv and delta-rule states of every
+// linear layer. Attention KV is not copied: it can always be cut back to n_past.
+struct RecurrentSnapshot {
+  int64_t n_past = 0;
+  std::vector<DeviceBuffer> conv, recurrent;  // in the backend's memory
+  size_t bytes() const;
+};
+
+// Per-sequence state: KV for the full-attention layers, (conv state [K-1, conv_dim], recurrent
+// state [Hv, Dk, Dv], both f32) for each linear layer.
+// The recurrent state cannot be cut back, so truncate(n) succeeds only for n >= n_past(), n == 0,
+// or n equal to a snapshot kept with keep_snapshot(); later snapshots are dropped on truncation.
+class Qwen35Sequence final : public SequenceState {
+ public:
+  Qwen35Sequence(Backend& backend, const Qwen35Descriptor& d);
+  int64_t n_past() const override { return kv_.n_past(); }
+  bool truncate(int64_t n) override;
+  size_t bytes() const override;
+
+  std::unique_ptr<RecurrentSnapshot> snapshot() const;
+  // Returns to the snapshot's position; false (and no change) when the sequence is already
+  // shorter than the snapshot (its KV no longer holds those positions).
+  bool restore(const RecurrentSnapshot& snap);
+  // Keeps a snapshot at n_past() inside the sequence for truncate(); at most `max_kept` are kept
+  // (oldest dropped).
+  void keep_snapshot(size_t max_kept = 8);
+  size_t kept_snapshots() const { return kept_.size(); }
+
+  KvCache& kv() { return kv_; }
+  int kv_index(int layer) const { return kv_index_[size_t(layer)]; }
+  int lin_index(int layer) const { return lin_index_[size_t(layer)]; }
+  const Tensor& conv_state(int lin) const { return conv_views_[size_t(lin)]; }
+  const Tensor& recurrent_state(int lin) const { return rec_views_[size_t(lin)]; }
+
+ private:
+  void reset_recurrent();
+
+  Backend* backend_;
+  KvCache kv_;
+  std::vector<int> kv_index_, lin_index_;  // per layer, -1 when not of that kind
+  std::vector<DeviceBuffer> conv_, rec_;
+  std::vector<Tensor> conv_views_, rec_views_;
+  std::vector<std::unique_ptr<RecurrentSnapshot>> kept_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,261 @@
+// Checkpoint normalisation for the Qwen3.5 family, once at load:
+// - names: model.language_model.* (HF wrappers) and language_model.model.* (MLX) → model.*,
+//   language_model.lm_head.* → lm_head.*; vision towers skipped with one notice; mtp.* kept.
+// - MLX conversions store conv1d as [C, K, 1] and the zero-centred gains already shifted (1 + w);
+//   as in mlx-lm, a [C, K, 1] conv marks a converted checkpoint. [C, 1, K] and [C, K, 1] have the
+//   same memory order, so both are read as [C, K] and transposed to [K, C] f32 for the kernel.
+// - q_proj rows are [query(D) | gate(D)] per head: split into a query block and a gate block.
+// - Qwen3-Next in_proj_qkvz / in_proj_ba are grouped per key head ([q k v z] / [b a] per group):
+//   re-laid as [q | k | v | z] and [b | a] so in_proj_qkv, in_proj_z, b and a are row slices.
+#include "models/qwen3_5_weights.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace hearth {
+
+namespace {
+
+using RowRanges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) row ranges, in order
+
+// Copies `ranges` of a 2-D tensor's rows, in order, into a new owned buffer of the same dtype.
+Tensor copy_rows(const Tensor& src, const RowRanges& ranges, std::vector<Buffer>& owned) {
+  const size_t row_bytes = size_t(src.cols()) * dtype_size(src.dtype);
+  int64_t rows = 0;
+  for (auto [b, e] : ranges) rows += e - b;
+  Buffer buf(size_t(rows) * row_bytes);
+  char* dst = static_cast<char*>(buf.data());
+  for (auto [b, e] : ranges) {
+    std::memcpy(dst, src.as<const char>() + size_t(b) * row_bytes, size_t(e - b) * row_bytes);
+    dst += size_t(e - b) * row_bytes;
+  }
+  Tensor t(buf.data(), src.dtype, {rows, src.cols()});
+  owned.push_back(std::move(buf));
+  return t;
+}
+
+float element_f32(const Tensor& t, int64_t i) {
+  uint16_t h;
+  switch (t.dtype) {
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, t.as<const char>() + i * 4, 4);
+      return f;
+    }
+    case DType::BF16:
+      std::memcpy(&h, t.as<const char>() + i * 2, 2);
+      return bf16_to_f32(h);
+    case DType::F16:
+      std::memcpy(&h, t.as<const char>() + i * 2, 2);
+      return f16_to_f32(h);
+    default:
+      return 0.0f;
+  }
+}
+
+Tensor to_f32(const Tensor& src, std::vector<Buffer>& owned) {
+  Buffer buf(size_t(src.numel()) * sizeof(float));
+  float* f = static_cast<float*>(buf.data());
+  for (int64_t i = 0; i < src.numel(); ++i) f[i] = element_f32(src, i);
+  Tensor t(buf.data(), DType::F32, {src.numel()});
+  owned.push_back(std::move(buf));
+  return t;
+}
+
+void check_float(const Tensor& t, const std::string& name) {
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    fail("tensor {} has dtype {}; expected F32, F16 or BF16", name, dtype_name(t.dtype));
+}
+
+class Loader {
+ public:
+  Loader(WeightStore& store, const Qwen35Descriptor& d, Qwen35Weights& w, Backend& be)
+      : s_(store), d_(d), w_(w), be_(be) {}
+
+  Tensor take(const std::string& name, std::vector<int64_t> shape, const char* from) {
+    Tensor t = s_.take(name, std::move(shape), from);
+    check_float(t, name);
+    return t;
+  }
+
+  Qwen35Linear linear(const std::string& name, int64_t out, int64_t in, bool bias) {
+    Qwen35Linear l;
+    l.w = take(name + ".weight", {out, in}, "config dimensions");
+    if (bias) l.bias = take(name + ".bias", {out}, "attention_bias");
+    return l;
+  }
+
+  void attention(Qwen35Layer& L, const std::string& p) {
+    const int64_t H = d_.n_embd, D = d_.head_dim, nq = d_.n_head * D, nkv = d_.n_head_kv * D;
+    const bool bias = d_.attention_bias;
+    if (d_.attn_output_gate) {
+      const Qwen35Linear qg = linear(p + "q_proj", 2 * nq, H, bias);
+      RowRanges query, gate;
+      for (int64_t h = 0; h < d_.n_head; ++h) {
+        query.emplace_back(2 * h * D, 2 * h * D + D);
+        gate.emplace_back(2 * h * D + D, 2 * h * D + 2 * D);
+      }
+      L.q.w = copy_rows(qg.w, query, w_.owned);
+      L.gate.w = copy_rows(qg.w, gate, w_.owned);
+      if (bias) {
+        const Tensor b2 = qg.bias.reshaped({2 * nq, 1});
+        L.q.bias = copy_rows(b2, query, w_.owned).reshaped({nq});
+        L.gate.bias = copy_rows(b2, gate, w_.owned).reshaped({nq});
+      }
+    } else {
+      L.q = linear(p + "q_proj", nq, H, bias);
+    }
+    L.k = linear(p + "k_proj", nkv, H, bias);
+    L.v = linear(p + "v_proj", nkv, H, bias);
+    L.o = linear(p + "o_proj", H, nq, bias);
+    L.q_norm = take(p + "q_norm.weight", {D}, "head_dim");
+    L.k_norm = take(p + "k_norm.weight", {D}, "head_dim");
+  }
+
+  void linear_attention(Qwen35Layer& L, const std::string& p) {
+    const int64_t H = d_.n_embd, Hk = d_.lin_k_heads, Hv = d_.lin_v_heads, Dk = d_.lin_k_dim,
+                  Dv = d_.lin_v_dim, C = d_.conv_dim(), K = d_.conv_kernel;
+    const char* cfg = "linear_num_{key,value}_heads, linear_{key,value}_head_dim, hidden_size";
+    if (d_.fused_qkvz) {
+      const int64_t g = Hv / Hk, group_rows = 2 * Dk + 2 * g * Dv;
+      const Tensor qkvz = take(p + "in_proj_qkvz.weight", {2 * Hk * Dk + 2 * Hv * Dv, H}, cfg);
+      RowRanges order;
+      for (int part = 0; part < 4; ++part)  // q, k, v, z of every key-head group, in turn
+        for (int64_t kh = 0; kh < Hk; ++kh) {
+          const int64_t at = kh * group_rows, off[4] = {0, Dk, 2 * Dk, 2 * Dk + g * Dv};
+          const int64_t len = part < 2 ? Dk : g * Dv;
+          order.emplace_back(at + off[part], at + off[part] + len);
+        }
+      const Tensor all = copy_rows(qkvz, order, w_.owned);
+      L.in_qkv = all.slice_rows(0, C);
+      L.in_z = all.slice_rows(C, C + Hv * Dv);
+      const Tensor ba = take(p + "in_proj_ba.weight", {2 * Hv, H}, cfg);
+      RowRanges ba_order;
+      for (int part = 0; part < 2; ++part)
+        for (int64_t kh = 0; kh < Hk; ++kh) ba_order.emplace_back(kh * 2 * g + part * g, kh * 2 * g + part * g + g);
+      const Tensor ba2 = copy_rows(ba, ba_order, w_.owned);
+      L.in_b = ba2.slice_rows(0, Hv);
+      L.in_a = ba2.slice_rows(Hv, 2 * Hv);
+    } else {
+      L.in_qkv = take(p + "in_proj_qkv.weight", {C, H}, cfg);
+      L.in_z = take(p + "in_proj_z.weight", {Hv * Dv, H}, cfg);
+      L.in_b = take(p + "in_proj_b.weight", {Hv, H}, cfg);
+      L.in_a = take(p + "in_proj_a.weight", {Hv, H}, cfg);
+    }
+    const std::string conv_name = p + "conv1d.weight";
+    const TensorInfo* ci = s_.find(conv_name);
+    if (!ci) fail("checkpoint {}: missing tensor {}", s_.dir().string(), conv_name);
+    std::vector<int64_t> shape = ci->shape;
+    if (shape.size() == 2) shape = {shape[0], 1, shape[1]};
+    const bool mlx = shape.size() == 3 && shape[2] == 1 && shape[1] == K && K > 1;
+    const Tensor conv = take(conv_name, mlx ? std::vector<int64_t>{C, K, 1} :
+                                        ci->shape.size() == 2 ? std::vector<int64_t>{C, K} :
+                                                                std::vector<int64_t>{C, 1, K},
+                             "conv_dim, linear_conv_kernel_dim");
+    Buffer buf(size_t(K * C) * sizeof(float));
+    float* f = static_cast<float*>(buf.data());
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < K; ++k) f[k * C + c] = element_f32(conv, c * K + k);
+    L.conv_w = Tensor(buf.data(), DType::F32, {K, C});
+    w_.owned.push_back(std::move(buf));
+    if (first_conv_) {
+      w_.mlx_layout = mlx;
+      first_conv_ = false;
+    } else if (mlx != w_.mlx_layout) {
+      fail("checkpoint {}: {} has shape [{}, {}, {}], unlike the first linear layer's conv1d "
+           "(mixed HF and MLX layouts)", s_.dir().string(), conv_name, shape[0], shape[1], shape[2]);
+    }
+    L.a_log = to_f32(take(p + "A_log", {Hv}, "linear_num_value_heads"), w_.owned);
+    L.dt_bias = to_f32(take(p + "dt_bias", {Hv}, "linear_num_value_heads"), w_.owned);
+    L.lin_norm = take(p + "norm.weight", {Dv}, "linear_value_head_dim");
+    L.out_proj = take(p + "out_proj.weight", {H, Hv * Dv}, cfg);
+  }
+
+  void load() {
+    // Canonical names first.
+    for (const auto& name : s_.names()) {
+      for (auto [from, to] : {std::pair<std::string, std::string>{"model.language_model.", "model."},
+                              {"language_model.model.", "model."},
+                              {"language_model.lm_head.", "lm_head."}})
+        if (name.rfind(from, 0) == 0) s_.rename(name, to + name.substr(from.size()));
+    }
+    size_t vision = 0;
+    for (const char* prefix : {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."})
+      vision += s_.ignore_prefix(prefix);
+    if (vision > 0)
+      log(LogLevel::Info, "{}: skipping {} vision tensors (text-only model)", s_.dir().string(), vision);
+    for (const auto& name : s_.names()) {
+      if (name.rfind("mtp.", 0) != 0) continue;
+      const TensorInfo* info = s_.find(name);
+      w_.mtp[name] = s_.take(name, std::vector<int64_t>(info->shape.size(), -1), "mtp");
+    }
+
+    const int64_t H = d_.n_embd;
+    w_.embed = take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+    w_.final_norm = take("model.norm.weight", {H}, "hidden_size");
+    w_.lm_head = d_.tied_embeddings ? w_.embed
+                                    : take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+    w_.layers.resize(size_t(d_.n_layer));
+    for (int64_t i = 0; i < d_.n_layer; ++i) {
+      Qwen35Layer& L = w_.layers[size_t(i)];
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      L.attn_norm = take(p + "input_layernorm.weight", {H}, "hidden_size");
+      L.ffn_norm = take(p + "post_attention_layernorm.weight", {H}, "hidden_size");
+      if (d_.linear_layer[size_t(i)]) linear_attention(L, p + "linear_attn.");
+      else attention(L, p + "self_attn.");
+      if (d_.moe_layer[size_t(i)]) {
+        L.moe = moe_take_weights(s_, p + "mlp.", d_.moe);
+      } else {
+        L.mlp_gate = take(p + "mlp.gate_proj.weight", {d_.n_ff, H}, "intermediate_size");
+        L.mlp_up = take(p + "mlp.up_proj.weight", {d_.n_ff, H}, "intermediate_size");
+        L.mlp_down = take(p + "mlp.down_proj.weight", {H, d_.n_ff}, "intermediate_size");
+      }
+    }
+    w_.norm_offset = d_.zero_centred_norms && !w_.mlx_layout ? 1.0f : 0.0f;
+    prepare_all();
+  }
+
+ private:
+  // Hands every tensor to the backend once everything is resolved (host views until then).
+  void prepare_all() {
+    auto prep = [&](Tensor& t) {
+      if (!t.empty()) t = be_.prepare_weight(t);
+    };
+    const bool tied = w_.lm_head.data == w_.embed.data;
+    prep(w_.embed);
+    prep(w_.final_norm);
+    if (tied) w_.lm_head = w_.embed;
+    else prep(w_.lm_head);
+    for (auto& [name, t] : w_.mtp) prep(t);
+    for (auto& L : w_.layers) {
+      for (Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.q.w, &L.q.bias, &L.gate.w, &L.gate.bias,
+                        &L.k.w, &L.k.bias, &L.v.w, &L.v.bias, &L.o.w, &L.o.bias, &L.q_norm,
+                        &L.k_norm, &L.in_qkv, &L.in_z, &L.in_b, &L.in_a, &L.out_proj, &L.conv_w,
+                        &L.a_log, &L.dt_bias, &L.lin_norm, &L.mlp_gate, &L.mlp_up, &L.mlp_down,
+                        &L.moe.router, &L.moe.shared_gate, &L.moe.shared_up, &L.moe.shared_down,
+                        &L.moe.shared_expert_gate})
+        prep(*t);
+      for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
+        for (auto& t : *v) prep(t);
+    }
+  }
+
+  WeightStore& s_;
+  const Qwen35Descriptor& d_;
+  Qwen35Weights& w_;
+  Backend& be_;
+  bool first_conv_ = true;
+};
+
+}  // namespace
+
+Qwen35Weights qwen3_5_load_weights(WeightStore& store, const Qwen35Descriptor& d, Backend& backend) {
+  Qwen35Weights w;
+  Loader(store, d, w, backend).load();
+  return w;
+}
+
+}  // namespace hearth

@@ -1,0 +1,172 @@
+// Engine: the one object front ends (HTTP server, CLI, tests) talk to. It owns the model, the
+// tokenizer and the prompt cache, and serves generation requests from a FIFO queue on one worker
+// thread (the queue is the seam where a continuous-batching scheduler will go: submit() and the
+// callbacks stay, the worker changes). It knows nothing of HTTP or chat formats.
+// Invariants: callbacks run on the worker thread, in order, and on_done runs exactly once per
+// submitted request, whatever happens (finished, cancelled, shut down, failed); streamed text
+// deltas concatenate to the final text, and never contain any part of a matched stop string.
+// logprobs are those of the raw model distribution (log-softmax of the logits before penalties,
+// bias and temperature), as vLLM's default and OpenAI report them.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/prompt_cache.h"
+#include "loader/config.h"
+#include "models/model.h"
+#include "runtime/sampler.h"
+
+namespace hearth {
+
+class Tokenizer;
+
+struct EngineOptions {
+  std::string model_dir;
+  std::string device = "cpu";
+  int64_t n_ctx = 0;                          // 0: the model's max_position_embeddings
+  size_t cache_bytes = size_t{8192} << 20;    // prompt cache cap; 0 disables it
+  int64_t prefill_chunk = 512;                // tokens per prefill forward
+  int64_t checkpoint_interval = 256;          // keep_checkpoint() every N prompt positions
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // non-empty, ids < n_vocab
+  int64_t max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;        // stop strings, matched on the decoded text
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;      // in the decoded text (tool/think tags are not special)
+  int logprobs = -1;                    // -1: none; N >= 0: chosen token's and top N
+  std::shared_ptr<std::atomic<bool>> cancel;  // set it to stop at the next token (optional)
+};
+
+struct GenerationUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens taken from the prompt cache
+};
+
+struct GenerationTimings {
+  double queue_ms = 0;    // submit → the worker picked it up
+  double prefill_ms = 0;  // the worker's prefill up to the first sampled token
+  double ttft_ms = 0;     // submit → first token sampled
+  double decode_ms = 0;   // first token → last token
+  int64_t decode_tokens = 0;
+};
+
+struct GenerationDelta {
+  std::string text;
+  std::vector<int32_t> tokens;           // tokens whose text is (mostly) in this delta
+  std::vector<TokenLogprob> logprobs;    // one per token when requested
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;
+  std::string text;           // decoded, cut before a matched stop string
+  std::string finish_reason;  // "stop", "length", "cancelled" or "error"
+  std::string stop_string;    // the stop string that ended it, if one did
+  std::optional<int32_t> stop_token;
+  std::string error;          // when finish_reason is "error"
+  GenerationUsage usage;
+  GenerationTimings timings;
+  std::vector<TokenLogprob> logprobs;
+};
+
+struct GenerationCallbacks {
+  std::function<void(const GenerationDelta&)> on_delta;  // worker thread; keep it quick
+  std::function<void(const GenerationResult&)> on_done;  // exactly once
+};
+
+// Streaming stop-string matcher: push decoded text, get what is safe to emit. Text that could
+// still be the start of a stop string is held back until it is disproven or flushed.
+class StopStringFilter {
+ public:
+  explicit StopStringFilter(std::vector<std::string> stops);
+  // Appends `text`; returns the text now safe to emit. After a match, matched() is set and the
+  // returned text ends right before the stop string; later pushes return "".
+  std::string push(const std::string& text);
+  // End of generation: the held-back text (empty after a match).
+  std::string flush();
+  bool matched() const { return matched_ >= 0; }
+  const std::string& matched_stop() const;
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;  // received, not yet emitted
+  int matched_ = -1;
+};
+
+class Engine {
+ public:
+  // Loads DIR's model, tokenizer (when tokenizer.json is present) and generation_config.json.
+  static std::unique_ptr<Engine> load(const EngineOptions& options);
+  // For tests and embedders: an already-built model; tokenizer may be null (token ids only).
+  Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+         ModelConfig config, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Throws hearth::Error naming the field when the request cannot run (empty prompt, ids out
+  // of range, prompt + max_tokens over the context, bad sampling values).
+  void validate(const GenerationRequest& request) const;
+  // Queues a request (FIFO). Returns its id. After shutdown() it completes at once with an error.
+  uint64_t submit(GenerationRequest request, GenerationCallbacks callbacks);
+  // submit() and wait.
+  GenerationResult generate(GenerationRequest request,
+                            std::function<void(const GenerationDelta&)> on_delta = {});
+  // Cancels the running request, fails queued ones ("shutting down"), stops the worker.
+  void shutdown();
+
+  const ModelInfo& info() const { return model_->info(); }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const ModelConfig& config() const { return config_; }
+  const SamplingParams& default_sampling() const { return default_sampling_; }
+  int64_t n_ctx() const { return n_ctx_; }
+  size_t queue_depth() const;
+  PromptCacheStats cache_stats() const { return cache_.stats(); }
+
+ private:
+  struct Job {
+    uint64_t id;
+    GenerationRequest request;
+    GenerationCallbacks callbacks;
+    double submitted_at_ms;
+  };
+  void worker_loop();
+  GenerationResult run(Job& job);
+
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  ModelConfig config_;
+  EngineOptions options_;
+  SamplingParams default_sampling_;
+  int64_t n_ctx_ = 0;
+  PromptCache cache_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  std::shared_ptr<std::atomic<bool>> running_cancel_;
+  std::thread worker_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,122 @@
+#include "server/chat_pipeline.h"
+
+#include <random>
+
+#include "server/errors.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::server {
+
+std::string random_id(const char* prefix, size_t n) {
+  static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string id = prefix;
+  for (size_t i = 0; i < n; ++i) id += alphabet[rng() % (sizeof alphabet - 1)];
+  return id;
+}
+
+void finish_generation_request(const ServerState& state, GenerationRequest& gen,
+                               std::optional<int64_t> max_tokens, const SamplingFields& sampling) {
+  const Engine& engine = *state.engine;
+  const int64_t n_ctx = engine.n_ctx();
+  const int64_t n_prompt = int64_t(gen.prompt.size());
+  if (n_prompt == 0) bad_request("the prompt is empty after tokenization", "messages");
+  if (n_prompt >= n_ctx)
+    bad_request(fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens",
+                            n_ctx, n_prompt),
+                "messages", "context_length_exceeded");
+  if (max_tokens && n_prompt + *max_tokens > n_ctx)
+    bad_request(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
+                            "max_tokens is {} ({} in total)",
+                            n_ctx, n_prompt, *max_tokens, n_prompt + *max_tokens),
+                "max_tokens", "context_length_exceeded");
+  gen.max_tokens = max_tokens ? *max_tokens : n_ctx - n_prompt;
+  gen.sampling = apply_sampling(sampling, engine.default_sampling());
+  try {
+    engine.validate(gen);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const hearth::Error& e) {
+    bad_request(e.what());
+  }
+}
+
+PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r) {
+  if (!state.chat_template || !state.engine->tokenizer())
+    bad_request("this model has no chat template (tokenizer_config.json); use /v1/completions");
+  const Tokenizer& tok = *state.engine->tokenizer();
+  PreparedChat p;
+  chat::ChatInputs in;
+  in.messages = r.messages;
+  const bool use_tools = !r.tools.is_null() && r.tool_choice != "none";
+  if (use_tools) {
+    if (r.tool_choice == "named") {
+      in.tools = ojson::array();
+      for (const auto& t : r.tools)
+        if (t["function"].value("name", "") == r.tool_choice_name) in.tools.push_back(t);
+    } else {
+      in.tools = r.tools;
+    }
+  }
+  in.add_generation_prompt = true;
+  in.special_tokens["bos_token"] = tok.bos_token();
+  in.special_tokens["eos_token"] = tok.eos_token();
+  in.special_tokens["pad_token"] = tok.pad_token();
+  in.kwargs = r.template_kwargs;
+  try {
+    p.prompt_text = chat::render_chat(*state.chat_template, in);
+  } catch (const chat::TemplateRaise& e) {
+    bad_request(std::string("the chat template rejected the request: ") + e.what(), "messages");
+  } catch (const hearth::Error& e) {
+    bad_request(std::string("rendering the chat template failed: ") + e.what(), "messages");
+  }
+  p.gen.prompt = tok.encode(p.prompt_text, false);
+  p.starts_in_reasoning = chat::prompt_opens_reasoning(p.prompt_text);
+  if (use_tools) {
+    p.tool_format = state.tool_format;
+    p.tools = nlohmann::json::parse(in.tools.dump());
+  }
+  p.parallel_tool_calls = r.parallel_tool_calls;
+  p.gen.stop = r.stop;
+  p.gen.ignore_eos = r.ignore_eos;
+  p.gen.logprobs = r.logprobs;
+  p.gen.skip_special_tokens = !chat::tool_call_format_needs_special_tokens(p.tool_format);
+  finish_generation_request(state, p.gen, r.max_tokens, r.sampling);
+  return p;
+}
+
+ChatOutput::ChatOutput(const PreparedChat& p)
+    : reasoning_(p.starts_in_reasoning), parallel_(p.parallel_tool_calls) {
+  if (p.tool_format != chat::ToolCallFormat::None) tools_.emplace(p.tool_format, p.tools);
+}
+
+void ChatOutput::route(const chat::ReasoningSplit& split, Events& out, bool final) {
+  out.reasoning += split.reasoning;
+  if (!tools_) {
+    out.content += split.content;
+    return;
+  }
+  std::vector<chat::ToolCall> calls;
+  out.content += tools_->push(split.content, calls);
+  if (final) out.content += tools_->finish(calls);
+  for (auto& c : calls) {
+    // parallel_tool_calls: false keeps the first call only.
+    if (!parallel_ && n_calls_ > 0) continue;
+    ++n_calls_;
+    out.calls.push_back(std::move(c));
+  }
+}
+
+ChatOutput::Events ChatOutput::push(const std::string& text) {
+  Events out;
+  route(reasoning_.push(text), out, false);
+  return out;
+}
+
+ChatOutput::Events ChatOutput::finish() {
+  Events out;
+  route(reasoning_.finish(), out, true);
+  return out;
+}
+
+}  // namespace hearth::server

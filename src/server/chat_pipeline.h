@@ -1,0 +1,59 @@
+// The path both chat APIs share: ChatRequest → rendered prompt → GenerationRequest (limits
+// checked, sampling defaults applied), and the engine's text → reasoning, content, tool calls.
+// Decisions (docs/server.md): the prompt is the chat template's rendering encoded without added
+// special tokens (as transformers' apply_chat_template does); max_tokens defaults to what is
+// left of the context; tool_choice "none" hides the tools from the template and turns the
+// parser off; a named tool_choice shows the template only that tool (nothing is forced:
+// constrained decoding does not exist yet).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/reasoning_parser.h"
+#include "chat/tool_parser.h"
+#include "server/schemas.h"
+#include "server/state.h"
+
+namespace hearth::server {
+
+struct PreparedChat {
+  GenerationRequest gen;
+  std::string prompt_text;
+  bool starts_in_reasoning = false;
+  chat::ToolCallFormat tool_format = chat::ToolCallFormat::None;
+  nlohmann::json tools;  // for argument types
+  bool parallel_tool_calls = true;
+};
+
+// Throws ApiError 400 for template errors (raise_exception included) and context overflows.
+PreparedChat prepare_chat(const ServerState& state, const ChatRequest& request);
+// Context check and sampling for a tokenized prompt (also used by /v1/completions).
+void finish_generation_request(const ServerState& state, GenerationRequest& gen,
+                               std::optional<int64_t> max_tokens, const SamplingFields& sampling);
+
+class ChatOutput {
+ public:
+  explicit ChatOutput(const PreparedChat& prepared);
+  struct Events {
+    std::string reasoning;
+    std::string content;
+    std::vector<chat::ToolCall> calls;
+    bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+  };
+  Events push(const std::string& text);
+  Events finish();
+  size_t n_calls() const { return n_calls_; }
+
+ private:
+  void route(const chat::ReasoningSplit& split, Events& out, bool final);
+  chat::ReasoningParser reasoning_;
+  std::optional<chat::ToolCallParser> tools_;
+  bool parallel_;
+  size_t n_calls_ = 0;
+};
+
+// "call_" / "toolu_" + 24 random alphanumerics.
+std::string random_id(const char* prefix, size_t n = 24);
+
+}  // namespace hearth::server

@@ -1,0 +1,286 @@
+// OpenAI-compatible routes: POST /v1/chat/completions and /v1/completions (JSON or SSE ending in
+// "data: [DONE]"), GET /v1/models. Streaming sends a role chunk first, then content /
+// reasoning_content / tool_calls deltas, a chunk with finish_reason, and (stream_options.
+// include_usage) a usage chunk with empty choices, as OpenAI does. A tool call is sent whole in
+// one delta once its closing tag is seen (clients accumulate deltas either way).
+#include <ctime>
+
+#include "server/chat_pipeline.h"
+#include "server/http_util.h"
+#include "server/routes.h"
+#include "server/runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::server {
+
+namespace {
+
+using nlohmann::json;
+
+json usage_json(const GenerationUsage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json chat_logprobs(const Engine& engine, const std::vector<TokenLogprob>& lps) {
+  json content = json::array();
+  for (const auto& lp : lps) {
+    json e = token_logprob_entry(engine, lp.token, lp.logprob);
+    json top = json::array();
+    for (auto [id, v] : lp.top) top.push_back(token_logprob_entry(engine, id, v));
+    e["top_logprobs"] = top;
+    content.push_back(e);
+  }
+  return {{"content", content}};
+}
+
+// Legacy completions format: tokens, token_logprobs, top_logprobs (token → logprob maps).
+json completion_logprobs(const Engine& engine, const std::vector<TokenLogprob>& lps, size_t text_offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const auto& lp : lps) {
+    const std::string t = token_logprob_entry(engine, lp.token, lp.logprob)["token"];
+    tokens.push_back(t);
+    token_lps.push_back(lp.logprob);
+    json top = json::object();
+    for (auto [id, v] : lp.top) top[token_logprob_entry(engine, id, v)["token"].get<std::string>()] = v;
+    tops.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += t.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_index, bool with_index) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", random_id("call_")},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = first_index + i;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// A failed or interrupted generation as an HTTP error.
+void throw_for_result(const ServerState& state, const GenerationResult& r) {
+  if (r.finish_reason == "error") throw ApiError(state.stopping ? 503 : 500, r.error);
+  if (r.finish_reason == "cancelled") throw ApiError(503, "the request was cancelled (server shutting down)");
+}
+
+std::string finish_reason(const GenerationResult& r, size_t n_calls) {
+  if (n_calls > 0) return "tool_calls";
+  return r.finish_reason;
+}
+
+void chat_completions(ServerState& s, const ojson& body, const httplib::Request& req, httplib::Response& res) {
+  const auto arrival = Clock::now();
+  ChatRequest r = parse_openai_chat(body);
+  auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, r));
+  const std::string id = random_id("chatcmpl-");
+  const int64_t created = int64_t(std::time(nullptr));
+  const int port = s.options.port;
+  const Engine& engine = *s.engine;
+
+  if (!r.stream) {
+    ConnectionWatch watch(req, port);
+    EngineRequest er(s, prepared->gen, arrival);
+    ChatOutput out(*prepared);
+    ChatOutput::Events all;
+    auto add = [&](ChatOutput::Events ev) {
+      all.reasoning += ev.reasoning;
+      all.content += ev.content;
+      for (auto& c : ev.calls) all.calls.push_back(std::move(c));
+    };
+    GenerationResult result = pump(er, &watch, [&](const GenerationDelta& d) {
+      add(out.push(d.text));
+      return true;
+    });
+    throw_for_result(s, result);
+    add(out.finish());
+    json message = {{"role", "assistant"}, {"content", all.content}};
+    if (!all.calls.empty() && all.content.empty()) message["content"] = nullptr;
+    if (!all.reasoning.empty()) message["reasoning_content"] = all.reasoning;
+    if (!all.calls.empty()) message["tool_calls"] = tool_calls_json(all.calls, 0, false);
+    json choice = {{"index", 0},
+                   {"message", message},
+                   {"logprobs", r.logprobs >= 0 ? chat_logprobs(engine, result.logprobs) : json()},
+                   {"finish_reason", finish_reason(result, all.calls.size())}};
+    send_json(res, {{"id", id},
+                    {"object", "chat.completion"},
+                    {"created", created},
+                    {"model", s.model_id},
+                    {"choices", json::array({choice})},
+                    {"usage", usage_json(result.usage)}});
+    return;
+  }
+
+  const bool include_usage = r.include_usage;
+  const bool want_logprobs = r.logprobs >= 0;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", [&s, prepared, id, created, include_usage, want_logprobs,
+                                                          arrival, port, &req](size_t, httplib::DataSink& sink) {
+    const Engine& engine = *s.engine;
+    auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
+      json c = {{"id", id},
+                {"object", "chat.completion.chunk"},
+                {"created", created},
+                {"model", s.model_id},
+                {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}}})}};
+      if (include_usage) c["usage"] = nullptr;
+      return sse_data(c);
+    };
+    bool ok = sse_write(sink, chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+    ConnectionWatch watch(req, port);
+    EngineRequest er(s, prepared->gen, arrival);
+    ChatOutput out(*prepared);
+    size_t n_calls = 0;
+    auto send_events = [&](const ChatOutput::Events& ev, const std::vector<TokenLogprob>& lps) {
+      json lp = want_logprobs && !lps.empty() ? chat_logprobs(engine, lps) : json();
+      bool sent_lp = false;
+      if (!ev.reasoning.empty()) ok = ok && sse_write(sink, chunk({{"reasoning_content", ev.reasoning}}, nullptr));
+      if (!ev.content.empty()) {
+        ok = ok && sse_write(sink, chunk({{"content", ev.content}}, nullptr, lp));
+        sent_lp = true;
+      }
+      if (!ev.calls.empty()) {
+        ok = ok && sse_write(sink, chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}}, nullptr));
+        n_calls += ev.calls.size();
+      }
+      // Logprobs of tokens whose text was held back or went elsewhere still reach the client.
+      if (!sent_lp && !lp.is_null()) ok = ok && sse_write(sink, chunk({{"content", ""}}, nullptr, lp));
+      return ok;
+    };
+    GenerationResult result = pump(
+        er, &watch, [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
+        [&] { return ok = ok && sse_write(sink, ": keep-alive\n\n"); });
+    if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
+      const int status = result.finish_reason == "error" && !s.stopping ? 500 : 503;
+      const std::string msg = result.finish_reason == "error" ? result.error : "the request was cancelled";
+      sse_write(sink, sse_data(error_body(ApiStyle::OpenAI, status, msg)));
+    } else {
+      send_events(out.finish(), {});
+      sse_write(sink, chunk(json::object(), finish_reason(result, n_calls)));
+      if (include_usage) {
+        sse_write(sink, sse_data({{"id", id},
+                                  {"object", "chat.completion.chunk"},
+                                  {"created", created},
+                                  {"model", s.model_id},
+                                  {"choices", json::array()},
+                                  {"usage", usage_json(result.usage)}}));
+      }
+    }
+    sse_write(sink, "data: [DONE]\n\n");
+    sink.done();
+    return true;
+  });
+}
+
+void completions(ServerState& s, const ojson& body, const httplib::Request& req, httplib::Response& res) {
+  const auto arrival = Clock::now();
+  CompletionRequest r = parse_openai_completion(body);
+  auto gen = std::make_shared<GenerationRequest>();
+  const Engine& engine = *s.engine;
+  std::string prompt_text = r.prompt;
+  if (r.prompt_tokens) {
+    gen->prompt = *r.prompt_tokens;
+    if (engine.tokenizer()) prompt_text = engine.tokenizer()->decode(gen->prompt, false);
+  } else {
+    if (!engine.tokenizer()) bad_request("this model has no tokenizer: give the prompt as token ids", "prompt");
+    gen->prompt = engine.tokenizer()->encode(r.prompt, true);
+  }
+  gen->stop = r.stop;
+  gen->logprobs = r.logprobs;
+  gen->ignore_eos = r.ignore_eos;
+  finish_generation_request(s, *gen, r.max_tokens, r.sampling);
+  const std::string id = random_id("cmpl-");
+  const int64_t created = int64_t(std::time(nullptr));
+  const int port = s.options.port;
+  const std::string echo = r.echo ? prompt_text : std::string();
+
+  if (!r.stream) {
+    ConnectionWatch watch(req, port);
+    EngineRequest er(s, *gen, arrival);
+    GenerationResult result = pump(er, &watch, {});
+    throw_for_result(s, result);
+    json choice = {{"index", 0},
+                   {"text", echo + result.text},
+                   {"logprobs", r.logprobs >= 0 ? completion_logprobs(engine, result.logprobs, echo.size()) : json()},
+                   {"finish_reason", result.finish_reason}};
+    send_json(res, {{"id", id},
+                    {"object", "text_completion"},
+                    {"created", created},
+                    {"model", s.model_id},
+                    {"choices", json::array({choice})},
+                    {"usage", usage_json(result.usage)}});
+    return;
+  }
+  const bool include_usage = r.include_usage;
+  const bool want_logprobs = r.logprobs >= 0;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", [&s, gen, id, created, include_usage, want_logprobs, echo,
+                                                          arrival, port, &req](size_t, httplib::DataSink& sink) {
+    const Engine& engine = *s.engine;
+    auto chunk = [&](const std::string& text, json finish, json logprobs = nullptr) {
+      json c = {{"id", id},
+                {"object", "text_completion"},
+                {"created", created},
+                {"model", s.model_id},
+                {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}}})}};
+      if (include_usage) c["usage"] = nullptr;
+      return sse_data(c);
+    };
+    bool ok = echo.empty() || sse_write(sink, chunk(echo, nullptr));
+    size_t offset = echo.size();
+    ConnectionWatch watch(req, port);
+    EngineRequest er(s, *gen, arrival);
+    GenerationResult result = pump(
+        er, &watch,
+        [&](const GenerationDelta& d) {
+          json lp = want_logprobs ? completion_logprobs(engine, d.logprobs, offset) : json();
+          offset += d.text.size();
+          return ok = ok && sse_write(sink, chunk(d.text, nullptr, lp));
+        },
+        [&] { return ok = ok && sse_write(sink, ": keep-alive\n\n"); });
+    if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
+      const std::string msg = result.finish_reason == "error" ? result.error : "the request was cancelled";
+      sse_write(sink, sse_data(error_body(ApiStyle::OpenAI, 503, msg)));
+    } else {
+      sse_write(sink, chunk("", result.finish_reason));
+      if (include_usage)
+        sse_write(sink, sse_data({{"id", id},
+                                  {"object", "text_completion"},
+                                  {"created", created},
+                                  {"model", s.model_id},
+                                  {"choices", json::array()},
+                                  {"usage", usage_json(result.usage)}}));
+    }
+    sse_write(sink, "data: [DONE]\n\n");
+    sink.done();
+    return true;
+  });
+}
+
+}  // namespace
+
+void register_openai_routes(httplib::Server& http, ServerState& s) {
+  http.Post("/v1/chat/completions",
+            json_post(s, ApiStyle::OpenAI, "/v1/chat/completions",
+                      [&s](const ojson& b, const httplib::Request& q, httplib::Response& r) { chat_completions(s, b, q, r); }));
+  http.Post("/v1/completions",
+            json_post(s, ApiStyle::OpenAI, "/v1/completions",
+                      [&s](const ojson& b, const httplib::Request& q, httplib::Response& r) { completions(s, b, q, r); }));
+  http.Get("/v1/models", json_get(s, ApiStyle::OpenAI, "/v1/models", false, [&s](const httplib::Request&, httplib::Response& res) {
+             json data = json::array();
+             if (!s.model_id.empty()) {
+               json m = {{"id", s.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "hearth"}};
+               if (s.ready) m["max_model_len"] = s.engine->n_ctx();
+               data.push_back(m);
+             }
+             send_json(res, {{"object", "list"}, {"data", data}});
+           }));
+}
+
+}  // namespace hearth::server

@@ -1,0 +1,44 @@
+// hearth's HTTP server: cpp-httplib with the OpenAI, Anthropic and service routes over one
+// Engine. Lifecycle: start() binds and serves at once (/health says 503 "loading"), load() or
+// set_engine() makes it ready, stop() refuses new requests, ends in-flight generations (streams
+// get an error event, others a 503) and joins every handler, so nothing hangs.
+#pragma once
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "server/state.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace hearth::server {
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port (port 0: any free port); throws hearth::Error naming them on failure.
+  void start();
+  // Loads the model named by the options (blocking). On failure /health reports the error and
+  // this throws.
+  void load();
+  // Serves an engine built elsewhere (tests, embedders).
+  void set_engine(std::shared_ptr<Engine> engine, const std::string& model_id);
+  void stop();
+
+  int port() const { return state_.options.port; }
+  std::string url() const;
+  ServerState& state() { return state_; }
+
+ private:
+  ServerState state_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread thread_;
+};
+
+}  // namespace hearth::server

@@ -1,0 +1,46 @@
+// What every route handler shares: options, the engine (null until loaded), the chat template,
+// metrics, and the stopping flag. Handlers only read it; the loader sets engine once, then ready.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat/template.h"
+#include "chat/tool_parser.h"
+#include "runtime/engine.h"
+#include "server/metrics.h"
+
+namespace hearth::server {
+
+struct ServerOptions {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t n_ctx = 0;                       // 0: the model's
+  std::string api_key;                     // empty: no authentication
+  size_t cache_mb = 8192;
+  std::string device = "cpu";
+  std::string web_dir;                     // the chat page's files; empty: no page
+  size_t max_body_bytes = size_t{32} << 20;
+  int http_threads = 64;                   // concurrent connections served (the rest wait)
+};
+
+struct ServerState {
+  ServerOptions options;
+  std::shared_ptr<Engine> engine;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> stopping{false};
+  std::atomic<int> running{0};
+  std::string model_id;  // what /v1/models lists
+  std::optional<chat::ChatTemplate> chat_template;
+  std::string chat_template_source;
+  chat::ToolCallFormat tool_format = chat::ToolCallFormat::None;
+  Metrics metrics;
+  std::string load_error;
+};
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace hearth::server

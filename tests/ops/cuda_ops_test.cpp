@@ -1,0 +1,389 @@
+// Every CUDA op against the CPU op on random inputs (bf16-rounded so both sides see the same
+// numbers), at awkward sizes; outputs are poisoned with NaN first. Error measure (rel_err):
+// max |gpu - cpu| / (|cpu| + rms(cpu)) per element, bound 1e-2 for bf16 outputs (one bf16
+// rounding is ≤ 2^-9 ≈ 2e-3 relative) and 2e-3 for f32 outputs. Also: a recorded decode step
+// replayed as a CUDA graph equals the same step run eagerly. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+#ifdef HEARTH_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+namespace hearth {
+void cuda_backend_set_graphs(Backend& b, bool on);
+int64_t cuda_backend_graphs_replayed(const Backend& b);
+int64_t cuda_backend_graphs_captured(const Backend& b);
+
+namespace {
+
+constexpr double kBf16Tol = 1e-2, kF32Tol = 2e-3;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = bf16_to_f32(f32_to_bf16(dist(rng)));  // exactly representable in bf16
+  return v;
+}
+
+// max_i |got_i - want_i| / (|want_i| + rms(want)): relative where values are large, against the
+// tensor's scale where they are small (so a lone element or a near-zero one is still judged
+// fairly). One bf16 rounding of the output alone is up to 2^-9 relative.
+double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double ss = 0, worst = 0;
+  for (float w : want) ss += double(w) * w;
+  const double rms = std::max(std::sqrt(ss / double(want.size())), 1e-6);
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::isnan(got[i]) ? INFINITY : std::fabs(double(got[i]) - double(want[i]));
+    worst = std::max(worst, e / (std::fabs(double(want[i])) + rms));
+  }
+  return worst;
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (cuda_device_count() > 0) gpu_ = make_cuda_backend(0).release();
+  }
+  static void TearDownTestSuite() {
+    delete gpu_;
+    gpu_ = nullptr;
+  }
+  void SetUp() override {
+    if (!gpu_) GTEST_SKIP() << "no CUDA device";
+    cpu_ = make_cpu_backend();
+  }
+
+  // A tensor on each backend holding the same values (GPU in `dtype`, CPU in f32).
+  struct Pair {
+    DeviceBuffer gbuf;
+    std::vector<float> host;
+    Tensor g, c;
+  };
+  Pair make(std::initializer_list<int64_t> dims, const std::vector<float>& values,
+            DType dtype = DType::BF16) {
+    Pair p;
+    p.host = values;
+    size_t n = 1;
+    for (auto d : dims) n *= size_t(d);
+    EXPECT_EQ(n, values.size());
+    p.gbuf = gpu_->alloc(n * dtype_size(dtype));
+    p.g = Tensor(p.gbuf.data(), dtype, dims, Device::CUDA);
+    p.c = Tensor(p.host.data(), DType::F32, dims);
+    upload(p.g, values);
+    return p;
+  }
+  // An output pair, poisoned (NaN) on both sides.
+  Pair out(std::initializer_list<int64_t> dims, DType dtype = DType::BF16) {
+    size_t n = 1;
+    for (auto d : dims) n *= size_t(d);
+    return make(dims, std::vector<float>(n, NAN), dtype);
+  }
+  void upload(const Tensor& g, const std::vector<float>& v) {
+    if (g.dtype == DType::F32) {
+      gpu_->copy_from_host(g, v.data());
+    } else {
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+      gpu_->copy_from_host(g, b.data());
+    }
+  }
+  std::vector<float> down(const Tensor& g) {
+    std::vector<float> v(size_t(g.numel()));
+    gpu_->to_host_f32(v.data(), g);
+    return v;
+  }
+  void expect_close(const Pair& p, double tol, const std::string& what) {
+    EXPECT_LT(rel_err(down(p.g), p.host), tol) << what;
+  }
+
+  static Backend* gpu_;
+  std::unique_ptr<Backend> cpu_;
+};
+Backend* CudaOps::gpu_ = nullptr;
+
+TEST_F(CudaOps, Linear) {
+  struct Case {
+    int64_t n, in, out;
+    bool bias;
+    DType ydt, wdt;
+  };
+  const std::vector<Case> cases = {{1, 64, 17, false, DType::BF16, DType::BF16},
+                                   {1, 4096, 33, true, DType::BF16, DType::BF16},
+                                   {3, 128, 4097, false, DType::F32, DType::BF16},
+                                   {8, 256, 1, true, DType::BF16, DType::BF16},
+                                   {17, 64, 33, true, DType::BF16, DType::BF16},
+                                   {33, 512, 4097, false, DType::F32, DType::BF16},
+                                   {64, 1024, 256, false, DType::BF16, DType::BF16},
+                                   {1, 17, 33, true, DType::BF16, DType::BF16},
+                                   {17, 33, 17, false, DType::BF16, DType::BF16},
+                                   {2, 64, 33, true, DType::BF16, DType::F32},
+                                   {17, 64, 33, false, DType::F32, DType::F32}};
+  uint32_t seed = 1;
+  for (const auto& c : cases) {
+    auto x = make({c.n, c.in}, randn(size_t(c.n * c.in), seed++));
+    auto w = make({c.out, c.in}, randn(size_t(c.out * c.in), seed++, 1.0f / std::sqrt(float(c.in))),
+                  c.wdt);
+    Pair b;
+    if (c.bias) b = make({c.out}, randn(size_t(c.out), seed++));
+    auto y = out({c.n, c.out}, c.ydt);
+    gpu_->linear(y.g, x.g, w.g, c.bias ? b.g : Tensor());
+    cpu_->linear(y.c, x.c, w.c, c.bias ? b.c : Tensor());
+    expect_close(y, c.ydt == DType::F32 ? kF32Tol * 5 : kBf16Tol,
+                 "linear n=" + std::to_string(c.n) + " in=" + std::to_string(c.in) +
+                     " out=" + std::to_string(c.out));
+  }
+}
+
+TEST_F(CudaOps, Embedding) {
+  const int64_t vocab = 33, n_embd = 4097, n = 17;
+  auto table = make({vocab, n_embd}, randn(size_t(vocab * n_embd), 7));
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t((i * 7 + 3) % vocab);
+  auto y = out({n, n_embd});
+  gpu_->embedding(y.g, table.g, ids.data(), 1.5f);
+  cpu_->embedding(y.c, table.c, ids.data(), 1.5f);
+  expect_close(y, kBf16Tol, "embedding");
+}
+
+TEST_F(CudaOps, RmsNorm) {
+  for (auto [rows, len, wlen, offset] : std::vector<std::tuple<int64_t, int64_t, int64_t, float>>{
+           {1, 4097, 4097, 0.0f}, {17, 64, 64, 1.0f}, {33, 64, 16, 0.0f}, {2, 1024, 1024, 1.0f}}) {
+    auto x = make({rows, len}, randn(size_t(rows * len), 11));
+    auto w = make({wlen}, randn(size_t(wlen), 12, 0.1f), DType::F32);
+    auto y = out({rows, len});
+    gpu_->rms_norm(y.g, x.g, w.g, 1e-6f, offset);
+    cpu_->rms_norm(y.c, x.c, w.c, 1e-6f, offset);
+    expect_close(y, kBf16Tol, "rms_norm len=" + std::to_string(len) + " w=" + std::to_string(wlen));
+    // In place (y aliases x).
+    gpu_->rms_norm(x.g, x.g, w.g, 1e-6f, offset);
+    cpu_->rms_norm(x.c, x.c, w.c, 1e-6f, offset);
+    expect_close(x, kBf16Tol, "rms_norm in place");
+  }
+}
+
+TEST_F(CudaOps, Rope) {
+  const int64_t n = 17, heads = 3, hd = 64;
+  for (int rotary : {64, 32}) {
+    auto x = make({n, heads, hd}, randn(size_t(n * heads * hd), 21));
+    std::vector<float> inv_freq(size_t(rotary / 2));
+    for (int i = 0; i < rotary / 2; ++i)
+      inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / rotary);
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(100 + 37 * i);
+    RopeParams rp{inv_freq.data(), rotary, 1.25f};
+    gpu_->rope(x.g, pos.data(), rp);
+    cpu_->rope(x.c, pos.data(), rp);
+    expect_close(x, kBf16Tol, "rope rotary_dim=" + std::to_string(rotary));
+  }
+}
+
+struct AttnCase {
+  int64_t past, n;
+  int n_head, n_head_kv, hd, window;
+  float softcap;
+  int64_t capacity;  // 0: past + n
+};
+
+TEST_F(CudaOps, KvStoreAndAttention) {
+  const std::vector<AttnCase> cases = {
+      {0, 1, 4, 2, 16, 0, 0.0f, 0},     {0, 17, 4, 2, 16, 0, 0.0f, 0},
+      {40, 1, 32, 8, 128, 0, 0.0f, 0},  {4096, 1, 16, 8, 64, 0, 0.0f, 0},
+      {100, 33, 8, 8, 64, 0, 50.0f, 0}, {0, 33, 8, 1, 256, 0, 0.0f, 0},
+      {60, 5, 8, 2, 128, 8, 0.0f, 12},  {30, 1, 4, 2, 32, 16, 0.0f, 16},
+      {7, 17, 12, 4, 80, 0, 0.0f, 0},   {200, 8, 16, 2, 128, 0, 0.0f, 0}};
+  uint32_t seed = 100;
+  for (const auto& c : cases) {
+    const int64_t end = c.past + c.n, cap = c.capacity ? c.capacity : end;
+    const int64_t row = int64_t(c.n_head_kv) * c.hd;
+    // Fill the cache with the past positions, then store the batch through kv_store.
+    std::vector<float> kc(size_t(cap * row)), vc(size_t(cap * row));
+    auto kr = randn(size_t(cap * row), seed++), vr = randn(size_t(cap * row), seed++);
+    kc = kr;
+    vc = vr;
+    auto kcache = make({cap, row}, kc), vcache = make({cap, row}, vc);
+    auto k = make({c.n, c.n_head_kv, c.hd}, randn(size_t(c.n * row), seed++));
+    auto v = make({c.n, c.n_head_kv, c.hd}, randn(size_t(c.n * row), seed++));
+    auto q = make({c.n, c.n_head, c.hd}, randn(size_t(c.n * c.n_head * c.hd), seed++));
+    std::vector<int32_t> pos(size_t(c.n));
+    std::iota(pos.begin(), pos.end(), int32_t(c.past));
+    KvView gv{kcache.g, vcache.g, cap, std::max<int64_t>(0, end - cap), end};
+    KvView cv{kcache.c, vcache.c, cap, gv.first, end};
+    gpu_->kv_store(gv, k.g, v.g, pos.data());
+    cpu_->kv_store(cv, k.c, v.c, pos.data());
+    expect_close(kcache, kBf16Tol, "kv_store k");
+    AttentionParams p{c.n_head,  c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
+                      c.softcap, c.window};
+    auto o = out({c.n, c.n_head, c.hd});
+    gpu_->attention(o.g, q.g, gv, pos.data(), p);
+    cpu_->attention(o.c, q.c, cv, pos.data(), p);
+    expect_close(o, kBf16Tol,
+                 "attention past=" + std::to_string(c.past) + " n=" + std::to_string(c.n) +
+                     " hd=" + std::to_string(c.hd) + " window=" + std::to_string(c.window));
+  }
+}
+
+TEST_F(CudaOps, Elementwise) {
+  for (int64_t n : {1, 17, 33, 4097}) {
+    auto a = make({n}, randn(size_t(n), 31)), b = make({n}, randn(size_t(n), 32));
+    for (Activation act : {Activation::Silu, Activation::GeluTanh, Activation::Gelu}) {
+      auto y = out({n});
+      gpu_->glu(y.g, a.g, b.g, act);
+      cpu_->glu(y.c, a.c, b.c, act);
+      expect_close(y, kBf16Tol, "glu " + std::to_string(int(act)) + " n=" + std::to_string(n));
+    }
+    auto y = out({n});
+    gpu_->add(y.g, a.g, b.g, 0.7f);
+    cpu_->add(y.c, a.c, b.c, 0.7f);
+    expect_close(y, kBf16Tol, "add");
+    gpu_->add(a.g, a.g, b.g, 1.0f);  // aliasing, 16-byte path when n % 8 == 0
+    cpu_->add(a.c, a.c, b.c, 1.0f);
+    expect_close(a, kBf16Tol, "add in place");
+    gpu_->scale(a.g, 0.3f);
+    cpu_->scale(a.c, 0.3f);
+    expect_close(a, kBf16Tol, "scale");
+    gpu_->softcap(b.g, 1.5f);
+    cpu_->softcap(b.c, 1.5f);
+    expect_close(b, kBf16Tol, "softcap");
+    auto f = out({n}, DType::F32);
+    gpu_->fill(f.g, 0.25f);
+    cpu_->fill(f.c, 0.25f);
+    expect_close(f, kF32Tol, "fill");
+  }
+  const int64_t rows = 17, cols = 33;
+  auto x = make({rows, cols}, randn(size_t(rows * cols), 41));
+  auto gfull = make({rows, cols}, randn(size_t(rows * cols), 42));
+  auto grow = make({rows, 1}, randn(size_t(rows), 43));
+  auto y = out({rows, cols});
+  gpu_->mul_sigmoid(y.g, x.g, gfull.g);
+  cpu_->mul_sigmoid(y.c, x.c, gfull.c);
+  expect_close(y, kBf16Tol, "mul_sigmoid");
+  gpu_->mul_sigmoid(y.g, x.g, grow.g);
+  cpu_->mul_sigmoid(y.c, x.c, grow.c);
+  expect_close(y, kBf16Tol, "mul_sigmoid broadcast");
+  std::vector<int32_t> idx = {16, 3, 0, 9, 4};
+  std::vector<float> wts = {0.5f, -1.0f, 2.0f, 0.25f, 1.0f};
+  auto gathered = out({5, cols});
+  gpu_->gather_rows(gathered.g, x.g, idx.data());
+  cpu_->gather_rows(gathered.c, x.c, idx.data());
+  expect_close(gathered, kBf16Tol, "gather_rows");
+  auto acc = make({rows, cols}, randn(size_t(rows * cols), 44), DType::F32);
+  gpu_->scatter_add_rows(acc.g, gathered.g, idx.data(), wts.data());
+  cpu_->scatter_add_rows(acc.c, gathered.c, idx.data(), wts.data());
+  expect_close(acc, kF32Tol, "scatter_add_rows");
+}
+
+TEST_F(CudaOps, GatedDeltaNet) {
+  const int hk = 2, hv = 4, dk = 32, dv = 48, K = 4;
+  const int64_t C = 2 * hk * dk + hv * dv;
+  for (int64_t n : {1, 17}) {
+    auto x = make({n, C}, randn(size_t(n * C), 51));
+    auto w = make({K, C}, randn(size_t(K * C), 52, 0.5f), DType::F32);
+    auto state = make({K - 1, C}, randn(size_t((K - 1) * C), 53), DType::F32);
+    auto y = out({n, C});
+    gpu_->conv1d_causal_silu(y.g, x.g, state.g, w.g);
+    cpu_->conv1d_causal_silu(y.c, x.c, state.c, w.c);
+    expect_close(y, kBf16Tol, "conv1d n=" + std::to_string(n));
+    expect_close(state, kF32Tol, "conv1d state");
+
+    auto a = make({n, hv}, randn(size_t(n * hv), 54), DType::F32);
+    auto b = make({n, hv}, randn(size_t(n * hv), 55), DType::F32);
+    auto a_log = make({hv}, randn(size_t(hv), 56), DType::F32);
+    auto dt = make({hv}, randn(size_t(hv), 57), DType::F32);
+    auto g = out({n, hv}, DType::F32), beta = out({n, hv}, DType::F32);
+    gpu_->gated_delta_gates(g.g, beta.g, a.g, b.g, a_log.g, dt.g);
+    cpu_->gated_delta_gates(g.c, beta.c, a.c, b.c, a_log.c, dt.c);
+    expect_close(g, kF32Tol, "gates g");
+    expect_close(beta, kF32Tol, "gates beta");
+
+    // The delta rule reads the conv output (bf16 on the GPU): give the CPU the same values.
+    auto qkv = make({n, C}, down(y.g));
+    auto s = make({hv, dk, dv}, randn(size_t(hv * dk * dv), 58, 0.1f), DType::F32);
+    auto o = out({n, hv, dv});
+    GatedDeltaParams p{hk, hv, dk, dv, false, 64};
+    gpu_->gated_delta(o.g, qkv.g, g.g, beta.g, s.g, p);
+    cpu_->gated_delta(o.c, qkv.c, g.c, beta.c, s.c, p);
+    expect_close(o, kBf16Tol, "gated_delta n=" + std::to_string(n));
+    expect_close(s, kF32Tol, "gated_delta state");
+
+    auto z = make({n, hv * dv}, randn(size_t(n * hv * dv), 59));
+    auto nw = make({dv}, randn(size_t(dv), 60), DType::F32);
+    auto on = make({n, hv * dv}, down(o.g));  // the same (bf16) input on both sides
+    auto yo = out({n, hv * dv});
+    gpu_->rms_norm_gated(yo.g, on.g, nw.g, z.g, 1e-6f);
+    cpu_->rms_norm_gated(yo.c, on.c, nw.c, z.c, 1e-6f);
+    expect_close(yo, kBf16Tol, "rms_norm_gated");
+  }
+}
+
+// A toy decode step (embedding → norm → q/k/v → rope → kv_store → attention → linear to f32
+// logits → to_host_f32) recorded and replayed as a graph equals the eager run, step by step.
+TEST_F(CudaOps, GraphReplayEqualsEager) {
+  const int64_t vocab = 97, H = 64, hd = 16, nh = 4, nkv = 2, cap = 256;
+  auto embed = make({vocab, H}, randn(size_t(vocab * H), 71));
+  auto wq = make({nh * hd, H}, randn(size_t(nh * hd * H), 72, 0.125f));
+  auto wk = make({nkv * hd, H}, randn(size_t(nkv * hd * H), 73, 0.125f));
+  auto norm = make({H}, randn(size_t(H), 74, 0.1f), DType::F32);
+  std::vector<float> inv_freq(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / hd);
+  auto run = [&](bool graphs) {
+    cuda_backend_set_graphs(*gpu_, graphs);
+    auto kc = make({cap, nkv * hd}, randn(size_t(cap * nkv * hd), 75));
+    auto vc = make({cap, nkv * hd}, randn(size_t(cap * nkv * hd), 76));
+    auto x = out({1, H}), h = out({1, H}), q = out({1, nh, hd}), k = out({1, nkv, hd}),
+         a = out({1, nh, hd});
+    auto logits = out({1, vocab}, DType::F32);
+    std::vector<float> all;
+    for (int32_t step = 0; step < 12; ++step) {
+      const int32_t id = (step * 31 + 5) % int32_t(vocab), pos = step;
+      gpu_->begin_step(1);
+      gpu_->embedding(x.g, embed.g, &id, 1.0f);
+      gpu_->rms_norm(h.g, x.g, norm.g, 1e-6f, 1.0f);
+      gpu_->linear(q.g, h.g, wq.g, Tensor());
+      gpu_->linear(k.g, h.g, wk.g, Tensor());
+      RopeParams rp{inv_freq.data(), int(hd), 1.0f};
+      gpu_->rope(q.g, &pos, rp);
+      gpu_->rope(k.g, &pos, rp);
+      KvView kv{kc.g, vc.g, cap, 0, pos + 1};
+      gpu_->kv_store(kv, k.g, k.g, &pos);
+      AttentionParams p{int(nh), int(nkv), int(hd), 0.25f, 0.0f, 0};
+      gpu_->attention(a.g, q.g, kv, &pos, p);
+      gpu_->linear(logits.g, a.g.reshaped({1, nh * hd}), embed.g, Tensor());
+      std::vector<float> row(static_cast<size_t>(vocab));
+      gpu_->to_host_f32(row.data(), logits.g);
+      gpu_->end_step();
+      all.insert(all.end(), row.begin(), row.end());
+    }
+    return all;
+  };
+  const int64_t before = cuda_backend_graphs_replayed(*gpu_);
+  const auto eager = run(false);
+  const auto graphed = run(true);
+  cuda_backend_set_graphs(*gpu_, true);
+  EXPECT_GE(cuda_backend_graphs_replayed(*gpu_) - before, 10);
+  ASSERT_EQ(eager.size(), graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) ASSERT_EQ(eager[i], graphed[i]) << "element " << i;
+}
+
+TEST(CudaDevice, BadIndexIsACleanError) {
+  if (cuda_device_count() == 0) {
+    EXPECT_THROW(make_cuda_backend(0), Error);
+  } else {
+    EXPECT_THROW(make_cuda_backend(cuda_device_count() + 3), Error);
+  }
+}
+
+}  // namespace
+}  // namespace hearth
+
+#else
+TEST(CudaOps, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
+#endif

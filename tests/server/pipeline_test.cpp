@@ -1,0 +1,126 @@
+// The chat pipeline without HTTP: request schemas → prompt → GenerationRequest, and the errors a
+// client can cause (template raise_exception, context overflow, bad fields) as ApiError 400s.
+#include <gtest/gtest.h>
+
+#include "server/chat_pipeline.h"
+#include "server/errors.h"
+#include "test_model.h"
+
+namespace hearth::server {
+namespace {
+
+class Pipeline : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(testing::qwen3_tokenizer_dir()));
+    EngineOptions eo;
+    eo.n_ctx = 256;
+    state_.engine = std::make_shared<Engine>(testing::make_scripted_model(*tok, testing::default_scripts()), tok,
+                                             ModelConfig::from_json({{"model_type", "qwen3"}}), eo);
+    state_.chat_template_source = tok->chat_template();
+    state_.chat_template = chat::ChatTemplate::parse(state_.chat_template_source);
+    state_.tool_format = chat::detect_tool_call_format(state_.chat_template_source);
+    state_.ready = true;
+  }
+  ojson body(const std::string& text) { return {{"messages", {{{"role", "user"}, {"content", text}}}}}; }
+  ServerState state_;
+};
+
+TEST_F(Pipeline, RendersThroughTheTemplate) {
+  PreparedChat p = prepare_chat(state_, parse_openai_chat(body("Hello")));
+  EXPECT_EQ(p.prompt_text, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(p.gen.max_tokens, 256 - int64_t(p.gen.prompt.size()));
+  EXPECT_EQ(state_.tool_format, chat::ToolCallFormat::Hermes);
+  ojson b = body("Hello");
+  b["chat_template_kwargs"] = {{"enable_thinking", false}};
+  EXPECT_NE(prepare_chat(state_, parse_openai_chat(b)).prompt_text.find("<think>\n\n</think>"), std::string::npos);
+}
+
+TEST_F(Pipeline, TemplateRaiseIsA400WithItsMessage) {
+  state_.chat_template = chat::ChatTemplate::parse("{{ raise_exception('System role not supported') }}");
+  try {
+    prepare_chat(state_, parse_openai_chat(body("x")));
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("System role not supported"), std::string::npos);
+  }
+}
+
+TEST_F(Pipeline, ContextOverflowStatesTheNumbers) {
+  ojson b = body("Hello");
+  b["max_tokens"] = 1000;
+  try {
+    prepare_chat(state_, parse_openai_chat(b));
+    FAIL();
+  } catch (const ApiError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("256"), std::string::npos) << m;
+    EXPECT_NE(m.find("1000"), std::string::npos) << m;
+    EXPECT_EQ(e.code, "context_length_exceeded");
+  }
+}
+
+TEST_F(Pipeline, SchemaErrorsNameTheField) {
+  auto param_of = [&](const ojson& b) {
+    try {
+      parse_openai_chat(b);
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(param_of({{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "bot"}, {"content", "b"}}}}}),
+            "messages[1].role");
+  ojson b = body("x");
+  b["top_p"] = 3;
+  EXPECT_EQ(param_of(b), "top_p");
+  b = body("x");
+  b["logit_bias"] = {{"abc", 1}};
+  EXPECT_EQ(param_of(b), "logit_bias");
+  b = body("x");
+  b["seed"] = "s";
+  EXPECT_EQ(param_of(b), "seed");
+}
+
+TEST_F(Pipeline, AnthropicBlocksBecomeTemplateMessages) {
+  ojson b = ojson::parse(R"({"max_tokens": 10, "system": [{"type": "text", "text": "Be brief."}], "messages": [
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "use the tool"},
+                                      {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                                 {"type": "text", "text": "Thanks"}]}]})");
+  ChatRequest r = parse_anthropic_messages(b);
+  ASSERT_EQ(r.messages.size(), 5u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(r.messages[2]["reasoning_content"], "use the tool");
+  EXPECT_EQ(r.messages[3]["role"], "tool");
+  EXPECT_EQ(r.messages[4]["content"], "Thanks");
+  PreparedChat p = prepare_chat(state_, r);
+  EXPECT_NE(p.prompt_text.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos) << p.prompt_text;
+}
+
+TEST_F(Pipeline, ChatOutputSplitsReasoningAndTools) {
+  PreparedChat p;
+  p.tool_format = chat::ToolCallFormat::Hermes;
+  ChatOutput out(p);
+  std::string content, reasoning;
+  std::vector<chat::ToolCall> calls;
+  const std::string text = "<think>\nplan\n</think>\n\nOk.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+  for (char c : text) {
+    auto ev = out.push(std::string(1, c));
+    content += ev.content, reasoning += ev.reasoning;
+    for (auto& t : ev.calls) calls.push_back(t);
+  }
+  auto ev = out.finish();
+  content += ev.content, reasoning += ev.reasoning;
+  for (auto& t : ev.calls) calls.push_back(t);
+  EXPECT_EQ(reasoning, "plan");
+  EXPECT_EQ(content, "Ok.");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "f");
+}
+
+}  // namespace
+}  // namespace hearth::server

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# End-to-end tests of the server (ctest "server_e2e"): starts `hearth serve` on a random-weight
+# qwen3 with the real Qwen3 tokenizer, and the scripted-model server (hearth_test_serve), then
+# runs the Node tests (official openai and @anthropic-ai/sdk clients, playwright-core driving
+# Debian's chromium) and checks that SIGTERM stops a server with a generation in flight.
+# usage: tests/server/run-e2e.sh BUILD_DIR
+set -euo pipefail
+BUILD=$(cd "${1:?usage: run-e2e.sh BUILD_DIR}" && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+"$ROOT/scripts/fetch-test-assets.sh"
+DEPS="$ROOT/.cache/server-tests"
+[ -d "$DEPS/node_modules/openai" ] || { echo "server_e2e: $DEPS/node_modules is missing (npm ci failed?)"; exit 1; }
+[ -x "${CHROMIUM:-/usr/bin/chromium}" ] || { echo "server_e2e: chromium is missing (apt-get install chromium)"; exit 1; }
+cp "$ROOT"/tests/server/e2e/*.mjs "$DEPS/"
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+# Starts a server in the background; sets URL from its "ready at URL" line.
+start() {
+  local log=$1; shift
+  "$@" >"$log" 2>"$log.err" &
+  PIDS+=($!)
+  LAST_PID=$!
+  for _ in $(seq 600); do
+    URL=$(grep -o 'ready at http://[^ ]*' "$log" 2>/dev/null | head -1 | cut -d' ' -f3 || true)
+    [ -n "$URL" ] && return 0
+    kill -0 "$LAST_PID" 2>/dev/null || { cat "$log.err"; echo "server_e2e: $1 exited"; exit 1; }
+    sleep 0.1
+  done
+  echo "server_e2e: $1 did not become ready"; cat "$log.err"; exit 1
+}
+
+"$BUILD/hearth_test_serve" make-model "$WORK/qwen3-random"
+start "$WORK/model.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 --ctx 2048 --cache-ram 512 --max-body 1000000 -t 2
+export HEARTH_URL=$URL
+start "$WORK/scripted.log" "$BUILD/hearth_test_serve" scripted --port 0 --api-key test-key
+export HEARTH_SCRIPTED_URL=$URL HEARTH_KEY=test-key
+
+cd "$DEPS"
+node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs browser.test.mjs
+
+# SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
+curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":1900,"ignore_eos":true,"stream":true}' >"$WORK/stream.txt" &
+CURL=$!
+sleep 1
+kill -TERM "${PIDS[0]}"
+for _ in $(seq 100); do kill -0 "${PIDS[0]}" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "${PIDS[0]}" 2>/dev/null; then echo "server_e2e: hearth serve did not stop within 10 s of SIGTERM"; exit 1; fi
+wait "${PIDS[0]}" && rc=0 || rc=$?
+[ "$rc" -eq 0 ] || { echo "server_e2e: hearth serve exited with $rc after SIGTERM"; exit 1; }
+wait "$CURL" || true
+grep -q '\[DONE\]' "$WORK/stream.txt" || { echo "server_e2e: the in-flight stream was not ended"; tail -c 300 "$WORK/stream.txt"; exit 1; }
+echo "server_e2e: SIGTERM with a stream in flight: clean exit"
