@@ -16,7 +16,8 @@ size_t partial_suffix(std::string_view s, std::string_view tag) {
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 }  // namespace
 
-ReasoningParser::ReasoningParser(bool start_in_reasoning, std::string open_tag, std::string close_tag)
+ReasoningParser::ReasoningParser(bool start_in_reasoning, std::string open_tag,
+                                 std::string close_tag)
     : open_(std::move(open_tag)),
       close_(std::move(close_tag)),
       state_(start_in_reasoning ? State::Reasoning : State::Start) {}
@@ -34,8 +35,10 @@ void ReasoningParser::emit_reasoning(ReasoningSplit& out, std::string s, bool cl
   size_t end = s.size();
   while (end > 0 && s[end - 1] == '\n') --end;
   if (end == 0) {
-    if (closing) held_nl_.clear();
-    else held_nl_ += s;
+    if (closing)
+      held_nl_.clear();
+    else
+      held_nl_ += s;
     return;
   }
   out.reasoning += held_nl_ + s.substr(0, end);
@@ -100,7 +103,8 @@ void ReasoningParser::step(ReasoningSplit& out, bool final) {
   }
 }
 
-bool prompt_opens_reasoning(std::string_view prompt, std::string_view open_tag, std::string_view close_tag) {
+bool prompt_opens_reasoning(std::string_view prompt, std::string_view open_tag,
+                            std::string_view close_tag) {
   const size_t open = prompt.rfind(open_tag);
   if (open == std::string_view::npos) return false;
   const size_t close = prompt.rfind(close_tag);

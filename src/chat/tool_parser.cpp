@@ -34,10 +34,14 @@ size_t partial_suffix(std::string_view s, std::string_view tag) {
 std::string_view open_tag(ToolCallFormat f) {
   switch (f) {
     case ToolCallFormat::Hermes:
-    case ToolCallFormat::Qwen3Coder: return kToolCallOpen;
-    case ToolCallFormat::Mistral: return kMistralOpen;
-    case ToolCallFormat::Llama3Json: return kPythonTag;
-    case ToolCallFormat::None: break;
+    case ToolCallFormat::Qwen3Coder:
+      return kToolCallOpen;
+    case ToolCallFormat::Mistral:
+      return kMistralOpen;
+    case ToolCallFormat::Llama3Json:
+      return kPythonTag;
+    case ToolCallFormat::None:
+      break;
   }
   return {};
 }
@@ -57,8 +61,10 @@ bool split_objects(std::string_view s, std::vector<std::string_view>& out) {
     for (; j < s.size(); ++j) {
       const char c = s[j];
       if (in_str) {
-        if (c == '\\') ++j;
-        else if (c == '"') in_str = false;
+        if (c == '\\')
+          ++j;
+        else if (c == '"')
+          in_str = false;
       } else if (c == '"') {
         in_str = true;
       } else if (c == '{' || c == '[') {
@@ -124,8 +130,9 @@ const json* parameter_schema(const json& tools, const std::string& tool, const s
   for (const auto& t : tools) {
     const json& fn = t.contains("function") ? t["function"] : t;
     if (!fn.is_object() || fn.value("name", "") != tool) continue;
-    const json* params = fn.contains("parameters") ? &fn["parameters"]
-                         : fn.contains("input_schema") ? &fn["input_schema"] : nullptr;
+    const json* params = fn.contains("parameters")     ? &fn["parameters"]
+                         : fn.contains("input_schema") ? &fn["input_schema"]
+                                                       : nullptr;
     if (!params || !params->is_object() || !params->contains("properties")) return nullptr;
     const json& props = (*params)["properties"];
     if (props.is_object() && props.contains(key)) return &props[key];
@@ -221,6 +228,9 @@ json convert_parameter(std::string_view value, const json& schema) {
   }
   const std::string text(value);
   const std::string_view trimmed = trim(value);
+  // "null" in a nullable parameter is null, even when the union lists string first.
+  if (trimmed == "null" && std::find(types.begin(), types.end(), "null") != types.end())
+    return nullptr;
   for (const auto& type : types) {
     if (type == "string") return text;
     if (type == "null" && trimmed == "null") return nullptr;
@@ -236,13 +246,15 @@ json convert_parameter(std::string_view value, const json& schema) {
     }
     if (type == "boolean") {
       std::string s(trimmed);
-      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+      std::transform(s.begin(), s.end(), s.begin(),
+                     [](unsigned char c) { return char(std::tolower(c)); });
       if (s == "true") return true;
       if (s == "false") return false;
     }
     if (type == "object" || type == "array" || type == "any") {
       json j = json::parse(trimmed, nullptr, false);
-      if (!j.is_discarded() && (type == "any" || (type == "object" ? j.is_object() : j.is_array()))) return j;
+      if (!j.is_discarded() && (type == "any" || (type == "object" ? j.is_object() : j.is_array())))
+        return j;
     }
   }
   return text;  // no schema, or it did not convert: keep the model's text
@@ -261,11 +273,16 @@ ToolCallFormat detect_tool_call_format(std::string_view tmpl) {
 
 const char* tool_call_format_name(ToolCallFormat f) {
   switch (f) {
-    case ToolCallFormat::Hermes: return "hermes";
-    case ToolCallFormat::Qwen3Coder: return "qwen3_coder";
-    case ToolCallFormat::Llama3Json: return "llama3_json";
-    case ToolCallFormat::Mistral: return "mistral";
-    case ToolCallFormat::None: break;
+    case ToolCallFormat::Hermes:
+      return "hermes";
+    case ToolCallFormat::Qwen3Coder:
+      return "qwen3_coder";
+    case ToolCallFormat::Llama3Json:
+      return "llama3_json";
+    case ToolCallFormat::Mistral:
+      return "mistral";
+    case ToolCallFormat::None:
+      break;
   }
   return "none";
 }
@@ -301,7 +318,8 @@ std::string ToolCallParser::push(std::string_view text, std::vector<ToolCall>& c
   std::string out;
   if (format_ == ToolCallFormat::None) return release_outside(false);
   for (;;) {
-    if (state_ == State::Start) {  // Llama 3: a call is the whole output, starting with { or the tag
+    if (state_ ==
+        State::Start) {  // Llama 3: a call is the whole output, starting with { or the tag
       size_t i = 0;
       while (i < pending_.size() && is_space(pending_[i])) ++i;
       std::string_view rest = std::string_view(pending_).substr(i);
@@ -311,7 +329,8 @@ std::string ToolCallParser::push(std::string_view text, std::vector<ToolCall>& c
         state_ = State::Inside;
         continue;
       }
-      if (rest.substr(0, std::min(rest.size(), kPythonTag.size())) == kPythonTag.substr(0, std::min(rest.size(), kPythonTag.size()))) {
+      if (rest.substr(0, std::min(rest.size(), kPythonTag.size())) ==
+          kPythonTag.substr(0, std::min(rest.size(), kPythonTag.size()))) {
         if (rest.size() < kPythonTag.size()) return out;  // maybe the tag, wait
         pending_.erase(0, i + kPythonTag.size());
         state_ = State::Inside;
@@ -322,9 +341,11 @@ std::string ToolCallParser::push(std::string_view text, std::vector<ToolCall>& c
     }
     if (state_ == State::Outside) {
       const std::string_view tag = open_tag(format_);
-      const size_t pos = format_ == ToolCallFormat::Llama3Json ? std::string::npos : pending_.find(tag);
+      const size_t pos =
+          format_ == ToolCallFormat::Llama3Json ? std::string::npos : pending_.find(tag);
       if (pos == std::string::npos) {
-        const size_t hold = format_ == ToolCallFormat::Llama3Json ? 0 : partial_suffix(pending_, tag);
+        const size_t hold =
+            format_ == ToolCallFormat::Llama3Json ? 0 : partial_suffix(pending_, tag);
         std::string keep = pending_.substr(pending_.size() - hold);
         pending_.resize(pending_.size() - hold);
         out += release_outside(false);
@@ -380,9 +401,12 @@ bool ToolCallParser::parse_body(std::string_view body, std::vector<ToolCall>& ca
       // Either body style may appear with either template family.
       if (trim(body).substr(0, 1) == "{") return parse_json_calls(body, calls);
       return parse_xml_calls(body, tools_, calls);
-    case ToolCallFormat::Llama3Json: return parse_json_calls(body, calls);
-    case ToolCallFormat::Mistral: return parse_mistral(body, calls);
-    case ToolCallFormat::None: break;
+    case ToolCallFormat::Llama3Json:
+      return parse_json_calls(body, calls);
+    case ToolCallFormat::Mistral:
+      return parse_mistral(body, calls);
+    case ToolCallFormat::None:
+      break;
   }
   return false;
 }

@@ -9,7 +9,6 @@
 // dropped. push()+finish() over any split of a text gives the same result as parse_tool_calls().
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <string_view>
 #include <vector>

@@ -33,7 +33,8 @@ int run_serve(ServeOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.model.threads < 0) fail("--threads must be >= 1, got {}", o.model.threads);
   if (o.cache_mb < 0) fail("--cache-ram must be >= 0 MB, got {}", o.cache_mb);
-  if (o.server.port < 0 || o.server.port > 65535) fail("--port must be in [0, 65535], got {}", o.server.port);
+  if (o.server.port < 0 || o.server.port > 65535)
+    fail("--port must be in [0, 65535], got {}", o.server.port);
   if (o.server.n_ctx < 0) fail("--ctx must be >= 0, got {}", o.server.n_ctx);
   ThreadPool::set_global_threads(o.model.threads);
   o.server.model_dir = resolve_model_dir(o.model.dir);
@@ -52,7 +53,8 @@ int run_serve(ServeOptions& o) {
 
   server::Server srv(o.server);
   srv.start();
-  std::fprintf(stderr, "hearth serve: listening on %s, loading %s\n", srv.url().c_str(), o.server.model_dir.c_str());
+  std::fprintf(stderr, "hearth serve: listening on %s, loading %s\n", srv.url().c_str(),
+               o.server.model_dir.c_str());
   const auto t_load = std::chrono::steady_clock::now();
   // Load on a helper thread so a signal during a long load still stops the process promptly.
   std::exception_ptr load_error;
@@ -64,7 +66,7 @@ int run_serve(ServeOptions& o) {
       load_error = std::current_exception();
     }
     loaded = true;
-    union sigval v{};
+    union sigval v {};
     sigqueue(getpid(), SIGUSR1, v);  // wake the main thread
   });
   const sigset_t wait_set = stop_signals;
@@ -81,9 +83,10 @@ int run_serve(ServeOptions& o) {
     using ms = std::chrono::duration<double, std::milli>;
     const auto now = std::chrono::steady_clock::now();
     const auto& info = srv.state().engine->info();
-    std::printf("hearth serve: ready at %s (model %s, %s, ctx %lld; load %.0f ms, start %.0f ms)\n", srv.url().c_str(),
-                srv.state().model_id.c_str(), info.model_type.c_str(), (long long)srv.state().engine->n_ctx(),
-                ms(now - t_load).count(), ms(t_load - t0).count());
+    std::printf("hearth serve: ready at %s (model %s, %s, ctx %lld; load %.0f ms, start %.0f ms)\n",
+                srv.url().c_str(), srv.state().model_id.c_str(), info.model_type.c_str(),
+                (long long)srv.state().engine->n_ctx(), ms(now - t_load).count(),
+                ms(t_load - t0).count());
     std::fflush(stdout);
   }
   std::fprintf(stderr, "hearth serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -93,20 +96,27 @@ int run_serve(ServeOptions& o) {
   return 0;
 }
 
-CommandRegistration reg("serve", "serve OpenAI- and Anthropic-compatible HTTP APIs and a chat page", [](CLI::App& sub) {
-  auto o = std::make_shared<ServeOptions>();
-  add_model_options(sub, o->model);
-  sub.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
-  sub.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
-  sub.add_option("-c,--ctx", o->server.n_ctx, "context length per request (default: the model's)");
-  sub.add_option("--api-key", o->server.api_key, "require this key (Authorization: Bearer KEY, or x-api-key)");
-  sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")->capture_default_str();
-  sub.add_option("--web-dir", o->server.web_dir, "directory of the chat page (default: the source tree's web/)");
-  sub.add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes")->capture_default_str();
-  sub.add_option("--http-threads", o->http_threads, "connections served at once")->capture_default_str();
-  o->server.web_dir = std::string(HEARTH_SOURCE_ROOT) + "/web";
-  return [o] { return run_serve(*o); };
-});
+CommandRegistration reg(
+    "serve", "serve OpenAI- and Anthropic-compatible HTTP APIs and a chat page", [](CLI::App& sub) {
+      auto o = std::make_shared<ServeOptions>();
+      add_model_options(sub, o->model);
+      sub.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
+      sub.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
+      sub.add_option("-c,--ctx", o->server.n_ctx,
+                     "context length per request (default: the model's)");
+      sub.add_option("--api-key", o->server.api_key,
+                     "require this key (Authorization: Bearer KEY, or x-api-key)");
+      sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")
+          ->capture_default_str();
+      sub.add_option("--web-dir", o->server.web_dir,
+                     "directory of the chat page (default: the source tree's web/)");
+      sub.add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes")
+          ->capture_default_str();
+      sub.add_option("--http-threads", o->http_threads, "connections served at once")
+          ->capture_default_str();
+      o->server.web_dir = std::string(HEARTH_SOURCE_ROOT) + "/web";
+      return [o] { return run_serve(*o); };
+    });
 
 }  // namespace
 }  // namespace hearth::cli

@@ -21,7 +21,7 @@ namespace hearth {
 
 struct PromptCacheStats {
   uint64_t lookups = 0;
-  uint64_t hits = 0;          // lookups that reused at least one token
+  uint64_t hits = 0;  // lookups that reused at least one token
   uint64_t reused_tokens = 0;
   size_t bytes = 0;
   size_t entries = 0;

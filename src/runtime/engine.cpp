@@ -36,9 +36,11 @@ TokenLogprob compute_logprobs(std::span<const float> logits, int32_t chosen, int
     std::vector<int32_t> ids(logits.size());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
     const size_t k = std::min(size_t(n), ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
+    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[size_t(a)] > logits[size_t(b)] ||
+                               (logits[size_t(a)] == logits[size_t(b)] && a < b);
+                      });
     for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logits[size_t(ids[i])] - log_z);
   }
   return out;
@@ -103,7 +105,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   std::shared_ptr<const Tokenizer> tokenizer;
   if (std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json"))
     tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(options.model_dir));
-  return std::make_unique<Engine>(std::move(model), std::move(tokenizer), std::move(config), options);
+  return std::make_unique<Engine>(std::move(model), std::move(tokenizer), std::move(config),
+                                  options);
 }
 
 Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -134,8 +137,10 @@ void Engine::validate(const GenerationRequest& r) const {
   if (r.max_tokens < 0) fail("max_tokens must be >= 0, got {}", r.max_tokens);
   const int64_t n_prompt = int64_t(r.prompt.size());
   if (n_prompt + r.max_tokens > n_ctx_)
-    fail("this model's context is {} tokens, but the request has {} prompt tokens + max_tokens {} = {}",
-         n_ctx_, n_prompt, r.max_tokens, n_prompt + r.max_tokens);
+    fail(
+        "this model's context is {} tokens, but the request has {} prompt tokens + max_tokens {} = "
+        "{}",
+        n_ctx_, n_prompt, r.max_tokens, n_prompt + r.max_tokens);
   if (r.logprobs > 20) fail("top_logprobs must be <= 20, got {}", r.logprobs);
   for (int32_t t : r.stop_token_ids)
     if (t < 0 || t >= n_vocab) fail("stop token id {} is out of range [0, {})", t, n_vocab);
@@ -262,7 +267,8 @@ GenerationResult Engine::run(Job& job) {
     const int64_t next_cp = (pos / interval + 1) * interval;
     const int64_t end = std::min({n_prompt, pos + chunk, next_cp});
     const bool last = end == n_prompt;
-    model_->forward(*state, std::span<const int32_t>(req.prompt).subspan(size_t(pos), size_t(end - pos)),
+    model_->forward(*state,
+                    std::span<const int32_t>(req.prompt).subspan(size_t(pos), size_t(end - pos)),
                     last ? LogitsRows::Last : LogitsRows::None, last ? logits.data() : nullptr);
     if (end % interval == 0 || last) {
       state->keep_checkpoint();
@@ -294,7 +300,8 @@ GenerationResult Engine::run(Job& job) {
   for (int64_t i = 0; i < req.max_tokens; ++i) {
     if (i > 0) {
       if (state->n_past() >= n_ctx_) break;  // context full: "length"
-      model_->forward(*state, std::span<const int32_t>(&history.back(), 1), LogitsRows::Last, logits.data());
+      model_->forward(*state, std::span<const int32_t>(&history.back(), 1), LogitsRows::Last,
+                      logits.data());
     }
     if (req.cancel->load()) {
       result.finish_reason = "cancelled";

@@ -32,10 +32,10 @@ class Tokenizer;
 struct EngineOptions {
   std::string model_dir;
   std::string device = "cpu";
-  int64_t n_ctx = 0;                          // 0: the model's max_position_embeddings
-  size_t cache_bytes = size_t{8192} << 20;    // prompt cache cap; 0 disables it
-  int64_t prefill_chunk = 512;                // tokens per prefill forward
-  int64_t checkpoint_interval = 256;          // keep_checkpoint() every N prompt positions
+  int64_t n_ctx = 0;                        // 0: the model's max_position_embeddings
+  size_t cache_bytes = size_t{8192} << 20;  // prompt cache cap; 0 disables it
+  int64_t prefill_chunk = 512;              // tokens per prefill forward
+  int64_t checkpoint_interval = 256;        // keep_checkpoint() every N prompt positions
 };
 
 struct TokenLogprob {
@@ -51,8 +51,8 @@ struct GenerationRequest {
   std::vector<std::string> stop;        // stop strings, matched on the decoded text
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
-  bool skip_special_tokens = true;      // in the decoded text (tool/think tags are not special)
-  int logprobs = -1;                    // -1: none; N >= 0: chosen token's and top N
+  bool skip_special_tokens = true;  // in the decoded text (tool/think tags are not special)
+  int logprobs = -1;                // -1: none; N >= 0: chosen token's and top N
   std::shared_ptr<std::atomic<bool>> cancel;  // set it to stop at the next token (optional)
 };
 
@@ -72,8 +72,8 @@ struct GenerationTimings {
 
 struct GenerationDelta {
   std::string text;
-  std::vector<int32_t> tokens;           // tokens whose text is (mostly) in this delta
-  std::vector<TokenLogprob> logprobs;    // one per token when requested
+  std::vector<int32_t> tokens;         // tokens whose text is (mostly) in this delta
+  std::vector<TokenLogprob> logprobs;  // one per token when requested
 };
 
 struct GenerationResult {
@@ -82,7 +82,7 @@ struct GenerationResult {
   std::string finish_reason;  // "stop", "length", "cancelled" or "error"
   std::string stop_string;    // the stop string that ended it, if one did
   std::optional<int32_t> stop_token;
-  std::string error;          // when finish_reason is "error"
+  std::string error;  // when finish_reason is "error"
   GenerationUsage usage;
   GenerationTimings timings;
   std::vector<TokenLogprob> logprobs;

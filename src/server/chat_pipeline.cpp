@@ -22,14 +22,18 @@ void finish_generation_request(const ServerState& state, GenerationRequest& gen,
   const int64_t n_prompt = int64_t(gen.prompt.size());
   if (n_prompt == 0) bad_request("the prompt is empty after tokenization", "messages");
   if (n_prompt >= n_ctx)
-    bad_request(fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens",
-                            n_ctx, n_prompt),
-                "messages", "context_length_exceeded");
+    bad_request(
+        fmt::format(
+            "this model's maximum context length is {} tokens, but the prompt has {} tokens", n_ctx,
+            n_prompt),
+        "messages", "context_length_exceeded");
   if (max_tokens && n_prompt + *max_tokens > n_ctx)
-    bad_request(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
-                            "max_tokens is {} ({} in total)",
-                            n_ctx, n_prompt, *max_tokens, n_prompt + *max_tokens),
-                "max_tokens", "context_length_exceeded");
+    bad_request(
+        fmt::format(
+            "this model's maximum context length is {} tokens; the prompt has {} tokens and "
+            "max_tokens is {} ({} in total)",
+            n_ctx, n_prompt, *max_tokens, n_prompt + *max_tokens),
+        "max_tokens", "context_length_exceeded");
   gen.max_tokens = max_tokens ? *max_tokens : n_ctx - n_prompt;
   gen.sampling = apply_sampling(sampling, engine.default_sampling());
   try {

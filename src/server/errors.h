@@ -4,7 +4,6 @@
 // {"type": "error", "error": {"type", "message"}}. Nothing a client sends ends the process.
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "core/error.h"

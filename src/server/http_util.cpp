@@ -19,21 +19,24 @@ void send_error(httplib::Response& res, ApiStyle style, int status, const std::s
   send_json(res, error_body(style, status, message, param, code), status);
 }
 
-bool check_auth(const ServerState& state, ApiStyle style, const httplib::Request& req, httplib::Response& res) {
+bool check_auth(const ServerState& state, ApiStyle style, const httplib::Request& req,
+                httplib::Response& res) {
   const std::string& key = state.options.api_key;
   if (key.empty()) return true;
   const std::string auth = req.get_header_value("Authorization");
   if (auth == "Bearer " + key || req.get_header_value("x-api-key") == key) return true;
   send_error(res, style, 401,
-             style == ApiStyle::Anthropic ? "invalid x-api-key" : "invalid or missing API key (Authorization: Bearer KEY)",
+             style == ApiStyle::Anthropic
+                 ? "invalid x-api-key"
+                 : "invalid or missing API key (Authorization: Bearer KEY)",
              {}, "invalid_api_key");
   return false;
 }
 
 namespace {
 
-void run_guarded(ServerState& state, ApiStyle style, const std::string& endpoint, httplib::Response& res,
-                 const std::function<void()>& fn) {
+void run_guarded(ServerState& state, ApiStyle style, const std::string& endpoint,
+                 httplib::Response& res, const std::function<void()>& fn) {
   try {
     fn();
   } catch (const ApiError& e) {
@@ -54,7 +57,9 @@ bool check_ready(ServerState& state, ApiStyle style, httplib::Response& res) {
     return false;
   }
   if (!state.ready) {
-    send_error(res, style, 503, state.load_error.empty() ? "the model is loading" : "the model failed to load: " + state.load_error);
+    send_error(res, style, 503,
+               state.load_error.empty() ? "the model is loading"
+                                        : "the model failed to load: " + state.load_error);
     return false;
   }
   return true;
@@ -62,7 +67,8 @@ bool check_ready(ServerState& state, ApiStyle style, httplib::Response& res) {
 
 }  // namespace
 
-httplib::Server::Handler json_post(ServerState& state, ApiStyle style, std::string endpoint, JsonRoute fn) {
+httplib::Server::Handler json_post(ServerState& state, ApiStyle style, std::string endpoint,
+                                   JsonRoute fn) {
   return [&state, style, endpoint, fn](const httplib::Request& req, httplib::Response& res) {
     run_guarded(state, style, endpoint, res, [&] {
       if (!check_auth(state, style, req, res) || !check_ready(state, style, res)) return;
@@ -76,9 +82,11 @@ httplib::Server::Handler json_post(ServerState& state, ApiStyle style, std::stri
   };
 }
 
-httplib::Server::Handler json_get(ServerState& state, ApiStyle style, std::string endpoint, bool needs_model,
-                                  std::function<void(const httplib::Request&, httplib::Response&)> fn) {
-  return [&state, style, endpoint, needs_model, fn](const httplib::Request& req, httplib::Response& res) {
+httplib::Server::Handler json_get(
+    ServerState& state, ApiStyle style, std::string endpoint, bool needs_model,
+    std::function<void(const httplib::Request&, httplib::Response&)> fn) {
+  return [&state, style, endpoint, needs_model, fn](const httplib::Request& req,
+                                                    httplib::Response& res) {
     run_guarded(state, style, endpoint, res, [&] {
       if (!check_auth(state, style, req, res)) return;
       if (needs_model && !check_ready(state, style, res)) return;
@@ -93,7 +101,9 @@ std::string sse_event(const std::string& event, const nlohmann::json& body) {
   return "event: " + event + "\ndata: " + dump_json(body) + "\n\n";
 }
 
-bool sse_write(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
+bool sse_write(httplib::DataSink& sink, const std::string& text) {
+  return sink.write(text.data(), text.size());
+}
 
 nlohmann::json token_logprob_entry(const Engine& engine, int32_t token, float logprob) {
   std::string text;

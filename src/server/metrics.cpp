@@ -4,7 +4,8 @@
 
 namespace hearth::server {
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
 
 void Histogram::observe(double v) {
   size_t i = 0;
@@ -22,7 +23,8 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
     out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cum);
   }
   cum += counts_.back();
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cum, name, sum_, name, count_);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cum, name, sum_,
+                     name, count_);
 }
 
 Metrics::Metrics()
@@ -53,33 +55,44 @@ void Metrics::add_tokens(int64_t prompt, int64_t generated, int64_t cached) {
   cached_tokens_ += uint64_t(cached);
 }
 
-std::string Metrics::render(size_t queue_depth, size_t running, const PromptCacheStats& cache) const {
+std::string Metrics::render(size_t queue_depth, size_t running,
+                            const PromptCacheStats& cache) const {
   std::lock_guard lock(mu_);
   std::string out;
-  out += "# HELP hearth_requests_total HTTP requests by endpoint and status.\n# TYPE hearth_requests_total counter\n";
+  out +=
+      "# HELP hearth_requests_total HTTP requests by endpoint and status.\n# TYPE "
+      "hearth_requests_total counter\n";
   for (const auto& [key, n] : requests_)
-    out += fmt::format("hearth_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+    out += fmt::format("hearth_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
+                       key.second, n);
   out += fmt::format(
-      "# HELP hearth_prompt_tokens_total Prompt tokens of finished requests.\n# TYPE hearth_prompt_tokens_total counter\n"
+      "# HELP hearth_prompt_tokens_total Prompt tokens of finished requests.\n# TYPE "
+      "hearth_prompt_tokens_total counter\n"
       "hearth_prompt_tokens_total {}\n"
-      "# HELP hearth_generation_tokens_total Generated tokens.\n# TYPE hearth_generation_tokens_total counter\n"
+      "# HELP hearth_generation_tokens_total Generated tokens.\n# TYPE "
+      "hearth_generation_tokens_total counter\n"
       "hearth_generation_tokens_total {}\n"
       "# HELP hearth_prompt_cached_tokens_total Prompt tokens reused from the prompt cache.\n"
       "# TYPE hearth_prompt_cached_tokens_total counter\nhearth_prompt_cached_tokens_total {}\n"
-      "# HELP hearth_prompt_cache_lookups_total Prompt cache lookups.\n# TYPE hearth_prompt_cache_lookups_total counter\n"
+      "# HELP hearth_prompt_cache_lookups_total Prompt cache lookups.\n# TYPE "
+      "hearth_prompt_cache_lookups_total counter\n"
       "hearth_prompt_cache_lookups_total {}\n"
       "# HELP hearth_prompt_cache_hits_total Lookups that reused at least one token.\n"
       "# TYPE hearth_prompt_cache_hits_total counter\nhearth_prompt_cache_hits_total {}\n"
-      "# HELP hearth_prompt_cache_bytes Bytes held by the prompt cache.\n# TYPE hearth_prompt_cache_bytes gauge\n"
+      "# HELP hearth_prompt_cache_bytes Bytes held by the prompt cache.\n# TYPE "
+      "hearth_prompt_cache_bytes gauge\n"
       "hearth_prompt_cache_bytes {}\n"
-      "# HELP hearth_prompt_cache_entries Sequences held by the prompt cache.\n# TYPE hearth_prompt_cache_entries gauge\n"
+      "# HELP hearth_prompt_cache_entries Sequences held by the prompt cache.\n# TYPE "
+      "hearth_prompt_cache_entries gauge\n"
       "hearth_prompt_cache_entries {}\n"
-      "# HELP hearth_requests_waiting Requests queued for the engine.\n# TYPE hearth_requests_waiting gauge\n"
+      "# HELP hearth_requests_waiting Requests queued for the engine.\n# TYPE "
+      "hearth_requests_waiting gauge\n"
       "hearth_requests_waiting {}\n"
-      "# HELP hearth_requests_running Requests being generated.\n# TYPE hearth_requests_running gauge\n"
+      "# HELP hearth_requests_running Requests being generated.\n# TYPE hearth_requests_running "
+      "gauge\n"
       "hearth_requests_running {}\n",
-      prompt_tokens_, generated_tokens_, cached_tokens_, cache.lookups, cache.hits, cache.bytes, cache.entries,
-      queue_depth, running);
+      prompt_tokens_, generated_tokens_, cached_tokens_, cache.lookups, cache.hits, cache.bytes,
+      cache.entries, queue_depth, running);
   ttft_.render(out, "hearth_time_to_first_token_seconds", "Request arrival to first token.");
   itl_.render(out, "hearth_inter_token_latency_seconds", "Time between generated tokens.");
   e2e_.render(out, "hearth_request_duration_seconds", "Request arrival to last token.");

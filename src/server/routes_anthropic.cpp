@@ -41,29 +41,38 @@ class BlockWriter {
  public:
   explicit BlockWriter(httplib::DataSink& sink) : sink_(sink) {}
   bool ok() const { return ok_; }
-  void write(const std::string& event, const json& body) { ok_ = ok_ && sse_write(sink_, sse_event(event, body)); }
+  void write(const std::string& event, const json& body) {
+    ok_ = ok_ && sse_write(sink_, sse_event(event, body));
+  }
   void delta(const std::string& kind, const std::string& text) {
     if (text.empty()) return;
     if (open_ != kind) {
       close();
-      json block = kind == "thinking" ? json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}
-                                      : json{{"type", "text"}, {"text", ""}};
-      write("content_block_start", {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
+      json block = kind == "thinking"
+                       ? json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}
+                       : json{{"type", "text"}, {"text", ""}};
+      write("content_block_start",
+            {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
       open_ = kind;
     }
     json d = kind == "thinking" ? json{{"type", "thinking_delta"}, {"thinking", text}}
                                 : json{{"type", "text_delta"}, {"text", text}};
-    write("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", d}});
+    write("content_block_delta",
+          {{"type", "content_block_delta"}, {"index", index_}, {"delta", d}});
   }
   void tool(const chat::ToolCall& c) {
     close();
-    write("content_block_start",
-          {{"type", "content_block_start"},
-           {"index", index_},
-           {"content_block", {{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", c.name}, {"input", json::object()}}}});
-    write("content_block_delta", {{"type", "content_block_delta"},
+    write("content_block_start", {{"type", "content_block_start"},
                                   {"index", index_},
-                                  {"delta", {{"type", "input_json_delta"}, {"partial_json", tool_input(c).dump()}}}});
+                                  {"content_block",
+                                   {{"type", "tool_use"},
+                                    {"id", random_id("toolu_")},
+                                    {"name", c.name},
+                                    {"input", json::object()}}}});
+    write("content_block_delta",
+          {{"type", "content_block_delta"},
+           {"index", index_},
+           {"delta", {{"type", "input_json_delta"}, {"partial_json", tool_input(c).dump()}}}});
     open_ = "tool_use";
     close();
   }
@@ -85,14 +94,16 @@ class BlockWriter {
   bool ok_ = true;
 };
 
-void messages(ServerState& s, const ojson& body, const httplib::Request& req, httplib::Response& res) {
+void messages(ServerState& s, const ojson& body, const httplib::Request& req,
+              httplib::Response& res) {
   const auto arrival = Clock::now();
   ChatRequest r = parse_anthropic_messages(body);
   auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, r));
   const std::string id = random_id("msg_");
   const int port = s.options.port;
-  const std::string model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>()
-                                                                                 : s.model_id;
+  const std::string model = body.contains("model") && body["model"].is_string()
+                                ? body["model"].get<std::string>()
+                                : s.model_id;
 
   if (!r.stream) {
     ConnectionWatch watch(req, port);
@@ -110,38 +121,45 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req, ht
       return true;
     });
     if (result.finish_reason == "error") throw ApiError(s.stopping ? 503 : 500, result.error);
-    if (result.finish_reason == "cancelled") throw ApiError(503, "the request was cancelled (server shutting down)");
+    if (result.finish_reason == "cancelled")
+      throw ApiError(503, "the request was cancelled (server shutting down)");
     add(out.finish());
     json content = json::array();
-    if (!reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", reasoning}, {"signature", ""}});
+    if (!reasoning.empty())
+      content.push_back({{"type", "thinking"}, {"thinking", reasoning}, {"signature", ""}});
     if (!text.empty()) content.push_back({{"type", "text"}, {"text", text}});
     for (const auto& c : calls)
-      content.push_back({{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", c.name}, {"input", tool_input(c)}});
-    send_json(res, {{"id", id},
-                    {"type", "message"},
-                    {"role", "assistant"},
-                    {"model", model},
-                    {"content", content},
-                    {"stop_reason", stop_reason(result, calls.size())},
-                    {"stop_sequence", result.stop_string.empty() ? json() : json(result.stop_string)},
-                    {"usage", usage_json(result.usage)}});
+      content.push_back({{"type", "tool_use"},
+                         {"id", random_id("toolu_")},
+                         {"name", c.name},
+                         {"input", tool_input(c)}});
+    send_json(res,
+              {{"id", id},
+               {"type", "message"},
+               {"role", "assistant"},
+               {"model", model},
+               {"content", content},
+               {"stop_reason", stop_reason(result, calls.size())},
+               {"stop_sequence", result.stop_string.empty() ? json() : json(result.stop_string)},
+               {"usage", usage_json(result.usage)}});
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream", [&s, prepared, id, model, arrival, port,
-                                                          &req](size_t, httplib::DataSink& sink) {
+                                                         &req](size_t, httplib::DataSink& sink) {
     BlockWriter w(sink);
     const int64_t n_prompt = int64_t(prepared->gen.prompt.size());
     w.write("message_start", {{"type", "message_start"},
-                              {"message", {{"id", id},
-                                           {"type", "message"},
-                                           {"role", "assistant"},
-                                           {"model", model},
-                                           {"content", json::array()},
-                                           {"stop_reason", nullptr},
-                                           {"stop_sequence", nullptr},
-                                           {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}}}});
+                              {"message",
+                               {{"id", id},
+                                {"type", "message"},
+                                {"role", "assistant"},
+                                {"model", model},
+                                {"content", json::array()},
+                                {"stop_reason", nullptr},
+                                {"stop_sequence", nullptr},
+                                {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}}}});
     w.write("ping", {{"type", "ping"}});
     ConnectionWatch watch(req, port);
     EngineRequest er(s, prepared->gen, arrival);
@@ -160,16 +178,19 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req, ht
           return w.ok();
         });
     if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
-      const std::string msg = result.finish_reason == "error" ? result.error : "the request was cancelled";
+      const std::string msg =
+          result.finish_reason == "error" ? result.error : "the request was cancelled";
       w.write("error", error_body(ApiStyle::Anthropic, 503, msg));
     } else {
       send(out.finish());
       w.close();
-      w.write("message_delta",
-              {{"type", "message_delta"},
-               {"delta", {{"stop_reason", stop_reason(result, n_calls)},
-                          {"stop_sequence", result.stop_string.empty() ? json() : json(result.stop_string)}}},
-               {"usage", usage_json(result.usage)}});
+      w.write(
+          "message_delta",
+          {{"type", "message_delta"},
+           {"delta",
+            {{"stop_reason", stop_reason(result, n_calls)},
+             {"stop_sequence", result.stop_string.empty() ? json() : json(result.stop_string)}}},
+           {"usage", usage_json(result.usage)}});
       w.write("message_stop", {{"type", "message_stop"}});
     }
     sink.done();
@@ -180,9 +201,9 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req, ht
 }  // namespace
 
 void register_anthropic_routes(httplib::Server& http, ServerState& s) {
-  http.Post("/v1/messages",
-            json_post(s, ApiStyle::Anthropic, "/v1/messages",
-                      [&s](const ojson& b, const httplib::Request& q, httplib::Response& r) { messages(s, b, q, r); }));
+  http.Post("/v1/messages", json_post(s, ApiStyle::Anthropic, "/v1/messages",
+                                      [&s](const ojson& b, const httplib::Request& q,
+                                           httplib::Response& r) { messages(s, b, q, r); }));
   http.Post("/v1/messages/count_tokens",
             json_post(s, ApiStyle::Anthropic, "/v1/messages/count_tokens",
                       [&s](const ojson& b, const httplib::Request&, httplib::Response& res) {

@@ -21,11 +21,12 @@ using nlohmann::json;
 std::map<std::string, std::pair<std::string, std::string>> load_web_files(const std::string& dir) {
   std::map<std::string, std::pair<std::string, std::string>> files;  // name → (type, bytes)
   if (dir.empty() || !std::filesystem::is_directory(dir)) return files;
-  static const std::map<std::string, std::string> types = {{".html", "text/html; charset=utf-8"},
-                                                           {".css", "text/css; charset=utf-8"},
-                                                           {".js", "text/javascript; charset=utf-8"},
-                                                           {".svg", "image/svg+xml"},
-                                                           {".ico", "image/x-icon"}};
+  static const std::map<std::string, std::string> types = {
+      {".html", "text/html; charset=utf-8"},
+      {".css", "text/css; charset=utf-8"},
+      {".js", "text/javascript; charset=utf-8"},
+      {".svg", "image/svg+xml"},
+      {".ico", "image/x-icon"}};
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     auto it = types.find(e.path().extension().string());
@@ -57,61 +58,74 @@ void register_misc_routes(httplib::Server& http, ServerState& s) {
     if (s.ready && !s.stopping) {
       send_json(res, {{"status", "ok"}});
     } else {
-      json body = {{"status", s.stopping ? "stopping" : s.load_error.empty() ? "loading" : "error"}};
+      json body = {{"status", s.stopping             ? "stopping"
+                              : s.load_error.empty() ? "loading"
+                                                     : "error"}};
       if (!s.load_error.empty()) body["error"] = s.load_error;
       send_json(res, body, 503);
     }
   });
   http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     const bool ready = s.ready.load();
-    res.set_content(s.metrics.render(ready ? s.engine->queue_depth() : 0, size_t(std::max(0, s.running.load())),
-                                     ready ? s.engine->cache_stats() : PromptCacheStats{}),
-                    "text/plain; version=0.0.4");
+    res.set_content(
+        s.metrics.render(ready ? s.engine->queue_depth() : 0, size_t(std::max(0, s.running.load())),
+                         ready ? s.engine->cache_stats() : PromptCacheStats{}),
+        "text/plain; version=0.0.4");
   });
-  http.Post("/tokenize", json_post(s, ApiStyle::OpenAI, "/tokenize", [&s](const ojson& body, const httplib::Request&,
-                                                                          httplib::Response& res) {
-              const Tokenizer* tok = s.engine->tokenizer();
-              if (!tok) bad_request("this model has no tokenizer");
-              std::vector<int32_t> ids;
-              if (field(body, "messages")) {
-                ChatRequest r = parse_openai_chat(body);
-                ids = prepare_chat(s, r).gen.prompt;
-              } else {
-                auto text = get_string(body, "content");
-                if (!text) text = get_string(body, "prompt");
-                if (!text) bad_request("give the text as content (or prompt), or messages", "content");
-                const bool add_special = get_bool(body, "add_special").value_or(get_bool(body, "add_special_tokens").value_or(true));
-                ids = tok->encode(*text, add_special);
-              }
-              json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", s.engine->n_ctx()}};
-              if (get_bool(body, "with_pieces").value_or(false)) {
-                json pieces = json::array();
-                for (int32_t id : ids) {
-                  const int32_t one[1] = {id};
-                  pieces.push_back({{"id", id}, {"piece", tok->decode(one, false)}});
-                }
-                out["pieces"] = pieces;
-              }
-              send_json(res, out);
-            }));
-  http.Post("/detokenize", json_post(s, ApiStyle::OpenAI, "/detokenize", [&s](const ojson& body, const httplib::Request&,
-                                                                              httplib::Response& res) {
-              const Tokenizer* tok = s.engine->tokenizer();
-              if (!tok) bad_request("this model has no tokenizer");
-              const std::vector<int32_t> ids = token_list(body, "tokens");
-              const std::string text = tok->decode(ids, get_bool(body, "skip_special_tokens").value_or(false));
-              send_json(res, {{"prompt", text}, {"content", text}});
-            }));
+  http.Post(
+      "/tokenize",
+      json_post(s, ApiStyle::OpenAI, "/tokenize",
+                [&s](const ojson& body, const httplib::Request&, httplib::Response& res) {
+                  const Tokenizer* tok = s.engine->tokenizer();
+                  if (!tok) bad_request("this model has no tokenizer");
+                  std::vector<int32_t> ids;
+                  if (field(body, "messages")) {
+                    ChatRequest r = parse_openai_chat(body);
+                    ids = prepare_chat(s, r).gen.prompt;
+                  } else {
+                    auto text = get_string(body, "content");
+                    if (!text) text = get_string(body, "prompt");
+                    if (!text)
+                      bad_request("give the text as content (or prompt), or messages", "content");
+                    const bool add_special =
+                        get_bool(body, "add_special")
+                            .value_or(get_bool(body, "add_special_tokens").value_or(true));
+                    ids = tok->encode(*text, add_special);
+                  }
+                  json out = {
+                      {"tokens", ids}, {"count", ids.size()}, {"max_model_len", s.engine->n_ctx()}};
+                  if (get_bool(body, "with_pieces").value_or(false)) {
+                    json pieces = json::array();
+                    for (int32_t id : ids) {
+                      const int32_t one[1] = {id};
+                      pieces.push_back({{"id", id}, {"piece", tok->decode(one, false)}});
+                    }
+                    out["pieces"] = pieces;
+                  }
+                  send_json(res, out);
+                }));
+  http.Post("/detokenize",
+            json_post(s, ApiStyle::OpenAI, "/detokenize",
+                      [&s](const ojson& body, const httplib::Request&, httplib::Response& res) {
+                        const Tokenizer* tok = s.engine->tokenizer();
+                        if (!tok) bad_request("this model has no tokenizer");
+                        const std::vector<int32_t> ids = token_list(body, "tokens");
+                        const std::string text =
+                            tok->decode(ids, get_bool(body, "skip_special_tokens").value_or(false));
+                        send_json(res, {{"prompt", text}, {"content", text}});
+                      }));
 
   auto files = std::make_shared<const std::map<std::string, std::pair<std::string, std::string>>>(
       load_web_files(s.options.web_dir));
-  http.Get(R"(/([A-Za-z0-9_\-]*\.?[A-Za-z0-9]*))", [&s, files](const httplib::Request& req, httplib::Response& res) {
+  http.Get(R"(/([A-Za-z0-9_\-]*\.?[A-Za-z0-9]*))", [&s, files](const httplib::Request& req,
+                                                               httplib::Response& res) {
     std::string name = req.matches[1];
     if (name.empty()) name = "index.html";
     auto it = files->find(name);
     if (it == files->end()) {
       send_error(res, ApiStyle::OpenAI, 404,
-                 files->empty() ? "no chat page: the web directory was not found (--web-dir)" : "not found: /" + name);
+                 files->empty() ? "no chat page: the web directory was not found (--web-dir)"
+                                : "not found: /" + name);
       s.metrics.count_request("/", 404);
       return;
     }

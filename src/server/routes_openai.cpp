@@ -24,6 +24,15 @@ json usage_json(const GenerationUsage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+// llama.cpp-style extra field: the engine's own view of the request's time.
+json timings_json(const GenerationTimings& t) {
+  return {{"queue_ms", t.queue_ms},
+          {"prefill_ms", t.prefill_ms},
+          {"ttft_ms", t.ttft_ms},
+          {"decode_ms", t.decode_ms},
+          {"decode_tokens", t.decode_tokens}};
+}
+
 json chat_logprobs(const Engine& engine, const std::vector<TokenLogprob>& lps) {
   json content = json::array();
   for (const auto& lp : lps) {
@@ -37,22 +46,29 @@ json chat_logprobs(const Engine& engine, const std::vector<TokenLogprob>& lps) {
 }
 
 // Legacy completions format: tokens, token_logprobs, top_logprobs (token → logprob maps).
-json completion_logprobs(const Engine& engine, const std::vector<TokenLogprob>& lps, size_t text_offset) {
-  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+json completion_logprobs(const Engine& engine, const std::vector<TokenLogprob>& lps,
+                         size_t text_offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
   for (const auto& lp : lps) {
     const std::string t = token_logprob_entry(engine, lp.token, lp.logprob)["token"];
     tokens.push_back(t);
     token_lps.push_back(lp.logprob);
     json top = json::object();
-    for (auto [id, v] : lp.top) top[token_logprob_entry(engine, id, v)["token"].get<std::string>()] = v;
+    for (auto [id, v] : lp.top)
+      top[token_logprob_entry(engine, id, v)["token"].get<std::string>()] = v;
     tops.push_back(top);
     offsets.push_back(text_offset);
     text_offset += t.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
 }
 
-json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_index, bool with_index) {
+json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_index,
+                     bool with_index) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     json c = {{"id", random_id("call_")},
@@ -67,7 +83,8 @@ json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_inde
 // A failed or interrupted generation as an HTTP error.
 void throw_for_result(const ServerState& state, const GenerationResult& r) {
   if (r.finish_reason == "error") throw ApiError(state.stopping ? 503 : 500, r.error);
-  if (r.finish_reason == "cancelled") throw ApiError(503, "the request was cancelled (server shutting down)");
+  if (r.finish_reason == "cancelled")
+    throw ApiError(503, "the request was cancelled (server shutting down)");
 }
 
 std::string finish_reason(const GenerationResult& r, size_t n_calls) {
@@ -75,7 +92,8 @@ std::string finish_reason(const GenerationResult& r, size_t n_calls) {
   return r.finish_reason;
 }
 
-void chat_completions(ServerState& s, const ojson& body, const httplib::Request& req, httplib::Response& res) {
+void chat_completions(ServerState& s, const ojson& body, const httplib::Request& req,
+                      httplib::Response& res) {
   const auto arrival = Clock::now();
   ChatRequest r = parse_openai_chat(body);
   auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, r));
@@ -113,22 +131,27 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
                     {"created", created},
                     {"model", s.model_id},
                     {"choices", json::array({choice})},
-                    {"usage", usage_json(result.usage)}});
+                    {"usage", usage_json(result.usage)},
+                    {"timings", timings_json(result.timings)}});
     return;
   }
 
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [&s, prepared, id, created, include_usage, want_logprobs,
-                                                          arrival, port, &req](size_t, httplib::DataSink& sink) {
+  res.set_chunked_content_provider("text/event-stream", [&s, prepared, id, created, include_usage,
+                                                         want_logprobs, arrival, port,
+                                                         &req](size_t, httplib::DataSink& sink) {
     const Engine& engine = *s.engine;
     auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
       json c = {{"id", id},
                 {"object", "chat.completion.chunk"},
                 {"created", created},
                 {"model", s.model_id},
-                {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}}})}};
+                {"choices", json::array({{{"index", 0},
+                                          {"delta", delta},
+                                          {"logprobs", logprobs},
+                                          {"finish_reason", finish}}})}};
       if (include_usage) c["usage"] = nullptr;
       return sse_data(c);
     };
@@ -140,25 +163,30 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
     auto send_events = [&](const ChatOutput::Events& ev, const std::vector<TokenLogprob>& lps) {
       json lp = want_logprobs && !lps.empty() ? chat_logprobs(engine, lps) : json();
       bool sent_lp = false;
-      if (!ev.reasoning.empty()) ok = ok && sse_write(sink, chunk({{"reasoning_content", ev.reasoning}}, nullptr));
+      if (!ev.reasoning.empty())
+        ok = ok && sse_write(sink, chunk({{"reasoning_content", ev.reasoning}}, nullptr));
       if (!ev.content.empty()) {
         ok = ok && sse_write(sink, chunk({{"content", ev.content}}, nullptr, lp));
         sent_lp = true;
       }
       if (!ev.calls.empty()) {
-        ok = ok && sse_write(sink, chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}}, nullptr));
+        ok = ok && sse_write(sink, chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}},
+                                         nullptr));
         n_calls += ev.calls.size();
       }
       // Logprobs of tokens whose text was held back or went elsewhere still reach the client.
-      if (!sent_lp && !lp.is_null()) ok = ok && sse_write(sink, chunk({{"content", ""}}, nullptr, lp));
+      if (!sent_lp && !lp.is_null())
+        ok = ok && sse_write(sink, chunk({{"content", ""}}, nullptr, lp));
       return ok;
     };
     GenerationResult result = pump(
-        er, &watch, [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
+        er, &watch,
+        [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
         [&] { return ok = ok && sse_write(sink, ": keep-alive\n\n"); });
     if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
       const int status = result.finish_reason == "error" && !s.stopping ? 500 : 503;
-      const std::string msg = result.finish_reason == "error" ? result.error : "the request was cancelled";
+      const std::string msg =
+          result.finish_reason == "error" ? result.error : "the request was cancelled";
       sse_write(sink, sse_data(error_body(ApiStyle::OpenAI, status, msg)));
     } else {
       send_events(out.finish(), {});
@@ -169,7 +197,8 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
                                   {"created", created},
                                   {"model", s.model_id},
                                   {"choices", json::array()},
-                                  {"usage", usage_json(result.usage)}}));
+                                  {"usage", usage_json(result.usage)},
+                                  {"timings", timings_json(result.timings)}}));
       }
     }
     sse_write(sink, "data: [DONE]\n\n");
@@ -178,7 +207,8 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
   });
 }
 
-void completions(ServerState& s, const ojson& body, const httplib::Request& req, httplib::Response& res) {
+void completions(ServerState& s, const ojson& body, const httplib::Request& req,
+                 httplib::Response& res) {
   const auto arrival = Clock::now();
   CompletionRequest r = parse_openai_completion(body);
   auto gen = std::make_shared<GenerationRequest>();
@@ -188,7 +218,8 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
     gen->prompt = *r.prompt_tokens;
     if (engine.tokenizer()) prompt_text = engine.tokenizer()->decode(gen->prompt, false);
   } else {
-    if (!engine.tokenizer()) bad_request("this model has no tokenizer: give the prompt as token ids", "prompt");
+    if (!engine.tokenizer())
+      bad_request("this model has no tokenizer: give the prompt as token ids", "prompt");
     gen->prompt = engine.tokenizer()->encode(r.prompt, true);
   }
   gen->stop = r.stop;
@@ -205,62 +236,71 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
     EngineRequest er(s, *gen, arrival);
     GenerationResult result = pump(er, &watch, {});
     throw_for_result(s, result);
-    json choice = {{"index", 0},
-                   {"text", echo + result.text},
-                   {"logprobs", r.logprobs >= 0 ? completion_logprobs(engine, result.logprobs, echo.size()) : json()},
-                   {"finish_reason", result.finish_reason}};
+    json choice = {
+        {"index", 0},
+        {"text", echo + result.text},
+        {"logprobs",
+         r.logprobs >= 0 ? completion_logprobs(engine, result.logprobs, echo.size()) : json()},
+        {"finish_reason", result.finish_reason}};
     send_json(res, {{"id", id},
                     {"object", "text_completion"},
                     {"created", created},
                     {"model", s.model_id},
                     {"choices", json::array({choice})},
-                    {"usage", usage_json(result.usage)}});
+                    {"usage", usage_json(result.usage)},
+                    {"timings", timings_json(result.timings)}});
     return;
   }
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [&s, gen, id, created, include_usage, want_logprobs, echo,
-                                                          arrival, port, &req](size_t, httplib::DataSink& sink) {
-    const Engine& engine = *s.engine;
-    auto chunk = [&](const std::string& text, json finish, json logprobs = nullptr) {
-      json c = {{"id", id},
-                {"object", "text_completion"},
-                {"created", created},
-                {"model", s.model_id},
-                {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}}})}};
-      if (include_usage) c["usage"] = nullptr;
-      return sse_data(c);
-    };
-    bool ok = echo.empty() || sse_write(sink, chunk(echo, nullptr));
-    size_t offset = echo.size();
-    ConnectionWatch watch(req, port);
-    EngineRequest er(s, *gen, arrival);
-    GenerationResult result = pump(
-        er, &watch,
-        [&](const GenerationDelta& d) {
-          json lp = want_logprobs ? completion_logprobs(engine, d.logprobs, offset) : json();
-          offset += d.text.size();
-          return ok = ok && sse_write(sink, chunk(d.text, nullptr, lp));
-        },
-        [&] { return ok = ok && sse_write(sink, ": keep-alive\n\n"); });
-    if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
-      const std::string msg = result.finish_reason == "error" ? result.error : "the request was cancelled";
-      sse_write(sink, sse_data(error_body(ApiStyle::OpenAI, 503, msg)));
-    } else {
-      sse_write(sink, chunk("", result.finish_reason));
-      if (include_usage)
-        sse_write(sink, sse_data({{"id", id},
-                                  {"object", "text_completion"},
-                                  {"created", created},
-                                  {"model", s.model_id},
-                                  {"choices", json::array()},
-                                  {"usage", usage_json(result.usage)}}));
-    }
-    sse_write(sink, "data: [DONE]\n\n");
-    sink.done();
-    return true;
-  });
+  res.set_chunked_content_provider(
+      "text/event-stream", [&s, gen, id, created, include_usage, want_logprobs, echo, arrival, port,
+                            &req](size_t, httplib::DataSink& sink) {
+        const Engine& engine = *s.engine;
+        auto chunk = [&](const std::string& text, json finish, json logprobs = nullptr) {
+          json c = {{"id", id},
+                    {"object", "text_completion"},
+                    {"created", created},
+                    {"model", s.model_id},
+                    {"choices", json::array({{{"index", 0},
+                                              {"text", text},
+                                              {"logprobs", logprobs},
+                                              {"finish_reason", finish}}})}};
+          if (include_usage) c["usage"] = nullptr;
+          return sse_data(c);
+        };
+        bool ok = echo.empty() || sse_write(sink, chunk(echo, nullptr));
+        size_t offset = echo.size();
+        ConnectionWatch watch(req, port);
+        EngineRequest er(s, *gen, arrival);
+        GenerationResult result = pump(
+            er, &watch,
+            [&](const GenerationDelta& d) {
+              json lp = want_logprobs ? completion_logprobs(engine, d.logprobs, offset) : json();
+              offset += d.text.size();
+              return ok = ok && sse_write(sink, chunk(d.text, nullptr, lp));
+            },
+            [&] { return ok = ok && sse_write(sink, ": keep-alive\n\n"); });
+        if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
+          const std::string msg =
+              result.finish_reason == "error" ? result.error : "the request was cancelled";
+          sse_write(sink, sse_data(error_body(ApiStyle::OpenAI, 503, msg)));
+        } else {
+          sse_write(sink, chunk("", result.finish_reason));
+          if (include_usage)
+            sse_write(sink, sse_data({{"id", id},
+                                      {"object", "text_completion"},
+                                      {"created", created},
+                                      {"model", s.model_id},
+                                      {"choices", json::array()},
+                                      {"usage", usage_json(result.usage)},
+                                      {"timings", timings_json(result.timings)}}));
+        }
+        sse_write(sink, "data: [DONE]\n\n");
+        sink.done();
+        return true;
+      });
 }
 
 }  // namespace
@@ -268,19 +308,25 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
 void register_openai_routes(httplib::Server& http, ServerState& s) {
   http.Post("/v1/chat/completions",
             json_post(s, ApiStyle::OpenAI, "/v1/chat/completions",
-                      [&s](const ojson& b, const httplib::Request& q, httplib::Response& r) { chat_completions(s, b, q, r); }));
-  http.Post("/v1/completions",
-            json_post(s, ApiStyle::OpenAI, "/v1/completions",
-                      [&s](const ojson& b, const httplib::Request& q, httplib::Response& r) { completions(s, b, q, r); }));
-  http.Get("/v1/models", json_get(s, ApiStyle::OpenAI, "/v1/models", false, [&s](const httplib::Request&, httplib::Response& res) {
-             json data = json::array();
-             if (!s.model_id.empty()) {
-               json m = {{"id", s.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "hearth"}};
-               if (s.ready) m["max_model_len"] = s.engine->n_ctx();
-               data.push_back(m);
-             }
-             send_json(res, {{"object", "list"}, {"data", data}});
-           }));
+                      [&s](const ojson& b, const httplib::Request& q, httplib::Response& r) {
+                        chat_completions(s, b, q, r);
+                      }));
+  http.Post("/v1/completions", json_post(s, ApiStyle::OpenAI, "/v1/completions",
+                                         [&s](const ojson& b, const httplib::Request& q,
+                                              httplib::Response& r) { completions(s, b, q, r); }));
+  http.Get("/v1/models", json_get(s, ApiStyle::OpenAI, "/v1/models", false,
+                                  [&s](const httplib::Request&, httplib::Response& res) {
+                                    json data = json::array();
+                                    if (!s.model_id.empty()) {
+                                      json m = {{"id", s.model_id},
+                                                {"object", "model"},
+                                                {"created", 0},
+                                                {"owned_by", "hearth"}};
+                                      if (s.ready) m["max_model_len"] = s.engine->n_ctx();
+                                      data.push_back(m);
+                                    }
+                                    send_json(res, {{"object", "list"}, {"data", data}});
+                                  }));
 }
 
 }  // namespace hearth::server

@@ -37,7 +37,8 @@ ConnectionWatch::ConnectionWatch(const httplib::Request& req, int local_port) {
     socklen_t pl = sizeof peer, ll = sizeof local;
     if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-    if (port_of(peer) == req.remote_port && port_of(local) == local_port && addr_of(peer) == req.remote_addr) {
+    if (port_of(peer) == req.remote_port && port_of(local) == local_port &&
+        addr_of(peer) == req.remote_addr) {
       fd_ = fd;
       break;
     }
@@ -64,7 +65,8 @@ struct EngineRequest::Channel {
   std::optional<GenerationResult> done;
 };
 
-EngineRequest::EngineRequest(ServerState& state, GenerationRequest request, Clock::time_point arrival)
+EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
+                             Clock::time_point arrival)
     : channel_(std::make_shared<Channel>()), cancel_(std::make_shared<std::atomic<bool>>(false)) {
   request.cancel = cancel_;
   GenerationCallbacks cb;
@@ -78,7 +80,8 @@ EngineRequest::EngineRequest(ServerState& state, GenerationRequest request, Cloc
       running->fetch_add(1);
       metrics->observe_ttft(std::chrono::duration<double>(now - arrival).count());
     } else if (!d.tokens.empty()) {
-      const double dt = std::chrono::duration<double>(now - **last).count() / double(d.tokens.size());
+      const double dt =
+          std::chrono::duration<double>(now - **last).count() / double(d.tokens.size());
       for (size_t i = 0; i < d.tokens.size(); ++i) metrics->observe_itl(dt);
     }
     *last = now;
@@ -110,7 +113,8 @@ EngineRequest::Update EngineRequest::wait(std::chrono::milliseconds timeout) {
   Update u;
   std::unique_lock lock(channel_->mu);
   channel_->cv.wait_for(lock, timeout, [&] { return !channel_->deltas.empty() || channel_->done; });
-  u.deltas.assign(std::make_move_iterator(channel_->deltas.begin()), std::make_move_iterator(channel_->deltas.end()));
+  u.deltas.assign(std::make_move_iterator(channel_->deltas.begin()),
+                  std::make_move_iterator(channel_->deltas.end()));
   channel_->deltas.clear();
   if (channel_->done) u.done = channel_->done;
   return u;

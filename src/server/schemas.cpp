@@ -12,14 +12,21 @@ namespace {
 
 const char* type_name(const ojson& j) {
   switch (j.type()) {
-    case ojson::value_t::null: return "null";
-    case ojson::value_t::boolean: return "a boolean";
-    case ojson::value_t::string: return "a string";
-    case ojson::value_t::array: return "an array";
-    case ojson::value_t::object: return "an object";
+    case ojson::value_t::null:
+      return "null";
+    case ojson::value_t::boolean:
+      return "a boolean";
+    case ojson::value_t::string:
+      return "a string";
+    case ojson::value_t::array:
+      return "an array";
+    case ojson::value_t::object:
+      return "an object";
     case ojson::value_t::binary:
-    case ojson::value_t::discarded: return "invalid";
-    default: return "a number";
+    case ojson::value_t::discarded:
+      return "invalid";
+    default:
+      return "a number";
   }
 }
 
@@ -39,7 +46,8 @@ std::string content_text(const ojson& content, const std::string& name) {
     const auto type = get_string(part, "type");
     if (!type) bad_request(pname + ".type is required", pname + ".type");
     if (*type != "text")
-      bad_request(pname + ": content parts of type '" + *type + "' are not supported (text only)", pname + ".type");
+      bad_request(pname + ": content parts of type '" + *type + "' are not supported (text only)",
+                  pname + ".type");
     const auto t = get_string(part, "text");
     if (!t) bad_request(pname + ".text is required", pname + ".text");
     if (!text.empty()) text += "\n";
@@ -109,7 +117,8 @@ std::optional<int64_t> get_int(const ojson& obj, const char* key, int64_t min, i
   const int64_t x = v->is_number_integer() ? v->get<int64_t>() : int64_t(v->get<double>());
   if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
     bad_request(fmt::format("{} must be at most {}", key, max), key);
-  if (x < min || x > max) bad_request(fmt::format("{} must be between {} and {}, got {}", key, min, max, x), key);
+  if (x < min || x > max)
+    bad_request(fmt::format("{} must be between {} and {}, got {}", key, min, max, x), key);
   return x;
 }
 
@@ -134,7 +143,8 @@ SamplingFields parse_sampling(const ojson& body) {
     if (*v <= 0) bad_request("top_p must be in (0, 1], got 0", "top_p");
     s.top_p = float(*v);
   }
-  if (auto v = get_int(body, "top_k", -1, 1 << 30)) s.top_k = int(*v < 0 ? 0 : *v);  // -1: off (vLLM)
+  if (auto v = get_int(body, "top_k", -1, 1 << 30))
+    s.top_k = int(*v < 0 ? 0 : *v);  // -1: off (vLLM)
   if (auto v = get_number(body, "min_p", 0, 1)) s.min_p = float(*v);
   if (auto v = get_number(body, "presence_penalty", -2, 2)) s.presence_penalty = float(*v);
   if (auto v = get_number(body, "frequency_penalty", -2, 2)) s.frequency_penalty = float(*v);
@@ -187,7 +197,8 @@ std::vector<std::string> parse_stop(const ojson& body, const char* key) {
     return out;
   }
   if (!v->is_array()) wrong_type(key, "a string or an array of strings", *v);
-  if (v->size() > 16) bad_request(fmt::format("{}: at most 16 stop strings, got {}", key, v->size()), key);
+  if (v->size() > 16)
+    bad_request(fmt::format("{}: at most 16 stop strings, got {}", key, v->size()), key);
   for (const auto& s : *v) {
     if (!s.is_string()) wrong_type(std::string(key) + "[]", "a string", s);
     if (!s.get<std::string>().empty()) out.push_back(s.get<std::string>());
@@ -212,7 +223,8 @@ ChatRequest parse_openai_chat(const ojson& body) {
     std::string role = role_v->get<std::string>();
     if (role == "developer") role = "system";  // templates know system, not developer
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-      bad_request(name + ".role: unknown role '" + role + "' (expected system, developer, user, assistant or tool)",
+      bad_request(name + ".role: unknown role '" + role +
+                      "' (expected system, developer, user, assistant or tool)",
                   name + ".role");
     ojson out = {{"role", role}};
     const ojson* content = field(m, "content");
@@ -221,7 +233,8 @@ ChatRequest parse_openai_chat(const ojson& body) {
       bad_request(name + ".content is required", name + ".content");
     out["content"] = content ? content_text(*content, name + ".content") : std::string();
     if (role == "assistant") {
-      if (calls && !calls->empty()) out["tool_calls"] = parse_tool_calls(*calls, name + ".tool_calls");
+      if (calls && !calls->empty())
+        out["tool_calls"] = parse_tool_calls(*calls, name + ".tool_calls");
       if (auto rc = get_string(m, "reasoning_content")) out["reasoning_content"] = *rc;
     }
     if (role == "tool") {
@@ -235,10 +248,13 @@ ChatRequest parse_openai_chat(const ojson& body) {
     bad_request(fmt::format("n must be 1 (one choice per request), got {}", *n), "n");
   if (const ojson* rf = field(body, "response_format")) {
     if (!rf->is_object() || rf->value("type", "") != "text")
-      bad_request("response_format is not supported yet (no constrained decoding)", "response_format");
+      bad_request("response_format is not supported yet (no constrained decoding)",
+                  "response_format");
   }
-  if (auto v = get_int(body, "max_completion_tokens", 1, INT32_MAX)) r.max_tokens = *v;
-  else if (auto v2 = get_int(body, "max_tokens", 1, INT32_MAX)) r.max_tokens = *v2;
+  if (auto v = get_int(body, "max_completion_tokens", 1, INT32_MAX))
+    r.max_tokens = *v;
+  else if (auto v2 = get_int(body, "max_tokens", 1, INT32_MAX))
+    r.max_tokens = *v2;
   r.sampling = parse_sampling(body);
   r.stop = parse_stop(body, "stop");
   r.stream = get_bool(body, "stream").value_or(false);
@@ -262,7 +278,8 @@ ChatRequest parse_openai_chat(const ojson& body) {
         bad_request(name + ".type must be 'function'", name + ".type");
       const ojson* fn = field(t, "function");
       if (!fn || !fn->is_object()) bad_request(name + ".function is required", name + ".function");
-      if (!get_string(*fn, "name")) bad_request(name + ".function.name is required", name + ".function.name");
+      if (!get_string(*fn, "name"))
+        bad_request(name + ".function.name is required", name + ".function.name");
       if (const ojson* p = field(*fn, "parameters"); p && !p->is_object())
         wrong_type(name + ".function.parameters", "an object (a JSON schema)", *p);
     }
@@ -272,7 +289,8 @@ ChatRequest parse_openai_chat(const ojson& body) {
     if (tc->is_string()) {
       r.tool_choice = tc->get<std::string>();
       if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
-        bad_request("tool_choice must be auto, none, required or {\"type\": \"function\", ...}", "tool_choice");
+        bad_request("tool_choice must be auto, none, required or {\"type\": \"function\", ...}",
+                    "tool_choice");
     } else if (tc->is_object()) {
       const ojson* fn = field(*tc, "function");
       auto fname = fn && fn->is_object() ? get_string(*fn, "name") : std::nullopt;
@@ -287,7 +305,9 @@ ChatRequest parse_openai_chat(const ojson& body) {
     if (r.tool_choice == "named") {
       bool found = false;
       for (const auto& t : r.tools) found |= t["function"].value("name", "") == r.tool_choice_name;
-      if (!found) bad_request("tool_choice names '" + r.tool_choice_name + "', which is not in tools", "tool_choice");
+      if (!found)
+        bad_request("tool_choice names '" + r.tool_choice_name + "', which is not in tools",
+                    "tool_choice");
     }
   }
   r.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
@@ -296,8 +316,10 @@ ChatRequest parse_openai_chat(const ojson& body) {
     r.template_kwargs = *kw;
   }
   if (auto effort = get_string(body, "reasoning_effort")) {
-    if (*effort != "none" && *effort != "minimal" && *effort != "low" && *effort != "medium" && *effort != "high")
-      bad_request("reasoning_effort must be none, minimal, low, medium or high", "reasoning_effort");
+    if (*effort != "none" && *effort != "minimal" && *effort != "low" && *effort != "medium" &&
+        *effort != "high")
+      bad_request("reasoning_effort must be none, minimal, low, medium or high",
+                  "reasoning_effort");
     r.template_kwargs["reasoning_effort"] = *effort;
     if (*effort == "none" && !r.template_kwargs.contains("enable_thinking"))
       r.template_kwargs["enable_thinking"] = false;
@@ -333,7 +355,8 @@ CompletionRequest parse_openai_completion(const ojson& body) {
   if (auto n = get_int(body, "best_of", INT64_MIN, INT64_MAX); n && *n != 1)
     bad_request("best_of must be 1", "best_of");
   if (field(body, "suffix")) bad_request("suffix is not supported", "suffix");
-  if (field(body, "response_format")) bad_request("response_format is not supported yet", "response_format");
+  if (field(body, "response_format"))
+    bad_request("response_format is not supported yet", "response_format");
   r.max_tokens = get_int(body, "max_tokens", 0, INT32_MAX);
   if (!r.max_tokens) r.max_tokens = 16;  // OpenAI's default for completions
   r.sampling = parse_sampling(body);

@@ -4,10 +4,9 @@
 // arguments, reasoning_content). Every wrong type, range or shape is an ApiError 400 naming the
 // field ("messages[2].role"); unknown fields are ignored, as the SDKs send extras.
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,7 +25,8 @@ std::optional<bool> get_bool(const ojson& obj, const char* key);
 std::optional<std::string> get_string(const ojson& obj, const char* key);
 
 struct SamplingFields {
-  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty,
+      frequency_penalty;
   std::optional<int> top_k;
   std::optional<uint64_t> seed;
   std::map<int32_t, float> logit_bias;

@@ -23,7 +23,8 @@ std::string blocks_text(const ojson& content, const std::string& name) {
     const std::string bname = name + "[" + std::to_string(i) + "]";
     if (!b.is_object()) wrong(bname, "an object");
     const std::string type = b.value("type", "");
-    if (type != "text") bad_request(bname + ": block type '" + type + "' is not supported here (text only)", bname);
+    if (type != "text")
+      bad_request(bname + ": block type '" + type + "' is not supported here (text only)", bname);
     auto t = get_string(b, "text");
     if (!t) bad_request(bname + ".text is required", bname + ".text");
     if (!text.empty()) text += "\n";
@@ -53,10 +54,12 @@ ChatRequest parse_anthropic_messages(const ojson& body) {
     const ojson& m = (*messages)[i];
     if (!m.is_object()) wrong(name, "an object");
     const ojson* role_v = field(m, "role");
-    if (!role_v || !role_v->is_string()) bad_request(name + ".role: Field required", name + ".role");
+    if (!role_v || !role_v->is_string())
+      bad_request(name + ".role: Field required", name + ".role");
     const std::string role = role_v->get<std::string>();
     if (role != "user" && role != "assistant")
-      bad_request(name + ".role: unknown role '" + role + "' (expected user or assistant)", name + ".role");
+      bad_request(name + ".role: unknown role '" + role + "' (expected user or assistant)",
+                  name + ".role");
     const ojson* content = field(m, "content");
     if (!content) bad_request(name + ".content: Field required", name + ".content");
     if (content->is_string()) {
@@ -87,9 +90,10 @@ ChatRequest parse_anthropic_messages(const ojson& body) {
         if (!id || !tname) bad_request(bname + ": tool_use needs id and name", bname);
         const ojson* input = field(b, "input");
         if (input && !input->is_object()) wrong(bname + ".input", "an object");
-        calls.push_back({{"id", *id},
-                         {"type", "function"},
-                         {"function", {{"name", *tname}, {"arguments", input ? *input : ojson::object()}}}});
+        calls.push_back(
+            {{"id", *id},
+             {"type", "function"},
+             {"function", {{"name", *tname}, {"arguments", input ? *input : ojson::object()}}}});
       } else if (type == "tool_result" && role == "user") {
         auto id = get_string(b, "tool_use_id");
         if (!id) bad_request(bname + ".tool_use_id: Field required", bname + ".tool_use_id");
@@ -98,7 +102,8 @@ ChatRequest parse_anthropic_messages(const ojson& body) {
         if (get_bool(b, "is_error").value_or(false)) result = "Error: " + result;
         tool_messages.push_back({{"role", "tool"}, {"content", result}, {"tool_call_id", *id}});
       } else {
-        bad_request(bname + ": content block type '" + type + "' is not supported in a " + role + " message",
+        bad_request(bname + ": content block type '" + type + "' is not supported in a " + role +
+                        " message",
                     bname + ".type");
       }
     }
@@ -132,7 +137,8 @@ ChatRequest parse_anthropic_messages(const ojson& body) {
       ojson fn = {{"name", *tname}};
       if (auto d = get_string(t, "description")) fn["description"] = *d;
       const ojson* schema = field(t, "input_schema");
-      if (!schema || !schema->is_object()) bad_request(name + ".input_schema: Field required", name + ".input_schema");
+      if (!schema || !schema->is_object())
+        bad_request(name + ".input_schema: Field required", name + ".input_schema");
       fn["parameters"] = *schema;
       out.push_back({{"type", "function"}, {"function", fn}});
     }
@@ -141,9 +147,12 @@ ChatRequest parse_anthropic_messages(const ojson& body) {
   if (const ojson* tc = field(body, "tool_choice")) {
     if (!tc->is_object()) wrong("tool_choice", "an object");
     const std::string type = tc->value("type", "");
-    if (type == "auto") r.tool_choice = "auto";
-    else if (type == "any") r.tool_choice = "required";
-    else if (type == "none") r.tool_choice = "none";
+    if (type == "auto")
+      r.tool_choice = "auto";
+    else if (type == "any")
+      r.tool_choice = "required";
+    else if (type == "none")
+      r.tool_choice = "none";
     else if (type == "tool") {
       auto n = get_string(*tc, "name");
       if (!n) bad_request("tool_choice.name: Field required", "tool_choice.name");
@@ -159,9 +168,12 @@ ChatRequest parse_anthropic_messages(const ojson& body) {
   if (const ojson* thinking = field(body, "thinking")) {
     if (!thinking->is_object()) wrong("thinking", "an object");
     const std::string type = thinking->value("type", "");
-    if (type == "enabled") r.template_kwargs["enable_thinking"] = true;
-    else if (type == "disabled") r.template_kwargs["enable_thinking"] = false;
-    else bad_request("thinking.type must be enabled or disabled", "thinking.type");
+    if (type == "enabled")
+      r.template_kwargs["enable_thinking"] = true;
+    else if (type == "disabled")
+      r.template_kwargs["enable_thinking"] = false;
+    else
+      bad_request("thinking.type must be enabled or disabled", "thinking.type");
   }
   return r;
 }

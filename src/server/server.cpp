@@ -19,7 +19,9 @@ Server::~Server() { stop(); }
 
 std::string Server::url() const {
   const std::string& h = state_.options.host;
-  const std::string host = h == "0.0.0.0" || h.empty() ? "127.0.0.1" : h.find(':') != std::string::npos ? "[" + h + "]" : h;
+  const std::string host = h == "0.0.0.0" || h.empty()        ? "127.0.0.1"
+                           : h.find(':') != std::string::npos ? "[" + h + "]"
+                                                              : h;
   return fmt::format("http://{}:{}", host, state_.options.port);
 }
 
@@ -34,22 +36,26 @@ void Server::start() {
   http_->set_tcp_nodelay(true);  // SSE deltas are small; do not let Nagle batch them
   http_->set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const ApiStyle style = req.path.rfind("/v1/messages", 0) == 0 ? ApiStyle::Anthropic : ApiStyle::OpenAI;
-    std::string msg = res.status == 404   ? "not found: " + req.method + " " + req.path
-                      : res.status == 413 ? fmt::format("the request body is over the {} byte limit", s.options.max_body_bytes)
-                                          : fmt::format("HTTP {}", res.status);
+    const ApiStyle style =
+        req.path.rfind("/v1/messages", 0) == 0 ? ApiStyle::Anthropic : ApiStyle::OpenAI;
+    std::string msg =
+        res.status == 404 ? "not found: " + req.method + " " + req.path
+        : res.status == 413
+            ? fmt::format("the request body is over the {} byte limit", s.options.max_body_bytes)
+            : fmt::format("HTTP {}", res.status);
     send_error(res, style, res.status, msg);
   });
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string msg = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      msg += std::string(": ") + e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiStyle::OpenAI, 500, msg);
-  });
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string msg = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          msg += std::string(": ") + e.what();
+        } catch (...) {
+        }
+        send_error(res, ApiStyle::OpenAI, 500, msg);
+      });
   register_openai_routes(*http_, s);
   register_anthropic_routes(*http_, s);
   register_misc_routes(*http_, s);
@@ -59,7 +65,8 @@ void Server::start() {
     if (port <= 0) fail("cannot listen on {}: bind failed", s.options.host);
     s.options.port = port;
   } else if (!http_->bind_to_port(s.options.host, s.options.port)) {
-    fail("cannot listen on {}:{} (in use, or the address is not local)", s.options.host, s.options.port);
+    fail("cannot listen on {}:{} (in use, or the address is not local)", s.options.host,
+         s.options.port);
   }
   thread_ = std::thread([this] { http_->listen_after_bind(); });
 }
@@ -72,8 +79,10 @@ void Server::load() {
     eo.n_ctx = state_.options.n_ctx;
     eo.cache_bytes = state_.options.cache_mb << 20;
     std::shared_ptr<Engine> engine = Engine::load(eo);
-    std::string id = std::filesystem::path(state_.options.model_dir).lexically_normal().filename().string();
-    if (id.empty()) id = std::filesystem::path(state_.options.model_dir).parent_path().filename().string();
+    std::string id =
+        std::filesystem::path(state_.options.model_dir).lexically_normal().filename().string();
+    if (id.empty())
+      id = std::filesystem::path(state_.options.model_dir).parent_path().filename().string();
     set_engine(std::move(engine), id.empty() ? "hearth" : id);
   } catch (const std::exception& e) {
     state_.load_error = e.what();
@@ -92,7 +101,8 @@ void Server::set_engine(std::shared_ptr<Engine> engine, const std::string& model
         s.chat_template = chat::ChatTemplate::parse(s.chat_template_source);
         s.tool_format = chat::detect_tool_call_format(s.chat_template_source);
       } catch (const std::exception& e) {
-        log(LogLevel::Warn, "the model's chat template does not parse ({}); chat endpoints are off", e.what());
+        log(LogLevel::Warn, "the model's chat template does not parse ({}); chat endpoints are off",
+            e.what());
       }
     }
   }

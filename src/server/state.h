@@ -18,13 +18,13 @@ struct ServerOptions {
   std::string model_dir;
   std::string host = "127.0.0.1";
   int port = 8080;
-  int64_t n_ctx = 0;                       // 0: the model's
-  std::string api_key;                     // empty: no authentication
+  int64_t n_ctx = 0;    // 0: the model's
+  std::string api_key;  // empty: no authentication
   size_t cache_mb = 8192;
   std::string device = "cpu";
-  std::string web_dir;                     // the chat page's files; empty: no page
+  std::string web_dir;  // the chat page's files; empty: no page
   size_t max_body_bytes = size_t{32} << 20;
-  int http_threads = 64;                   // concurrent connections served (the rest wait)
+  int http_threads = 64;  // concurrent connections served (the rest wait)
 };
 
 struct ServerState {

@@ -1,10 +1,11 @@
 // Tool-call and reasoning parsers on outputs in the shape real models write them (Qwen3 Hermes
 // JSON, Qwen3-Coder/Qwen3.5 XML, Llama 3.1 JSON, Mistral v3 list and v11 [ARGS]); streaming at
 // every split point must give the whole-text result and never show a tag as content.
+#include "chat/tool_parser.h"
+
 #include <gtest/gtest.h>
 
 #include "chat/reasoning_parser.h"
-#include "chat/tool_parser.h"
 
 namespace hearth::chat {
 namespace {
@@ -47,7 +48,8 @@ void expect_same_when_streamed(ToolCallFormat f, const std::string& text) {
 
 TEST(ToolParser, DetectsFormatFromTemplate) {
   EXPECT_EQ(detect_tool_call_format("{{- '<tool_call>\\n{\"name\": ' }}"), ToolCallFormat::Hermes);
-  EXPECT_EQ(detect_tool_call_format("<tool_call>\\n<function=' + tool_call.name"), ToolCallFormat::Qwen3Coder);
+  EXPECT_EQ(detect_tool_call_format("<tool_call>\\n<function=' + tool_call.name"),
+            ToolCallFormat::Qwen3Coder);
   EXPECT_EQ(detect_tool_call_format("[TOOL_CALLS] [{{ tool_calls }}]"), ToolCallFormat::Mistral);
   EXPECT_EQ(detect_tool_call_format("<|start_header_id|>... {\"name\": ..., \"parameters\": ...}"),
             ToolCallFormat::Llama3Json);
@@ -56,19 +58,22 @@ TEST(ToolParser, DetectsFormatFromTemplate) {
 
 TEST(ToolParser, HermesQwen3) {
   const std::string out =
-      "I'll check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"San Francisco, CA\", "
+      "I'll check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"San "
+      "Francisco, CA\", "
       "\"days\": 2}}\n</tool_call>";
   auto r = parse_tool_calls(ToolCallFormat::Hermes, out, kTools);
   EXPECT_EQ(r.content, "I'll check.");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
-  EXPECT_EQ(json::parse(r.calls[0].arguments), json::parse(R"({"city": "San Francisco, CA", "days": 2})"));
+  EXPECT_EQ(json::parse(r.calls[0].arguments),
+            json::parse(R"({"city": "San Francisco, CA", "days": 2})"));
   expect_same_when_streamed(ToolCallFormat::Hermes, out);
 }
 
 TEST(ToolParser, HermesParallelCallsAndWhitespaceBetween) {
   const std::string out =
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>\n"
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
   auto r = parse_tool_calls(ToolCallFormat::Hermes, out, kTools);
   EXPECT_EQ(r.content, "");
@@ -78,7 +83,8 @@ TEST(ToolParser, HermesParallelCallsAndWhitespaceBetween) {
 }
 
 TEST(ToolParser, HermesBrokenJsonIsKeptAsContent) {
-  const std::string out = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>";
+  const std::string out =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>";
   auto r = parse_tool_calls(ToolCallFormat::Hermes, out, kTools);
   EXPECT_TRUE(r.calls.empty());
   EXPECT_EQ(r.content, out);
@@ -96,10 +102,13 @@ TEST(ToolParser, HermesTextThatOnlyLooksLikeATag) {
 
 TEST(ToolParser, Qwen3CoderXmlTypedBySchema) {
   const std::string out =
-      "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=days>\n3\n"
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew "
+      "York\n</parameter>\n<parameter=days>\n3\n"
       "</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=ratio>\n0.5\n</parameter>\n"
-      "<parameter=options>\n{\"detail\": \"high\"}\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n"
-      "<parameter=zip>\n01234\n</parameter>\n<parameter=note>\nnull\n</parameter>\n<parameter=extra>\n42\n"
+      "<parameter=options>\n{\"detail\": \"high\"}\n</parameter>\n<parameter=tags>\n[\"a\", "
+      "\"b\"]\n</parameter>\n"
+      "<parameter=zip>\n01234\n</parameter>\n<parameter=note>\nnull\n</"
+      "parameter>\n<parameter=extra>\n42\n"
       "</parameter>\n</function>\n</tool_call>";
   auto r = parse_tool_calls(ToolCallFormat::Qwen3Coder, out, kTools);
   EXPECT_EQ(r.content, "");
@@ -120,7 +129,8 @@ TEST(ToolParser, Qwen3CoderXmlTypedBySchema) {
 
 TEST(ToolParser, Qwen3CoderMultilineValueAndWrongType) {
   const std::string out =
-      "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nline one\nline two\n</parameter>\n"
+      "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nline one\nline "
+      "two\n</parameter>\n"
       "<parameter=days>\nthree\n</parameter>\n</function>\n</tool_call>";
   auto r = parse_tool_calls(ToolCallFormat::Qwen3Coder, out, kTools);
   EXPECT_EQ(r.content, "Sure.");
@@ -139,7 +149,9 @@ TEST(ToolParser, Llama3Json) {
   EXPECT_EQ(json::parse(r.calls[0].arguments)["city"], "Boston, MA");
   expect_same_when_streamed(ToolCallFormat::Llama3Json, out);
 
-  const std::string tagged = "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": 1}}";
+  const std::string tagged =
+      "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": "
+      "{\"x\": 1}}";
   auto t = parse_tool_calls(ToolCallFormat::Llama3Json, tagged, kTools);
   ASSERT_EQ(t.calls.size(), 2u);
   EXPECT_EQ(t.calls[1].name, "b");
@@ -152,14 +164,17 @@ TEST(ToolParser, Llama3Json) {
 }
 
 TEST(ToolParser, MistralListAndArgsForms) {
-  const std::string v3 = "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]";
+  const std::string v3 =
+      "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]";
   auto r = parse_tool_calls(ToolCallFormat::Mistral, v3, kTools);
   EXPECT_EQ(r.content, "");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(json::parse(r.calls[0].arguments)["city"], "Paris");
   expect_same_when_streamed(ToolCallFormat::Mistral, v3);
 
-  const std::string v11 = "Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Lyon\"}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}";
+  const std::string v11 =
+      "Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": "
+      "\"Lyon\"}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}";
   auto s = parse_tool_calls(ToolCallFormat::Mistral, v11, kTools);
   EXPECT_EQ(s.content, "Checking.");
   ASSERT_EQ(s.calls.size(), 2u);

@@ -1,8 +1,9 @@
 // Engine tests on the random-weight qwen3 with the real Qwen3 tokenizer: prompt-cache reuse gives
 // the same tokens as a fresh prefill and reports cached_tokens; streaming deltas add up to the
 // text; cancellation, FIFO order, context limits and logprobs.
-#include <gtest/gtest.h>
+#include "runtime/engine.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,7 +12,6 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "runtime/engine.h"
 #include "test_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,8 +28,9 @@ struct TempModel {
 };
 
 const std::filesystem::path& model_dir() {
-  static const TempModel model{testing::make_random_qwen3(std::filesystem::temp_directory_path() /
-                                                          ("hearth-test-qwen3-" + std::to_string(::getpid())))};
+  static const TempModel model{
+      testing::make_random_qwen3(std::filesystem::temp_directory_path() /
+                                 ("hearth-test-qwen3-" + std::to_string(::getpid())))};
   return model.dir;
 }
 
@@ -50,12 +51,16 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int64_t n) {
   return r;
 }
 
-std::vector<int32_t> encode(const Engine& e, const std::string& text) { return e.tokenizer()->encode(text, false); }
+std::vector<int32_t> encode(const Engine& e, const std::string& text) {
+  return e.tokenizer()->encode(text, false);
+}
 
 TEST(Engine, PromptCacheReusesPrefixAndMatchesFreshPrefill) {
   auto cached = load_engine();
   auto fresh = load_engine(0);
-  const auto p1 = encode(*cached, "The quick brown fox jumps over the lazy dog. Once upon a time, in a land far away,");
+  const auto p1 =
+      encode(*cached,
+             "The quick brown fox jumps over the lazy dog. Once upon a time, in a land far away,");
   auto a = cached->generate(greedy(p1, 12));
   EXPECT_EQ(a.usage.cached_tokens, 0);
   EXPECT_EQ(a.usage.prompt_tokens, int64_t(p1.size()));
@@ -81,10 +86,11 @@ TEST(Engine, StreamedDeltasConcatenateToText) {
   auto e = load_engine();
   std::string streamed;
   size_t n_tokens = 0;
-  auto r = e->generate(greedy(encode(*e, "Hello there, how are"), 20), [&](const GenerationDelta& d) {
-    streamed += d.text;
-    n_tokens += d.tokens.size();
-  });
+  auto r =
+      e->generate(greedy(encode(*e, "Hello there, how are"), 20), [&](const GenerationDelta& d) {
+        streamed += d.text;
+        n_tokens += d.tokens.size();
+      });
   EXPECT_EQ(r.finish_reason, "length");
   EXPECT_EQ(streamed, r.text);
   EXPECT_EQ(n_tokens, r.tokens.size());

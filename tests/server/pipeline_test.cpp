@@ -15,14 +15,17 @@ class Pipeline : public ::testing::Test {
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(testing::qwen3_tokenizer_dir()));
     EngineOptions eo;
     eo.n_ctx = 256;
-    state_.engine = std::make_shared<Engine>(testing::make_scripted_model(*tok, testing::default_scripts()), tok,
-                                             ModelConfig::from_json({{"model_type", "qwen3"}}), eo);
+    state_.engine =
+        std::make_shared<Engine>(testing::make_scripted_model(*tok, testing::default_scripts()),
+                                 tok, ModelConfig::from_json({{"model_type", "qwen3"}}), eo);
     state_.chat_template_source = tok->chat_template();
     state_.chat_template = chat::ChatTemplate::parse(state_.chat_template_source);
     state_.tool_format = chat::detect_tool_call_format(state_.chat_template_source);
     state_.ready = true;
   }
-  ojson body(const std::string& text) { return {{"messages", {{{"role", "user"}, {"content", text}}}}}; }
+  ojson body(const std::string& text) {
+    return {{"messages", {{{"role", "user"}, {"content", text}}}}};
+  }
   ServerState state_;
 };
 
@@ -33,11 +36,13 @@ TEST_F(Pipeline, RendersThroughTheTemplate) {
   EXPECT_EQ(state_.tool_format, chat::ToolCallFormat::Hermes);
   ojson b = body("Hello");
   b["chat_template_kwargs"] = {{"enable_thinking", false}};
-  EXPECT_NE(prepare_chat(state_, parse_openai_chat(b)).prompt_text.find("<think>\n\n</think>"), std::string::npos);
+  EXPECT_NE(prepare_chat(state_, parse_openai_chat(b)).prompt_text.find("<think>\n\n</think>"),
+            std::string::npos);
 }
 
 TEST_F(Pipeline, TemplateRaiseIsA400WithItsMessage) {
-  state_.chat_template = chat::ChatTemplate::parse("{{ raise_exception('System role not supported') }}");
+  state_.chat_template =
+      chat::ChatTemplate::parse("{{ raise_exception('System role not supported') }}");
   try {
     prepare_chat(state_, parse_openai_chat(body("x")));
     FAIL();
@@ -70,8 +75,10 @@ TEST_F(Pipeline, SchemaErrorsNameTheField) {
     }
     return std::string("(no error)");
   };
-  EXPECT_EQ(param_of({{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "bot"}, {"content", "b"}}}}}),
-            "messages[1].role");
+  EXPECT_EQ(
+      param_of({{"messages",
+                 {{{"role", "user"}, {"content", "a"}}, {{"role", "bot"}, {"content", "b"}}}}}),
+      "messages[1].role");
   ojson b = body("x");
   b["top_p"] = 3;
   EXPECT_EQ(param_of(b), "top_p");
@@ -84,7 +91,8 @@ TEST_F(Pipeline, SchemaErrorsNameTheField) {
 }
 
 TEST_F(Pipeline, AnthropicBlocksBecomeTemplateMessages) {
-  ojson b = ojson::parse(R"({"max_tokens": 10, "system": [{"type": "text", "text": "Be brief."}], "messages": [
+  ojson b = ojson::parse(
+      R"({"max_tokens": 10, "system": [{"type": "text", "text": "Be brief."}], "messages": [
     {"role": "user", "content": "Weather?"},
     {"role": "assistant", "content": [{"type": "thinking", "thinking": "use the tool"},
                                       {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
@@ -98,7 +106,8 @@ TEST_F(Pipeline, AnthropicBlocksBecomeTemplateMessages) {
   EXPECT_EQ(r.messages[3]["role"], "tool");
   EXPECT_EQ(r.messages[4]["content"], "Thanks");
   PreparedChat p = prepare_chat(state_, r);
-  EXPECT_NE(p.prompt_text.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos) << p.prompt_text;
+  EXPECT_NE(p.prompt_text.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos)
+      << p.prompt_text;
 }
 
 TEST_F(Pipeline, ChatOutputSplitsReasoningAndTools) {
@@ -107,7 +116,9 @@ TEST_F(Pipeline, ChatOutputSplitsReasoningAndTools) {
   ChatOutput out(p);
   std::string content, reasoning;
   std::vector<chat::ToolCall> calls;
-  const std::string text = "<think>\nplan\n</think>\n\nOk.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+  const std::string text =
+      "<think>\nplan\n</think>\n\nOk.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+      "{}}\n</tool_call>";
   for (char c : text) {
     auto ev = out.push(std::string(1, c));
     content += ev.content, reasoning += ev.reasoning;

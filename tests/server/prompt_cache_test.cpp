@@ -1,8 +1,8 @@
 // PromptCache with stand-in states: longest-prefix choice, LRU byte cap, and the recurrent case
 // where a state can only go back to the checkpoints it kept.
-#include <gtest/gtest.h>
-
 #include "kv/prompt_cache.h"
+
+#include <gtest/gtest.h>
 
 namespace hearth {
 namespace {

@@ -21,7 +21,8 @@ int main(int argc, char** argv) try {
     return 0;
   }
   if (argc < 2 || std::strcmp(argv[1], "scripted") != 0) {
-    std::fprintf(stderr, "usage: %s make-model DIR | scripted [--port P] [--api-key K] [--ctx N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s make-model DIR | scripted [--port P] [--api-key K] [--ctx N]\n",
+                 argv[0]);
     return 2;
   }
   server::ServerOptions o;
@@ -29,9 +30,12 @@ int main(int argc, char** argv) try {
   o.web_dir = std::string(HEARTH_SOURCE_DIR) + "/web";
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--port") o.port = std::stoi(argv[i + 1]);
-    else if (k == "--api-key") o.api_key = argv[i + 1];
-    else if (k == "--ctx") o.n_ctx = std::stoll(argv[i + 1]);
+    if (k == "--port")
+      o.port = std::stoi(argv[i + 1]);
+    else if (k == "--api-key")
+      o.api_key = argv[i + 1];
+    else if (k == "--ctx")
+      o.n_ctx = std::stoll(argv[i + 1]);
   }
   sigset_t set;
   sigemptyset(&set);

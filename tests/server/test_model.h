@@ -37,6 +37,7 @@ std::vector<Script> default_scripts();
 // Qwen3 chat-template glue between a user message and the reply.
 inline const char* kQwenAssistantTurn = "<|im_end|>\n<|im_start|>assistant\n";
 
-std::unique_ptr<Model> make_scripted_model(const Tokenizer& tokenizer, const std::vector<Script>& scripts);
+std::unique_ptr<Model> make_scripted_model(const Tokenizer& tokenizer,
+                                           const std::vector<Script>& scripts);
 
 }  // namespace hearth::testing
