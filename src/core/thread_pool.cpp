@@ -71,7 +71,7 @@ void ThreadPool::run(const std::function<void(int, int)>& job) {
   // Spin while the workers finish; yield after a while so an oversubscribed machine (more
   // runnable threads than cores) can schedule the worker we are waiting for.
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < 4096) {
+    if (spin < (1 << 14)) {
       HEARTH_PAUSE();
     } else {
       std::this_thread::yield();

@@ -1,9 +1,18 @@
-// Causal softmax attention over the ring-addressed KV cache, one (token, head) pair per task.
-// Scores and softmax are f32, as in the reference (eager attention in float32). GQA maps query
-// head h onto key/value head h / (n_head / n_head_kv).
+// Causal softmax attention over the ring-addressed KV cache. Scores and softmax are f32, as in
+// the reference (eager attention in float32).
+// Work unit: one token × one KV head, covering the `group` query heads that share that KV head
+// (GQA), so every cached K and V row is read once per group rather than once per query head.
+// Units are handed out dynamically (an atomic counter): under a causal mask later tokens see
+// more keys, so a static split would leave one thread with most of the work.
+// The inner loops (dot products, weighted sums) use AVX-512 when the CPU has it.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backend/cpu/ops.h"
 
@@ -11,8 +20,18 @@ namespace hearth::cpu {
 
 namespace {
 
-// 8 independent partial sums so the loop vectorises without reassociation flags.
-inline float dot(const float* a, const float* b, int n) {
+struct Unit {
+  const float* q;  // [group, head_dim]: the query heads of this unit
+  float* out;      // [group, head_dim]
+  int64_t pos;
+  int kv_head;
+};
+
+using DotFn = float (*)(const float*, const float*, int);
+using AxpyFn = void (*)(float*, const float*, float, int);
+
+// Portable: 8 partial sums so the loop vectorises without reassociation flags.
+float dot_portable(const float* a, const float* b, int n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
   for (; i + 8 <= n; i += 8)
@@ -21,40 +40,94 @@ inline float dot(const float* a, const float* b, int n) {
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
+void axpy_portable(float* y, const float* x, float a, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
 
-void attend_one(float* out, const float* q, const KvView& kv, int64_t pos, int kv_head,
-                const AttentionParams& p, std::vector<float>& scores) {
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float dot_avx512(const float* a, const float* b, int n) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+  // Horizontal sum through memory (GCC 12 warns spuriously inside the 512→256 extract helpers).
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(acc0, acc1));
+  float sum = 0.0f;
+  for (int j = 0; j < 8; ++j) sum += lanes[j] + lanes[j + 8];
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+__attribute__((target("avx512f"))) void axpy_avx512(float* y, const float* x, float a, int n) {
+  const __m512 va = _mm512_set1_ps(a);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+#endif
+
+struct Kernels {
+  DotFn dot = dot_portable;
+  AxpyFn axpy = axpy_portable;
+};
+
+const Kernels& kernels() {
+  static const Kernels k = [] {
+    Kernels r;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+      r.dot = dot_avx512;
+      r.axpy = axpy_avx512;
+    }
+#endif
+    return r;
+  }();
+  return k;
+}
+
+void attend_unit(const Unit& u, const KvView& kv, const AttentionParams& p, int group,
+                 std::vector<float>& scores, const Kernels& kn) {
   int64_t lo = kv.first;
-  if (p.window > 0) lo = std::max<int64_t>(lo, pos - p.window + 1);
-  const int64_t hi = std::min<int64_t>(pos, kv.end - 1);
+  if (p.window > 0) lo = std::max<int64_t>(lo, u.pos - p.window + 1);
+  const int64_t hi = std::min<int64_t>(u.pos, kv.end - 1);
   const int64_t n = hi - lo + 1;
   const int hd = p.head_dim;
   const int64_t row = int64_t(p.n_head_kv) * hd;
-  if (n <= 0) {
-    std::fill(out, out + hd, 0.0f);
-    return;
-  }
-  scores.resize(size_t(n));
-  float max_score = -INFINITY;
+  std::fill(u.out, u.out + int64_t(group) * hd, 0.0f);
+  if (n <= 0) return;
+  scores.resize(size_t(n * group));
+  // Pass 1: scores for every query head of the group, each K row read once.
+  const float* k_base = kv.k.as<const float>() + int64_t(u.kv_head) * hd;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t slot = (lo + i) % kv.capacity;
-    float s = dot(q, kv.k.as<const float>() + slot * row + int64_t(kv_head) * hd, hd) * p.scale;
-    if (p.softcap > 0.0f) s = std::tanh(s / p.softcap) * p.softcap;
-    scores[size_t(i)] = s;
-    max_score = std::max(max_score, s);
+    const float* k = k_base + ((lo + i) % kv.capacity) * row;
+    for (int g = 0; g < group; ++g) {
+      float s = kn.dot(u.q + int64_t(g) * hd, k, hd) * p.scale;
+      if (p.softcap > 0.0f) s = std::tanh(s / p.softcap) * p.softcap;
+      scores[size_t(g * n + i)] = s;
+    }
   }
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    scores[size_t(i)] = std::exp(scores[size_t(i)] - max_score);
-    sum += scores[size_t(i)];
+  // Softmax per head.
+  for (int g = 0; g < group; ++g) {
+    float* s = scores.data() + g * n;
+    const float max_score = *std::max_element(s, s + n);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      s[i] = std::exp(s[i] - max_score);
+      sum += s[i];
+    }
+    const float inv_sum = 1.0f / sum;
+    for (int64_t i = 0; i < n; ++i) s[i] *= inv_sum;
   }
-  const float inv_sum = 1.0f / sum;
-  std::fill(out, out + hd, 0.0f);
+  // Pass 2: weighted sum of V rows, each read once.
+  const float* v_base = kv.v.as<const float>() + int64_t(u.kv_head) * hd;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t slot = (lo + i) % kv.capacity;
-    const float w = scores[size_t(i)] * inv_sum;
-    const float* v = kv.v.as<const float>() + slot * row + int64_t(kv_head) * hd;
-    for (int d = 0; d < hd; ++d) out[d] += w * v[d];
+    const float* v = v_base + ((lo + i) % kv.capacity) * row;
+    for (int g = 0; g < group; ++g) kn.axpy(u.out + int64_t(g) * hd, v, scores[size_t(g * n + i)], hd);
   }
 }
 
@@ -64,16 +137,26 @@ void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32
                const AttentionParams& p, ThreadPool& pool) {
   const int64_t n_tokens = q.dim(0);
   const int group = p.n_head / p.n_head_kv;
-  const int64_t tasks = n_tokens * p.n_head;
-  pool.parallel_for(tasks, 4, [&](int64_t begin, int64_t end) {
+  const int64_t units = n_tokens * p.n_head_kv;
+  const Kernels& kn = kernels();
+  auto unit_at = [&](int64_t index) {
+    // Latest tokens first: they have the most keys, so the tail of the schedule is short.
+    const int64_t t = n_tokens - 1 - index / p.n_head_kv;
+    const int kv_head = int(index % p.n_head_kv);
+    const int64_t offset = (t * p.n_head + int64_t(kv_head) * group) * p.head_dim;
+    return Unit{q.as<const float>() + offset, out.as<float>() + offset, positions[t], kv_head};
+  };
+  if (units == 1 || pool.size() == 1) {
     thread_local std::vector<float> scores;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / p.n_head;
-      const int h = int(task % p.n_head);
-      const int64_t offset = (t * p.n_head + h) * p.head_dim;
-      attend_one(out.as<float>() + offset, q.as<const float>() + offset, kv, positions[t],
-                 h / group, p, scores);
-    }
+    for (int64_t i = 0; i < units; ++i) attend_unit(unit_at(i), kv, p, group, scores, kn);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    thread_local std::vector<float> scores;
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < units;
+         i = next.fetch_add(1, std::memory_order_relaxed))
+      attend_unit(unit_at(i), kv, p, group, scores, kn);
   });
 }
 
