@@ -137,6 +137,8 @@ class Backend {
   virtual void end_step() {}
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+// keep_weights_mapped: read weights in place from the mapped checkpoint instead of copying them
+// into huge-page memory (see cpu_backend.cpp).
+std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped = true);
 
 }  // namespace hearth

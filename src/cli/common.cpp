@@ -11,6 +11,8 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("-m,--model", o.dir, "model directory (Hugging Face checkpoint)");
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)");
+  app.add_flag("--no-mmap", o.no_mmap,
+               "CPU: copy weights into huge-page memory (slower load, faster decode) instead of reading the mapped file");
 }
 
 std::string resolve_model_dir(const std::string& dir) {
@@ -27,6 +29,7 @@ std::unique_ptr<Model> load_model_from(ModelOptions& o) {
   o.dir = resolve_model_dir(o.dir);
   LoadOptions load;
   load.device = o.device;
+  load.mmap = !o.no_mmap;
   return load_model(o.dir, load);
 }
 

@@ -15,6 +15,7 @@ struct ModelOptions {
   std::string dir;
   std::string device = "cpu";
   int threads = 0;
+  bool no_mmap = false;
 };
 
 // -m/--model, --device, --threads.

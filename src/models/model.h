@@ -59,6 +59,9 @@ class Model {
 
 struct LoadOptions {
   std::string device = "cpu";
+  // CPU: read weights in place from the mapped file (fast load). false copies them into
+  // huge-page memory: slower load, faster decode (llama.cpp's --no-mmap).
+  bool mmap = true;
 };
 
 // Loads config.json + safetensors from dir; throws hearth::Error naming what is wrong.

@@ -32,10 +32,10 @@ const std::map<std::string, Factory>& factories() {
 }
 
 // cpu | cuda | cuda:N | auto (the first GPU when one is present, else the CPU).
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return make_cpu_backend();
+std::unique_ptr<Backend> make_backend(const std::string& device, bool mmap) {
+  if (device == "cpu") return make_cpu_backend(mmap);
 #ifdef HEARTH_HAVE_CUDA
-  if (device == "auto") return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend();
+  if (device == "auto") return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend(mmap);
   if (device == "cuda") return make_cuda_backend(0);
   if (device.rfind("cuda:", 0) == 0) {
     const std::string index = device.substr(5);
@@ -45,7 +45,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
     return make_cuda_backend(std::stoi(index));
   }
 #else
-  if (device == "auto") return make_cpu_backend();
+  if (device == "auto") return make_cpu_backend(mmap);
   if (device == "cuda" || device.rfind("cuda:", 0) == 0)
     fail("device '{}' is not available: this build of hearth has no CUDA backend", device);
 #endif
@@ -69,7 +69,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOp
     fail("{}: model_type '{}' is not supported; supported: {}", config.source(),
          config.model_type(), list);
   }
-  auto backend = make_backend(options.device);
+  auto backend = make_backend(options.device, options.mmap);
   WeightStore weights = WeightStore::open(dir);
   return it->second(config, std::move(weights), std::move(backend));
 }

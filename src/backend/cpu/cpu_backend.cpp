@@ -1,6 +1,9 @@
 // The CPU backend: forwards each Backend op to its kernel, with the process-wide thread pool.
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <sys/mman.h>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/gated_delta.h"
@@ -14,7 +17,11 @@ namespace hearth {
 namespace {
 
 class CpuBackend final : public Backend {
+  bool keep_mapped_;
+  std::vector<DeviceBuffer> owned_;
+
  public:
+  explicit CpuBackend(bool keep_mapped) : keep_mapped_(keep_mapped) {}
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
   DType activation_dtype() const override { return DType::F32; }
@@ -24,7 +31,28 @@ class CpuBackend final : public Backend {
     if (!p) fail("out of memory allocating {} bytes", bytes);
     return DeviceBuffer(p, bytes, Device::CPU, [](void* q) { std::free(q); });
   }
-  Tensor prepare_weight(const Tensor& host) override { return host; }  // read in place
+  // Weights are read in place from the mapped checkpoint (fast load, no copy). Without
+  // keep_mapped (--no-mmap) each large tensor is copied once into 2 MiB-aligned anonymous memory
+  // advised for huge pages and the mapped source pages are released: decode streams weights
+  // ~40% faster that way here (4 KiB file pages cost TLB misses and stop the prefetchers), at
+  // the price of ~2.5 s more load time for 1.2 GB. See docs/PERFORMANCE.md.
+  Tensor prepare_weight(const Tensor& host) override {
+    if (keep_mapped_ || host.nbytes() < (size_t(1) << 20)) return host;
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = (host.nbytes() + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, bytes);
+    if (!p) fail("out of memory copying a weight of {} bytes", host.nbytes());
+    madvise(p, bytes, MADV_HUGEPAGE);
+    std::memcpy(p, host.data, host.nbytes());
+    // Drop our mapping's copy of the source pages (the page cache keeps the file).
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(host.data) + 4095) & ~uintptr_t(4095);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(host.data) + host.nbytes()) & ~uintptr_t(4095);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    owned_.emplace_back(p, host.nbytes(), Device::CPU, [](void* q) { std::free(q); });
+    Tensor t = host;
+    t.data = p;
+    return t;
+  }
   void copy(const Tensor& dst, const Tensor& src) override {
     std::memcpy(dst.data, src.data, src.nbytes());
   }
@@ -97,6 +125,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped) {
+  return std::make_unique<CpuBackend>(keep_weights_mapped);
+}
 
 }  // namespace hearth
