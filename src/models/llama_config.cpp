@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/config_checks.h"
 #include "models/llama.h"
 
 namespace hearth {
@@ -19,7 +20,8 @@ Activation parse_activation(const ModelConfig& c, const std::string& name) {
 }
 
 // Per layer "full_attention" / "sliding_attention", from layer_types or the family's pattern.
-std::vector<std::string> layer_types(const ModelConfig& c, const std::string& type, int64_t n_layer) {
+std::vector<std::string> layer_types(const ModelConfig& c, const std::string& type,
+                                     int64_t n_layer) {
   std::vector<std::string> types(size_t(n_layer), "full_attention");
   const auto& raw = c.raw();
   if (raw.contains("layer_types") && raw["layer_types"].is_array()) {
@@ -27,7 +29,8 @@ std::vector<std::string> layer_types(const ModelConfig& c, const std::string& ty
       fail("{}: layer_types has {} entries, num_hidden_layers is {}", c.source(),
            raw["layer_types"].size(), n_layer);
     for (size_t i = 0; i < types.size(); ++i) {
-      if (!raw["layer_types"][i].is_string()) fail("{}: layer_types[{}] is not a string", c.source(), i);
+      if (!raw["layer_types"][i].is_string())
+        fail("{}: layer_types[{}] is not a string", c.source(), i);
       types[i] = raw["layer_types"][i].get<std::string>();
       if (types[i] != "full_attention" && types[i] != "sliding_attention")
         fail("{}: layer_types[{}] = '{}' is not supported", c.source(), i, types[i]);
@@ -36,7 +39,8 @@ std::vector<std::string> layer_types(const ModelConfig& c, const std::string& ty
   }
   const bool has_window = c.has("sliding_window");
   if (type == "gemma2") {
-    for (int64_t i = 0; i < n_layer; ++i) types[size_t(i)] = (i + 1) % 2 ? "sliding_attention" : "full_attention";
+    for (int64_t i = 0; i < n_layer; ++i)
+      types[size_t(i)] = (i + 1) % 2 ? "sliding_attention" : "full_attention";
   } else if (type == "gemma3_text") {
     const int64_t pattern = c.get_int_or("sliding_window_pattern", 6);
     for (int64_t i = 0; i < n_layer; ++i)
@@ -55,9 +59,9 @@ std::vector<std::string> layer_types(const ModelConfig& c, const std::string& ty
 }  // namespace
 
 const std::vector<std::string>& llama_model_types() {
-  static const std::vector<std::string> types = {"llama",       "mistral", "qwen2",   "qwen3",
-                                                 "gemma",       "gemma2",  "gemma3_text",
-                                                 "phi3",        "olmo2",   "granite", "smollm3"};
+  static const std::vector<std::string> types = {"llama", "mistral", "qwen2",       "qwen3",
+                                                 "gemma", "gemma2",  "gemma3_text", "phi3",
+                                                 "olmo2", "granite", "smollm3"};
   return types;
 }
 
@@ -73,19 +77,14 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& c) {
   d.n_ff = c.get_int("intermediate_size");
   d.n_vocab = c.get_int("vocab_size");
   d.n_ctx_train = c.get_int_or("max_position_embeddings", 2048);
-  auto positive = [&](const char* name, int64_t v) {
-    if (v <= 0) fail("{}: {} must be positive, got {}", c.source(), name, v);
-  };
-  positive("hidden_size", d.n_embd);
-  positive("num_hidden_layers", d.n_layer);
-  positive("num_attention_heads", d.n_head);
-  positive("num_key_value_heads", d.n_head_kv);
-  positive("head_dim", d.head_dim);
-  positive("intermediate_size", d.n_ff);
-  positive("vocab_size", d.n_vocab);
-  if (d.n_head % d.n_head_kv != 0)
-    fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.source(),
-         d.n_head, d.n_head_kv);
+  require_positive(c, {{"hidden_size", d.n_embd},
+                       {"num_hidden_layers", d.n_layer},
+                       {"num_attention_heads", d.n_head},
+                       {"num_key_value_heads", d.n_head_kv},
+                       {"head_dim", d.head_dim},
+                       {"intermediate_size", d.n_ff},
+                       {"vocab_size", d.n_vocab}});
+  require_head_grouping(c, d.n_head, d.n_head_kv);
 
   const bool gemma = type == "gemma" || type == "gemma2" || type == "gemma3_text";
   d.norm_eps = float(c.get_float_or("rms_norm_eps", 1e-6));
@@ -114,7 +113,8 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& c) {
   if (type == "phi3") d.fused_qkv = d.fused_gate_up = true;
 
   std::string act = c.get_string_or("hidden_act", "silu");
-  if (gemma) act = c.get_string_or("hidden_activation", c.get_string_or("hidden_act", "gelu_pytorch_tanh"));
+  if (gemma)
+    act = c.get_string_or("hidden_activation", c.get_string_or("hidden_act", "gelu_pytorch_tanh"));
   if (type == "gemma" && act == "gelu") act = "gelu_pytorch_tanh";  // HF Gemma forces the tanh form
   d.act = parse_activation(c, act);
 
@@ -126,7 +126,8 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& c) {
   }
   d.attn_scale = 1.0f / std::sqrt(float(d.head_dim));
   if (type == "gemma2" || type == "gemma3_text")
-    d.attn_scale = float(1.0 / std::sqrt(c.get_float_or("query_pre_attn_scalar", double(d.head_dim))));
+    d.attn_scale =
+        float(1.0 / std::sqrt(c.get_float_or("query_pre_attn_scalar", double(d.head_dim))));
   if (type == "granite") d.attn_scale = float(c.get_float_or("attention_multiplier", d.attn_scale));
   d.attn_softcap = float(c.get_float_or("attn_logit_softcapping", 0.0));
   d.final_softcap = float(c.get_float_or("final_logit_softcapping", 0.0));
@@ -135,9 +136,9 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& c) {
   const int64_t window = c.get_int_or("sliding_window", 0);
   const double partial = c.get_float_or("partial_rotary_factor", 1.0);
   d.ropes.push_back(rope_spec_from_config(c, "full_attention", int(d.head_dim), partial));
-  const bool distinct_local_rope =
-      c.raw().contains("rope_local_base_freq") ||
-      (c.raw().contains("rope_parameters") && c.raw()["rope_parameters"].contains("sliding_attention"));
+  const bool distinct_local_rope = c.raw().contains("rope_local_base_freq") ||
+                                   (c.raw().contains("rope_parameters") &&
+                                    c.raw()["rope_parameters"].contains("sliding_attention"));
   if (distinct_local_rope)
     d.ropes.push_back(rope_spec_from_config(c, "sliding_attention", int(d.head_dim), partial));
   for (int64_t i = 0; i < d.n_layer; ++i) {
@@ -152,8 +153,10 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& c) {
     const auto& raw = c.raw();
     if (raw.contains("no_rope_layers") && raw["no_rope_layers"].is_array()) {
       if (int64_t(raw["no_rope_layers"].size()) != d.n_layer)
-        fail("{}: no_rope_layers has {} entries, expected {}", c.source(), raw["no_rope_layers"].size(), d.n_layer);
-      for (int64_t i = 0; i < d.n_layer; ++i) d.use_rope[size_t(i)] = raw["no_rope_layers"][size_t(i)].get<int>() != 0;
+        fail("{}: no_rope_layers has {} entries, expected {}", c.source(),
+             raw["no_rope_layers"].size(), d.n_layer);
+      for (int64_t i = 0; i < d.n_layer; ++i)
+        d.use_rope[size_t(i)] = raw["no_rope_layers"][size_t(i)].get<int>() != 0;
     } else {
       const int64_t interval = c.get_int_or("no_rope_layer_interval", 4);
       for (int64_t i = 0; i < d.n_layer; ++i) d.use_rope[size_t(i)] = (i + 1) % interval != 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/config_checks.h"
 #include "models/qwen3_5.h"
 
 namespace hearth {
@@ -15,8 +16,8 @@ bool is_hybrid(const std::string& type) { return type != "qwen3_moe"; }
 }  // namespace
 
 const std::vector<std::string>& qwen3_5_model_types() {
-  static const std::vector<std::string> types = {"qwen3_5",     "qwen3_5_text", "qwen3_5_moe",
-                                                 "qwen3_5_moe_text", "qwen3_next", "qwen3_moe"};
+  static const std::vector<std::string> types = {"qwen3_5",          "qwen3_5_text", "qwen3_5_moe",
+                                                 "qwen3_5_moe_text", "qwen3_next",   "qwen3_moe"};
   return types;
 }
 
@@ -43,19 +44,15 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
   d.zero_centred_norms = hybrid;
   d.attn_output_gate = hybrid;
   const std::string act = c.get_string_or("hidden_act", "silu");
-  if (act != "silu" && act != "swish") fail("{}: hidden_act '{}' is not supported (silu)", c.source(), act);
-  auto positive = [&](const char* name, int64_t v) {
-    if (v <= 0) fail("{}: {} must be positive, got {}", c.source(), name, v);
-  };
-  positive("hidden_size", d.n_embd);
-  positive("num_hidden_layers", d.n_layer);
-  positive("num_attention_heads", d.n_head);
-  positive("num_key_value_heads", d.n_head_kv);
-  positive("head_dim", d.head_dim);
-  positive("vocab_size", d.n_vocab);
-  if (d.n_head % d.n_head_kv != 0)
-    fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.source(),
-         d.n_head, d.n_head_kv);
+  if (act != "silu" && act != "swish")
+    fail("{}: hidden_act '{}' is not supported (silu)", c.source(), act);
+  require_positive(c, {{"hidden_size", d.n_embd},
+                       {"num_hidden_layers", d.n_layer},
+                       {"num_attention_heads", d.n_head},
+                       {"num_key_value_heads", d.n_head_kv},
+                       {"head_dim", d.head_dim},
+                       {"vocab_size", d.n_vocab}});
+  require_head_grouping(c, d.n_head, d.n_head_kv);
 
   // Layer pattern.
   d.linear_layer.assign(size_t(d.n_layer), false);
@@ -69,12 +66,13 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
         const auto& v = raw["layer_types"][i];
         const std::string t = v.is_string() ? v.get<std::string>() : "";
         if (t != "linear_attention" && t != "full_attention")
-          fail("{}: layer_types[{}] must be \"linear_attention\" or \"full_attention\"", c.source(), i);
+          fail("{}: layer_types[{}] must be \"linear_attention\" or \"full_attention\"", c.source(),
+               i);
         d.linear_layer[i] = t == "linear_attention";
       }
     } else {
       const int64_t interval = c.get_int_or("full_attention_interval", 4);
-      positive("full_attention_interval", interval);
+      require_positive(c, {{"full_attention_interval", interval}});
       for (int64_t i = 0; i < d.n_layer; ++i) d.linear_layer[size_t(i)] = (i + 1) % interval != 0;
     }
     d.lin_k_heads = c.get_int_or("linear_num_key_heads", 16);
@@ -82,11 +80,11 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
     d.lin_k_dim = c.get_int_or("linear_key_head_dim", 128);
     d.lin_v_dim = c.get_int_or("linear_value_head_dim", 128);
     d.conv_kernel = c.get_int_or("linear_conv_kernel_dim", 4);
-    positive("linear_num_key_heads", d.lin_k_heads);
-    positive("linear_num_value_heads", d.lin_v_heads);
-    positive("linear_key_head_dim", d.lin_k_dim);
-    positive("linear_value_head_dim", d.lin_v_dim);
-    positive("linear_conv_kernel_dim", d.conv_kernel);
+    require_positive(c, {{"linear_num_key_heads", d.lin_k_heads}});
+    require_positive(c, {{"linear_num_value_heads", d.lin_v_heads}});
+    require_positive(c, {{"linear_key_head_dim", d.lin_k_dim}});
+    require_positive(c, {{"linear_value_head_dim", d.lin_v_dim}});
+    require_positive(c, {{"linear_conv_kernel_dim", d.conv_kernel}});
     if (d.lin_v_heads % d.lin_k_heads != 0)
       fail("{}: linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})",
            c.source(), d.lin_v_heads, d.lin_k_heads);
@@ -104,10 +102,10 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
     if (raw.contains("mlp_only_layers") && raw["mlp_only_layers"].is_array())
       for (const auto& v : raw["mlp_only_layers"]) mlp_only.push_back(v.get<int64_t>());
     const int64_t step = c.get_int_or("decoder_sparse_step", 1);
-    positive("decoder_sparse_step", step);
+    require_positive(c, {{"decoder_sparse_step", step}});
     for (int64_t i = 0; i < d.n_layer; ++i)
-      d.moe_layer[size_t(i)] = std::find(mlp_only.begin(), mlp_only.end(), i) == mlp_only.end() &&
-                               (i + 1) % step == 0;
+      d.moe_layer[size_t(i)] =
+          std::find(mlp_only.begin(), mlp_only.end(), i) == mlp_only.end() && (i + 1) % step == 0;
     d.moe.n_embd = d.n_embd;
     d.moe.n_expert = n_expert;
     d.moe.n_expert_used = c.get_int("num_experts_per_tok");
@@ -118,10 +116,11 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
     // not, Qwen3-Next to yes.
     const bool q35 = type == "qwen3_5_moe_text" || type == "qwen3_5_moe";
     d.moe.norm_topk_prob = q35 || c.get_bool_or("norm_topk_prob", type == "qwen3_next");
-    positive("num_experts_per_tok", d.moe.n_expert_used);
-    positive("moe_intermediate_size", d.moe.n_ff_expert);
+    require_positive(c, {{"num_experts_per_tok", d.moe.n_expert_used}});
+    require_positive(c, {{"moe_intermediate_size", d.moe.n_ff_expert}});
     if (d.moe.n_expert_used > n_expert)
-      fail("{}: num_experts_per_tok ({}) exceeds num_experts ({})", c.source(), d.moe.n_expert_used, n_expert);
+      fail("{}: num_experts_per_tok ({}) exceeds num_experts ({})", c.source(), d.moe.n_expert_used,
+           n_expert);
   }
   for (int64_t i = 0; i < d.n_layer; ++i)
     if (!d.moe_layer[size_t(i)] && d.n_ff <= 0)
@@ -129,8 +128,7 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
 
   const double partial = c.get_float_or("partial_rotary_factor", hybrid ? 0.25 : 1.0);
   d.rope = rope_spec_from_config(c, "full_attention", int(d.head_dim), partial);
-  if (d.rope.type == "dynamic")
-    fail("{}: dynamic rope is not supported for {}", c.source(), type);
+  if (d.rope.type == "dynamic") fail("{}: dynamic rope is not supported for {}", c.source(), type);
   return d;
 }
 
