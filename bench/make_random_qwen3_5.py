@@ -4,12 +4,14 @@
   dense: Qwen3.5-0.8B shape (qwen3_5_text): hidden 1024, 24 layers (full attention every 4th via
          full_attention_interval), 8/2 heads of 256, Gated DeltaNet 16 key / 16 value heads of 128,
          intermediate 3584, vocab 248320, tied embeddings.
+  9b:    Qwen3.5-9B shape: hidden 4096, 32 layers (full attention every 4th), 16/4 heads of 256,
+         Gated DeltaNet 16 key / 32 value heads of 128, intermediate 12288, vocab 248320, untied.
   moe:   Qwen3-30B-A3B's layer shape (qwen3_moe) cut to 8 layers: hidden 2048, 32/4 heads of 128,
          128 experts of 768, top-8, vocab 151936, untied.
 
 Weights are slices of one random pool (scaled ~1/sqrt(fan_in)): the numbers are meaningless, only
 the shapes and byte counts matter. Tensors are streamed to disk one at a time, so memory stays small.
-Usage: /usr/bin/python3 bench/make_random_qwen3_5.py dense|moe OUT_DIR
+Usage: /usr/bin/python3 bench/make_random_qwen3_5.py dense|9b|moe OUT_DIR
 """
 import json
 import os
@@ -78,10 +80,16 @@ def small(values):
     return lambda: bf16(np.asarray(values, dtype=np.float32))
 
 
-def dense_model(out_dir):
-    H, L, V, I = 1024, 24, 248320, 3584
-    nq, nkv, D = 8, 2, 256
-    hk, hv, dk, dv, K = 16, 16, 128, 128, 4
+DENSE_SHAPES = {
+    # hidden, layers, vocab, intermediate, q heads, kv heads, head dim, linear key / value heads, tied
+    "dense": (1024, 24, 248320, 3584, 8, 2, 256, 16, 16, True),
+    "9b": (4096, 32, 248320, 12288, 16, 4, 256, 16, 32, False),
+}
+
+
+def dense_model(out_dir, shape="dense"):
+    H, L, V, I, nq, nkv, D, hk, hv, tied = DENSE_SHAPES[shape]
+    dk, dv, K = 128, 128, 4
     conv_dim = 2 * hk * dk + hv * dv
     config = {
         "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
@@ -90,10 +98,12 @@ def dense_model(out_dir):
         "linear_num_key_heads": hk, "linear_num_value_heads": hv, "linear_key_head_dim": dk,
         "linear_value_head_dim": dv, "linear_conv_kernel_dim": K, "full_attention_interval": 4,
         "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
-        "tie_word_embeddings": True, "bos_token_id": 248044, "eos_token_id": 248044,
+        "tie_word_embeddings": tied, "bos_token_id": 248044, "eos_token_id": 248044,
         "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
     }
     t = [("model.embed_tokens.weight",) + dense_tensor((V, H), fan_in=1)]
+    if not tied:
+        t.append(("lm_head.weight",) + dense_tensor((V, H)))
     t.append(("model.norm.weight", (H,), small(np.zeros(H))))
     for i in range(L):
         p = f"model.layers.{i}."
@@ -160,6 +170,9 @@ def moe_model(out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("dense", "moe"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("dense", "9b", "moe"):
         sys.exit(__doc__)
-    (dense_model if sys.argv[1] == "dense" else moe_model)(sys.argv[2])
+    if sys.argv[1] == "moe":
+        moe_model(sys.argv[2])
+    else:
+        dense_model(sys.argv[2], sys.argv[1])

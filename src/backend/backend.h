@@ -53,6 +53,17 @@ struct GatedDeltaParams {
   int chunk = 64;
 };
 
+// How to pick the next token from a row of logits once the host-only steps (penalties, logit
+// bias) are done: temperature <= 0 is argmax (ties: lowest id); otherwise temperature, top-k,
+// top-p, min-p in Hugging Face's order, then a draw at u · (mass of the survivors), u in [0, 1).
+struct TokenPick {
+  float temperature = 0.0f;
+  int32_t top_k = 0;    // 0 = off
+  float top_p = 1.0f;   // 1 = off
+  float min_p = 0.0f;   // 0 = off
+  double u = 0.0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -127,6 +138,35 @@ class Backend {
   // y[rows[i]] += weights[i] * x[i] for i < x.rows() (accumulates: the MoE scatter-add).
   virtual void scatter_add_rows(const Tensor& y, const Tensor& x, const int32_t* rows,
                                 const float* weights) = 0;
+
+  // --- fused ops (optional): the defaults compose the ops above (backend.cpp); a backend
+  // overrides one where doing it in one pass saves launches or memory traffic (CUDA decode). ---
+  // outs[i].y = x · outs[i].wᵀ + outs[i].bias for i < n_outs: several products of one input
+  // (q, k and v), which a GEMV can stream as one matrix. (No std::span: CUDA code includes
+  // this header as C++17.)
+  struct LinearOut {
+    Tensor y, w, bias;
+  };
+  virtual void linear_many(const Tensor& x, const LinearOut* outs, int n_outs);
+  // y = act(x · gateᵀ + gate_bias) * (x · upᵀ + up_bias). up_scratch [n, n_ff] may be
+  // overwritten (the composed form needs it); y may not alias x.
+  virtual void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x,
+                          const LinearOut& gate, const LinearOut& up, Activation act);
+  // x += b * b_scale, then y = rms_norm(x) * (w + weight_offset): the residual add that ends a
+  // block and the norm that starts the next. y may not alias x.
+  virtual void add_rms_norm(const Tensor& y, const Tensor& x, const Tensor& b, float b_scale,
+                            const Tensor& w, float eps, float weight_offset);
+  // The attention input step: per-head RMSNorm of q and k (when q_norm/k_norm are non-empty),
+  // rope on q and k (when rope is non-null), then k and v into the cache at their positions.
+  virtual void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                  float weight_offset, const RopeParams* rope,
+                                  const KvView& kv, const int32_t* positions);
+
+  // *dst = the token `pick` chooses from logits [n_vocab] f32 (in this backend's memory, or
+  // host memory). A GPU backend picks on the device so only the id crosses to the host; *dst is
+  // written when to_host_f32 / end_step would have delivered logits.
+  virtual void pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick);
 
   // --- step hooks (optional; the CPU backend ignores them) ---
   // Bracket one forward pass of n_tokens rows. Between them a backend may defer work: the CUDA

@@ -67,8 +67,20 @@ class LlamaModel final : public Model {
     return std::make_unique<LlamaSequence>(*backend_, d_);
   }
 
+  int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
+                       const TokenPick& pick) override {
+    int32_t token = 0;
+    run(state, tokens, LogitsRows::Last, nullptr, &pick, &token);
+    return token;
+  }
   void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
-               float* logits) override;
+               float* logits) override {
+    run(state, tokens, rows, logits, nullptr, nullptr);
+  }
+  // The forward pass; the last row's logits go to `logits` (host), or, with `pick`, only the
+  // picked token to *token.
+  void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+           float* logits, const TokenPick* pick, int32_t* token);
 
  private:
   void load_weights();
@@ -205,28 +217,31 @@ void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
   const Tensor o = o_.view(act_, {n, H});
   Backend& be = *backend_;
 
+  // h already holds this layer's normalised input when the previous block fused its residual
+  // add with this norm (add_rms_norm); only layer 0 normalises here.
   const Tensor& in = d_.input_norm ? h : x;
-  if (d_.input_norm) be.rms_norm(h, x, L.attn_norm, d_.norm_eps, d_.norm_offset);
-  be.linear(q, in, L.q.w, L.q.bias);
-  be.linear(k, in, L.k.w, L.k.bias);
-  be.linear(v, in, L.v.w, L.v.bias);
-  if (d_.qk_norm == QkNorm::PerHead) {
-    be.rms_norm(q, q, L.q_norm, d_.norm_eps, d_.norm_offset);
-    be.rms_norm(k, k, L.k_norm, d_.norm_eps, d_.norm_offset);
-  } else if (d_.qk_norm == QkNorm::Full) {  // olmo2: one norm over all heads together
+  if (d_.input_norm && il == 0) be.rms_norm(h, x, L.attn_norm, d_.norm_eps, d_.norm_offset);
+  const Backend::LinearOut qkv[] = {{q, L.q.w, L.q.bias}, {k, L.k.w, L.k.bias},
+                                    {v, L.v.w, L.v.bias}};
+  be.linear_many(in, qkv, 3);
+  Tensor q_gain = L.q_norm, k_gain = L.k_norm;
+  if (d_.qk_norm == QkNorm::Full) {  // olmo2: one norm over all heads together
     const Tensor q2 = q.reshaped({n, d_.n_head * hd}), k2 = k.reshaped({n, d_.n_head_kv * hd});
     be.rms_norm(q2, q2, L.q_norm, d_.norm_eps, d_.norm_offset);
     be.rms_norm(k2, k2, L.k_norm, d_.norm_eps, d_.norm_offset);
+    q_gain = k_gain = Tensor();
+  } else if (d_.qk_norm != QkNorm::PerHead) {
+    q_gain = k_gain = Tensor();
   }
+  RopeParams rp;
   if (d_.use_rope[size_t(il)]) {
     const int ri = d_.rope_index[size_t(il)];
-    RopeParams rp{inv_freq_[size_t(ri)].data(), d_.ropes[size_t(ri)].rotary_dim,
-                  attention_factor_[size_t(ri)]};
-    be.rope(q, pos, rp);
-    be.rope(k, pos, rp);
+    rp = {inv_freq_[size_t(ri)].data(), d_.ropes[size_t(ri)].rotary_dim,
+          attention_factor_[size_t(ri)]};
   }
   const KvView kv = seq.kv.view(il);
-  be.kv_store(kv, k, v, pos);
+  be.qk_norm_rope_store(q, k, v, q_gain, k_gain, d_.norm_eps, d_.norm_offset,
+                        d_.use_rope[size_t(il)] ? &rp : nullptr, kv, pos);
   AttentionParams ap;
   ap.n_head = int(d_.n_head);
   ap.n_head_kv = int(d_.n_head_kv);
@@ -237,7 +252,11 @@ void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
   be.attention(attn, q, kv, pos, ap);
   be.linear(o, attn.reshaped({n, d_.n_head * hd}), L.o.w, L.o.bias);
   if (d_.post_attn_norm) be.rms_norm(o, o, L.post_attn_norm, d_.norm_eps, d_.norm_offset);
-  be.add(x, x, o, d_.residual_scale);
+  // The residual add, fused with the MLP's input norm when there is one.
+  if (d_.pre_ffn_norm)
+    be.add_rms_norm(h, x, o, d_.residual_scale, L.ffn_norm, d_.norm_eps, d_.norm_offset);
+  else
+    be.add(x, x, o, d_.residual_scale);
 }
 
 void LlamaModel::ffn_block(int il, int64_t n) {
@@ -249,18 +268,21 @@ void LlamaModel::ffn_block(int il, int64_t n) {
   const Tensor gate = gate_.view(act_, {n, d_.n_ff});
   const Tensor up = up_.view(act_, {n, d_.n_ff});
   Backend& be = *backend_;
-  const Tensor& in = d_.pre_ffn_norm ? h : x;
-  if (d_.pre_ffn_norm) be.rms_norm(h, x, L.ffn_norm, d_.norm_eps, d_.norm_offset);
-  be.linear(gate, in, L.gate.w, L.gate.bias);
-  be.linear(up, in, L.up.w, L.up.bias);
-  be.glu(gate, gate, up, d_.act);
+  const Tensor& in = d_.pre_ffn_norm ? h : x;  // normalised by attention_block's add_rms_norm
+  be.linear_glu(gate, up, in, {gate, L.gate.w, L.gate.bias}, {up, L.up.w, L.up.bias}, d_.act);
   be.linear(o, gate, L.down.w, L.down.bias);
   if (d_.post_ffn_norm) be.rms_norm(o, o, L.post_ffn_norm, d_.norm_eps, d_.norm_offset);
-  be.add(x, x, o, d_.residual_scale);
+  // The residual add, fused with the next layer's input norm when there is one.
+  if (d_.input_norm && il + 1 < int(d_.n_layer)) {
+    const LlamaLayer& next = layers_[size_t(il + 1)];
+    be.add_rms_norm(h, x, o, d_.residual_scale, next.attn_norm, d_.norm_eps, d_.norm_offset);
+  } else {
+    be.add(x, x, o, d_.residual_scale);
+  }
 }
 
-void LlamaModel::forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
-                         float* logits) {
+void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+                     float* logits, const TokenPick* pick, int32_t* token) {
   auto& seq = static_cast<LlamaSequence&>(state);
   const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
@@ -314,7 +336,10 @@ void LlamaModel::forward(SequenceState& state, std::span<const int32_t> tokens, 
   backend_->linear(out, h, lm_head_, Tensor());
   if (d_.logits_scale != 1.0f) backend_->scale(out, d_.logits_scale);
   if (d_.final_softcap > 0.0f) backend_->softcap(out, d_.final_softcap);
-  backend_->to_host_f32(logits, out);
+  if (pick)
+    backend_->pick_token(token, out.slice_rows(n_rows - 1, n_rows).reshaped({d_.n_vocab}), *pick);
+  else
+    backend_->to_host_f32(logits, out);
   backend_->end_step();
 }
 

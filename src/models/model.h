@@ -55,6 +55,14 @@ class Model {
   // the requested rows into logits ([n_rows, n_vocab] f32). Token ids must be < n_vocab.
   virtual void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
                        float* logits) = 0;
+  // forward(state, tokens, LogitsRows::Last, ...) and the next token picked from that row as
+  // `pick` says. Models that override it let their backend pick where the logits are (on a GPU
+  // only the token id crosses to the host); the default picks on the host.
+  virtual int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
+                               const TokenPick& pick);
+
+ private:
+  std::vector<float> pick_logits_;  // the default forward_pick's host row
 };
 
 struct LoadOptions {

@@ -43,14 +43,28 @@ GenerateResult generate(Model& model, SequenceState& state, std::span<const int3
   GenerateResult result;
   result.timings.prompt_tokens = int64_t(prompt.size()) - state.n_past();
   std::vector<int32_t> history(prompt.begin(), prompt.end());
+  // Without penalties or logit bias the backend picks the token where the logits are (on a GPU
+  // only the id comes back); otherwise the logits come to the host for the full sampler.
+  const bool backend_picks = sampler.backend_can_pick();
   std::vector<float> logits;
+  if (!backend_picks) logits.resize(size_t(n_vocab));
+  auto next_token = [&](std::span<const int32_t> tokens) {
+    if (backend_picks) return model.forward_pick(state, tokens, sampler.next_pick());
+    model.forward(state, tokens, LogitsRows::Last, logits.data());
+    return sampler.sample(logits, history);
+  };
   auto t0 = std::chrono::steady_clock::now();
-  prefill(model, state, prompt.subspan(size_t(state.n_past())), params.prefill_chunk, &logits);
+  // Prefill in chunks; the last chunk's forward also yields the first token.
+  const auto rest = prompt.subspan(size_t(state.n_past()));
+  const int64_t chunk = std::max<int64_t>(params.prefill_chunk, 1);
+  const int64_t last_begin =
+      params.max_tokens > 0 ? (int64_t(rest.size()) - 1) / chunk * chunk : int64_t(rest.size());
+  prefill(model, state, rest.first(size_t(last_begin)), chunk, nullptr);
   result.finish_reason = "length";
   auto t_first = t0;
   for (int64_t i = 0; i < params.max_tokens; ++i) {
-    if (i > 0) model.forward(state, std::span<const int32_t>(&history.back(), 1), LogitsRows::Last, logits.data());
-    const int32_t token = sampler.sample(logits, history);
+    const int32_t token = i == 0 ? next_token(rest.subspan(size_t(last_begin)))
+                                 : next_token(std::span<const int32_t>(&history.back(), 1));
     if (i == 0) {
       result.timings.prompt_ms = elapsed_ms(t0);
       t_first = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/token_pick.h"
 #include "core/error.h"
 
 namespace hearth {
@@ -50,63 +51,25 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
+bool Sampler::backend_can_pick() const {
+  return params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+         params_.frequency_penalty == 0.0f && params_.logit_bias.empty();
+}
+
+TokenPick Sampler::next_pick() {
+  TokenPick p;
+  p.temperature = params_.temperature;
+  p.top_k = params_.top_k;
+  p.top_p = params_.top_p;
+  p.min_p = params_.min_p;
+  if (p.temperature > 0.0f) p.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  return p;
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   apply_penalties(logits, history);
   for (auto [id, bias] : params_.logit_bias) logits[size_t(id)] += bias;
-
-  if (params_.temperature <= 0.0f) {
-    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  // Candidates sorted by logit, descending; then the truncations, each keeping at least one.
-  candidates_.clear();
-  const float inv_t = 1.0f / params_.temperature;
-  for (int64_t i = 0; i < n_vocab_; ++i)
-    if (logits[size_t(i)] > -INFINITY) candidates_.push_back({logits[size_t(i)] * inv_t, int32_t(i)});
-  if (candidates_.empty()) return 0;
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0) keep = std::min(keep, size_t(params_.top_k));
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  if (keep < candidates_.size()) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + long(keep), candidates_.end(), by_logit);
-    candidates_.resize(keep);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
-  }
-  // Softmax over the survivors.
-  const float max_logit = candidates_[0].first;
-  double sum = 0.0;
-  for (auto& c : candidates_) {
-    c.first = std::exp(c.first - max_logit);
-    sum += c.first;
-  }
-  for (auto& c : candidates_) c.first = float(c.first / sum);
-  if (params_.top_p < 1.0f) {
-    double cumulative = 0.0;
-    size_t n = 0;
-    while (n < candidates_.size()) {
-      cumulative += candidates_[n].first;
-      ++n;
-      if (cumulative >= params_.top_p) break;
-    }
-    candidates_.resize(std::max<size_t>(n, 1));
-  }
-  if (params_.min_p > 0.0f) {
-    const float threshold = candidates_[0].first * params_.min_p;
-    size_t n = 1;
-    while (n < candidates_.size() && candidates_[n].first >= threshold) ++n;
-    candidates_.resize(n);
-  }
-  double total = 0.0;
-  for (auto& c : candidates_) total += c.first;
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  double r = uniform(rng_);
-  for (auto& c : candidates_) {
-    r -= c.first;
-    if (r < 0.0) return c.second;
-  }
-  return candidates_.back().second;
+  return pick_token_host(logits, next_pick(), candidates_);
 }
 
 }  // namespace hearth

@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace hearth {
 
 struct SamplingParams {
@@ -34,6 +36,12 @@ class Sampler {
   // Picks the next token; `history` holds the prompt and generated tokens so far.
   // Modifies logits in place.
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+
+  // True when sample() needs nothing but the logits (no penalties, no logit bias): then the
+  // backend can pick the token where the logits are (Model::forward_pick) with next_pick().
+  bool backend_can_pick() const;
+  // The truncation settings and this step's random draw (consumes the RNG as sample() would).
+  TokenPick next_pick();
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);

@@ -6,6 +6,8 @@
 // may flip a near tie; the continuation after it legitimately differs). Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "fixture.h"
 #include "models/llama.h"
@@ -75,6 +77,37 @@ TEST_P(CudaFixtures, GreedyMatchesWhileMarginIsClear) {
   }
   std::printf("[ cuda     ] %-28s greedy identical for %zu/%zu steps%s\n", c.name.c_str(), same,
               want.size(), same < want.size() ? " (then a near tie)" : "");
+}
+
+// The decode step with the token picked on the GPU (forward_pick, replayed as a graph) follows
+// the same path as logits copied to the host and argmax there; a seeded sampled run repeats.
+TEST_P(CudaFixtures, DevicePickEqualsHostArgmaxAndSamplingRepeats) {
+  const FixtureCase& c = GetParam();
+  auto model = load(c);
+  auto prompt = c.reference["prompt"].get<std::vector<int32_t>>();
+  const int64_t n_vocab = model->info().n_vocab;
+  auto a = model->new_sequence(), b = model->new_sequence();
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  model->forward(*a, prompt, LogitsRows::Last, logits.data());
+  int32_t host = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  int32_t dev = model->forward_pick(*b, prompt, TokenPick{});
+  for (int step = 0; step < 16; ++step) {
+    ASSERT_EQ(dev, host) << c.name << ": step " << step;
+    model->forward(*a, std::span<const int32_t>(&host, 1), LogitsRows::Last, logits.data());
+    host = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    dev = model->forward_pick(*b, std::span<const int32_t>(&dev, 1), TokenPick{});
+  }
+  GenerateParams params;
+  params.max_tokens = 16;
+  params.ignore_eos = true;
+  params.sampling.temperature = 0.9f;
+  params.sampling.top_k = 20;
+  params.sampling.top_p = 0.95f;
+  params.sampling.seed = 7;
+  auto s1 = model->new_sequence(), s2 = model->new_sequence();
+  EXPECT_EQ(generate(*model, *s1, prompt, params).tokens,
+            generate(*model, *s2, prompt, params).tokens)
+      << c.name << ": a seeded run repeats";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtures, ::testing::ValuesIn(cuda_cases()),

@@ -68,6 +68,8 @@ struct Ctx {
   void* lt_workspace = nullptr;
   size_t lt_workspace_bytes = 0;
   int sm_count = 0;
+  // Programmatic dependent launch for the decode kernels (sm_90+; HEARTH_CUDA_PDL=0 turns it off).
+  bool pdl = false;
   // Split-K attention partials (sized by attention_workspace_bytes before any launch).
   float* attn_ws = nullptr;
   size_t attn_ws_bytes = 0;
@@ -78,6 +80,17 @@ struct Ctx {
 // linear.cu
 void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias);
 void linear_plans_clear();
+// gemv.cu: decode products (≤ 8 rows, bf16, 16-byte aligned; gemv_fits says so).
+constexpr int kGemvMaxSegs = 4;
+struct GemvJobs {  // up to kGemvMaxSegs products of the same input, in one launch
+  Ten y[kGemvMaxSegs], w[kGemvMaxSegs], bias[kGemvMaxSegs];
+  int32_t n = 0, pad = 0;
+};
+bool gemv_fits(const Ten& x, const Ten& w);
+void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs);
+// y = act(x·gateᵀ + gate_bias) * (x·upᵀ + up_bias)
+void gemv_glu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate, const Ten& gate_bias,
+              const Ten& up, const Ten& up_bias, int32_t act);
 // elementwise.cu
 void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, float scale);
 void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act);
@@ -94,10 +107,21 @@ void copy_bytes(Ctx& ctx, const Ten& dst, const Ten& src);
 // norm.cu
 void rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float offset);
 void rms_norm_gated(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& z, float eps);
+// x += b * b_scale; y = rms_norm(x) * (w + offset), one block per row.
+void add_rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& b, float b_scale, const Ten& w,
+                  float eps, float offset);
 // rope.cu
 void rope(Ctx& ctx, const Ten& x, const int32_t* positions, const float* inv_freq,
           int32_t rotary_dim, float attention_factor);
 void kv_store(Ctx& ctx, const KvDev& kv, const Ten& k, const Ten& v, const int32_t* positions);
+// Per-head q/k RMSNorm (skipped for empty gains), rope (rotary_dim 0: none), k and v into the
+// cache; one warp per head. Needs head_dim % 32 == 0, ≤ 256, and (rotary_dim/2) % 32 == 0 so a
+// rotate_half pair lives in one lane (qk_rope_store_fits).
+bool qk_rope_store_fits(int64_t head_dim, int32_t rotary_dim);
+void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
+                        const Ten& k_norm, float eps, float offset, const KvDev& kv,
+                        const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
+                        float attention_factor);
 // attention.cu
 size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
                                  int64_t capacity);
@@ -105,6 +129,16 @@ size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const Attenti
 void attention_init();
 void attention(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const int32_t* positions,
                const AttentionParams& p);
+// sampling.cu: Backend::pick_token on the device. The settings and the draw live in device
+// memory (the dyn area), so one captured decode graph serves every request.
+struct PickDyn {
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  float min_p;
+  double u;
+};
+void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn);
 // gated_delta.cu
 void gated_delta_init();
 void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <tuple>
 #include <vector>
@@ -115,6 +116,8 @@ class CudaBackend final : public Backend {
     HEARTH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     name_ = std::string("cuda:") + std::to_string(device_) + " (" + prop.name + ")";
     ctx_.sm_count = prop.multiProcessorCount;
+    const char* pdl = std::getenv("HEARTH_CUDA_PDL");
+    ctx_.pdl = prop.major >= 9 && !(pdl && std::string(pdl) == "0");
     HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     HEARTH_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
     HEARTH_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, kLtWorkspace));
@@ -138,6 +141,7 @@ class CudaBackend final : public Backend {
     cudaFree(ctx_.lt_workspace);
     cudaFree(out_dev_);
     cudaFree(tmp_dev_);
+    cudaFree(token_dev_);
     cudaFreeHost(out_host_);
     cudaFreeHost(dyn_host_);
     cudaFree(dyn_dev_);
@@ -214,6 +218,57 @@ class CudaBackend final : public Backend {
     bind();
     if (y.device == Device::CPU) return linear_to_host(y, x, w, bias);
     submit<&cuda::linear>(Ten(y), Ten(x), Ten(w), Ten(bias));
+  }
+
+  void linear_many(const Tensor& x, const LinearOut* outs, int n_outs) override {
+    bind();
+    bool fits = n_outs <= kGemvMaxSegs;
+    for (int i = 0; i < n_outs; ++i)
+      fits = fits && outs[i].y.device == Device::CUDA && gemv_fits(Ten(x), Ten(outs[i].w));
+    if (!fits) return Backend::linear_many(x, outs, n_outs);
+    GemvJobs jobs;
+    for (int i = 0; i < n_outs; ++i) {
+      const LinearOut& o = outs[i];
+      jobs.y[jobs.n] = Ten(o.y);
+      jobs.w[jobs.n] = Ten(o.w);
+      jobs.bias[jobs.n] = Ten(o.bias);
+      ++jobs.n;
+    }
+    submit<&cuda::gemv_many>(Ten(x), jobs);
+  }
+
+  void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x,
+                  const LinearOut& gate, const LinearOut& up, Activation act) override {
+    bind();
+    if (!gemv_fits(Ten(x), Ten(gate.w)) || !gemv_fits(Ten(x), Ten(up.w)))
+      return Backend::linear_glu(y, up_scratch, x, gate, up, act);
+    submit<&cuda::gemv_glu>(Ten(y), Ten(x), Ten(gate.w), Ten(gate.bias), Ten(up.w), Ten(up.bias),
+                            int32_t(act));
+  }
+
+  void add_rms_norm(const Tensor& y, const Tensor& x, const Tensor& b, float b_scale,
+                    const Tensor& w, float eps, float off) override {
+    bind();
+    submit<&cuda::add_rms_norm>(Ten(y), Ten(x), Ten(b), b_scale, Ten(w), eps, off);
+  }
+
+  void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                          const Tensor& k_norm, float eps, float off, const RopeParams* rope,
+                          const KvView& kv, const int32_t* positions) override {
+    bind();
+    const int64_t hd = q.dim(2);
+    const int32_t rot = rope ? int32_t(rope->rotary_dim) : 0;
+    const bool per_head = (q_norm.empty() || q_norm.numel() == hd) &&
+                          (k_norm.empty() || k_norm.numel() == hd) &&
+                          q_norm.empty() == k_norm.empty();
+    if (!per_head || !qk_rope_store_fits(hd, rot) || q.ndim != 3 || k.dim(2) != hd)
+      return Backend::qk_norm_rope_store(q, k, v, q_norm, k_norm, eps, off, rope, kv, positions);
+    const int32_t* d_pos = upload_ints(positions, q.dim(0), 1);
+    const float* d_freq =
+        rot > 0 ? reinterpret_cast<const float*>(upload_ints(rope->inv_freq, rot / 2, 2)) : nullptr;
+    submit<&cuda::qk_norm_rope_store>(Ten(q), Ten(k), Ten(v), Ten(q_norm), Ten(k_norm), eps, off,
+                                      kv_dev(kv), d_pos, d_freq, rot,
+                                      rope ? rope->attention_factor : 1.0f);
   }
 
   void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s) override {
@@ -314,6 +369,38 @@ class CudaBackend final : public Backend {
     out_ = s;
     out_user_ = dst;
     out_bytes_ = bytes;
+    if (recording_) {
+      finish_recording();
+    } else {
+      deliver_now();
+    }
+  }
+
+  void pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) override {
+    bind();
+    if (logits.device != Device::CUDA || logits.dtype != DType::F32)
+      return Backend::pick_token(dst, logits, pick);
+    const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
+    static_assert(sizeof dyn % 4 == 0);
+    const auto* d_dyn =
+        reinterpret_cast<const PickDyn*>(upload_ints(&dyn, int64_t(sizeof dyn / 4), 6));
+    if (!token_dev_) {
+      stop_recording();
+      HEARTH_CUDA_CHECK(cudaMalloc(&token_dev_, 16));
+      invalidate_graph();
+    }
+    submit<&cuda::pick_token>(static_cast<int32_t*>(token_dev_), Ten(logits), d_dyn);
+    // The token leaves as the step's host output (4 bytes instead of the logits row).
+    if (out_.p) deliver_or_queue_output();
+    ensure_out_host(4);
+    Ten t;
+    t.p = token_dev_;
+    t.dtype = kF32;  // 4 opaque bytes
+    t.ndim = 1;
+    t.d[0] = 1;
+    out_ = t;
+    out_user_ = dst;
+    out_bytes_ = 4;
     if (recording_) {
       finish_recording();
     } else {
@@ -685,6 +772,7 @@ class CudaBackend final : public Backend {
   size_t out_host_bytes_ = 0;
   void* tmp_dev_ = nullptr;
   size_t tmp_bytes_ = 0;
+  void* token_dev_ = nullptr;  // pick_token's result
 };
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "backend/cuda/common.h"
 
 namespace hearth::cuda {
@@ -23,6 +25,14 @@ __device__ __forceinline__ void st(void* p, int dt, int64_t i, float v) {
     static_cast<float*>(p)[i] = v;
   else
     static_cast<__half*>(p)[i] = __float2half(v);
+}
+
+// The value v takes once stored in dtype dt. Fused kernels round where the composed ops would
+// have stored and re-read an intermediate, so both give the same result.
+__device__ __forceinline__ float rounded(int dt, float v) {
+  if (dt == kBF16) return __bfloat162float(__float2bfloat16(v));
+  if (dt == kF16) return __half2float(__float2half(v));
+  return v;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -51,6 +61,41 @@ __device__ __forceinline__ float block_sum(float v) {
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Programmatic dependent launch (Hopper and later). A kernel started by launch_pdl may begin
+// while the kernel before it in the stream is still running: it must call pdl_wait() before it
+// reads anything an earlier kernel wrote or writes anything an earlier kernel reads (weights
+// are neither, so they may be fetched before). pdl_trigger() lets the next kernel start early.
+// Both are no-ops before sm_90 and when the kernel was launched normally.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, ctx.stream>>>(args...) allowing programmatic overlap
+// with the previous kernel when the device supports it (ctx.pdl). Only for kernels that call
+// pdl_wait() as described above.
+template <typename... KArgs, typename... Args>
+void launch_pdl(const Ctx& ctx, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = ctx.stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = ctx.pdl ? 1 : 0;
+  HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 inline unsigned grid_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;

@@ -1,7 +1,6 @@
 // y[n, out] = x[n, in] · w[out, in]ᵀ (+ bias): the matrix products of every layer.
-// - n ≤ 8 rows (decode): our own GEMV. Decode is bound by reading the weights, so each warp
-//   streams one weight row with 16-byte non-caching loads, several in flight before first use,
-//   and applies it to all n activation rows at once: the matrix is read exactly once per step.
+// - n ≤ 8 rows (decode): our own GEMV (gemv.cu), which reads the matrix exactly once per step;
+//   a plain per-row kernel here for odd dtypes or alignment.
 // - n > 8 (prefill), bf16 weights and activations: cuBLASLt, f32 accumulation, bf16 or f32 out;
 //   one plan per shape, cached (heuristic queried once).
 // - anything else (F16/F32 weights, odd alignment): a plain tiled kernel, correct but slow.
@@ -18,65 +17,6 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kGemvWarps = 8;
-constexpr int kGemvUnroll = 4;
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
-  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
-    s = fmaf(fa.x, fb.x, s);
-    s = fmaf(fa.y, fb.y, s);
-  }
-  return s;
-}
-
-// bf16 w and x, in % 8 == 0 and 16-byte aligned rows. One warp per output row.
-template <int N>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_bf16_kernel(void* y, int ydt, const uint4* x, const uint4* w, const void* bias, int bdt,
-                     int64_t out, int64_t in8) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
-  if (row >= out) return;
-  const uint4* wr = w + row * in8;
-  float acc[N];
-#pragma unroll
-  for (int r = 0; r < N; ++r) acc[r] = 0.0f;
-  for (int64_t c0 = lane; c0 < in8; c0 += 32 * kGemvUnroll) {
-    uint4 wv[kGemvUnroll];
-#pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      const int64_t c = c0 + u * 32;
-      wv[u] = c < in8 ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      const int64_t c = c0 + u * 32;
-      if (c < in8) {
-#pragma unroll
-        for (int r = 0; r < N; ++r) acc[r] += dot8(wv[u], x[r * in8 + c]);
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < N; ++r) acc[r] = warp_sum(acc[r]);
-  if (lane == 0) {
-    const float b = bias ? ld(bias, bdt, row) : 0.0f;
-#pragma unroll
-    for (int r = 0; r < N; ++r) st(y, ydt, r * out + row, acc[r] + b);
-  }
-}
 
 // Any dtypes, any alignment; one warp per (output row), all n rows.
 __global__ void gemv_generic_kernel(void* y, int ydt, const void* x, int xdt, const void* w,
@@ -200,19 +140,13 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
   if (n <= 8) {
     const unsigned blocks = unsigned((out + kGemvWarps - 1) / kGemvWarps);
     if (vec) {
-      const uint4* xp = static_cast<const uint4*>(x.p);
-      const uint4* wp = static_cast<const uint4*>(w.p);
-      switch (n) {
-#define GEMV_CASE(N)                                                                              \
-  case N:                                                                                         \
-    gemv_bf16_kernel<N><<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(y.p, y.dtype, xp, wp, bias.p, \
-                                                                    bias.dtype, out, in / 8);     \
-    break;
-        GEMV_CASE(1)
-        GEMV_CASE(2) GEMV_CASE(3) GEMV_CASE(4) GEMV_CASE(5) GEMV_CASE(6) GEMV_CASE(7) GEMV_CASE(8)
-#undef GEMV_CASE
-            default : break;
-      }
+      GemvJobs jobs;
+      jobs.y[0] = y;
+      jobs.w[0] = w;
+      jobs.bias[0] = bias;
+      jobs.n = 1;
+      gemv_many(ctx, x, jobs);
+      return;
     } else {
       gemv_generic_kernel<<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(
           y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, bias.p, bias.dtype, n, out, in);

@@ -68,6 +68,35 @@ __global__ void rms_norm_block_kernel(void* y, int ydt, const void* x, int xdt, 
            blockDim.x, true);
 }
 
+// One block per row: x += b * s (written back), then y = norm(x) * (w + offset).
+__global__ void add_rms_norm_kernel(void* y, int ydt, void* x, int xdt, const void* b, int bdt,
+                                    float s, const void* w, int wdt, int len, float eps,
+                                    float offset) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t base = int64_t(blockIdx.x) * len;
+  float v[kPer];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = 0.0f;
+    if (i < len) {
+      v[k] = rounded(xdt, ld(x, xdt, base + i) + ld(b, bdt, base + i) * s);
+      st(x, xdt, base + i, v[k]);
+    }
+    ss += v[k] * v[k];
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(len) + eps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < len) st(y, ydt, base + i, v[k] * inv * (ld(w, wdt, i) + offset));
+  }
+}
+
+int threads_for(int len) { return std::min(1024, std::max(64, (len / 4 + 31) / 32 * 32)); }
+
 void launch(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float offset,
             const Ten* z) {
   const int len = int(w.numel());
@@ -79,7 +108,7 @@ void launch(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float
                            0, ctx.stream>>>(y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, rows, len,
                                             eps, offset, zp, zdt);
   } else {
-    const int threads = std::min(1024, std::max(64, (len / 4 + 31) / 32 * 32));
+    const int threads = threads_for(len);
     rms_norm_block_kernel<<<unsigned(rows), threads, 0, ctx.stream>>>(
         y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, len, eps, offset, zp, zdt);
   }
@@ -95,6 +124,16 @@ void rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, flo
 // transformers' gated norm: weight * normalised(x), then * silu(z); no weight offset.
 void rms_norm_gated(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& z, float eps) {
   launch(ctx, y, x, w, eps, 0.0f, &z);
+}
+
+void add_rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& b, float b_scale, const Ten& w,
+                  float eps, float offset) {
+  const int len = int(w.numel());
+  const int threads = threads_for(len);
+  if (len > kPer * threads) cuda_fail("add_rms_norm", "row too long", __FILE__, __LINE__);
+  launch_pdl(ctx, add_rms_norm_kernel, dim3(unsigned(x.numel() / len)), dim3(threads), 0, y.p,
+             y.dtype, x.p, x.dtype, b.p, b.dtype, b_scale, w.p, w.dtype, len, eps, offset);
+  HEARTH_CUDA_LAUNCHED();
 }
 
 }  // namespace hearth::cuda

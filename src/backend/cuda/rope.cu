@@ -40,7 +40,113 @@ __global__ void kv_store_kernel(void* kc, void* vc, int cdt, const void* k, int 
   }
 }
 
+// One warp per head of one token: heads [0, n_head) are q, [n_head, n_head + n_kv) k,
+// [n_head + n_kv, n_head + 2 n_kv) v. Lane l holds elements l + 32 j (j < E), so with
+// rotary_dim/2 a multiple of 32 both halves of a rotate_half pair sit in the same lane.
+// Each stage rounds to the tensor's dtype as the composed ops do when they store.
+template <int E>
+__global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int kdt, const void* v,
+                                          int vdt, const void* qn, const void* kn, int ndt,
+                                          float eps, float offset, void* kc, void* vc, int cdt,
+                                          int64_t capacity, const int32_t* positions,
+                                          const float* inv_freq, int half, float factor,
+                                          int n_tokens, int n_head, int n_kv, int hd) {
+  pdl_trigger();
+  pdl_wait();
+  const int lane = threadIdx.x & 31;
+  const int64_t gw = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int heads = n_head + 2 * n_kv;
+  if (gw >= int64_t(n_tokens) * heads) return;
+  const int t = int(gw / heads), h = int(gw % heads);
+  const int64_t slot = int64_t(positions[t]) % capacity;
+  if (h >= n_head + n_kv) {  // v: straight into the cache
+    const int hv = h - n_head - n_kv;
+    const int64_t src = (int64_t(t) * n_kv + hv) * hd, dst = (slot * n_kv + hv) * hd;
+#pragma unroll
+    for (int j = 0; j < E; ++j) st(vc, cdt, dst + lane + 32 * j, ld(v, vdt, src + lane + 32 * j));
+    return;
+  }
+  const bool is_q = h < n_head;
+  const int dt = is_q ? qdt : kdt;
+  const void* xs = is_q ? static_cast<const void*>(q) : k;
+  const void* gain = is_q ? qn : kn;
+  const int64_t src = is_q ? (int64_t(t) * n_head + h) * hd : (int64_t(t) * n_kv + h - n_head) * hd;
+  float x[E];
+#pragma unroll
+  for (int j = 0; j < E; ++j) x[j] = ld(xs, dt, src + lane + 32 * j);
+  if (gain) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < E; ++j) ss += x[j] * x[j];
+    const float inv = rsqrtf(warp_sum(ss) / float(hd) + eps);
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      x[j] = rounded(dt, x[j] * inv * (ld(gain, ndt, lane + 32 * j) + offset));
+  }
+  if (half > 0) {
+    const float pos = float(positions[t]);
+    const int hj = half / 32;
+    // Pair (j, j + hj); both indices spelled as compile-time constants so x stays in registers.
+#pragma unroll
+    for (int j = 0; j < E; ++j) {
+#pragma unroll
+      for (int jj = j + 1; jj < E; ++jj) {
+        if (j < hj && jj == j + hj) {
+          float sn, cs;
+          sincosf(pos * inv_freq[lane + 32 * j], &sn, &cs);
+          cs *= factor;
+          sn *= factor;
+          const float a = x[j], b = x[jj];
+          x[j] = rounded(dt, a * cs - b * sn);
+          x[jj] = rounded(dt, b * cs + a * sn);
+        }
+      }
+    }
+  }
+  if (is_q) {
+#pragma unroll
+    for (int j = 0; j < E; ++j) st(q, qdt, src + lane + 32 * j, x[j]);
+  } else {
+    const int64_t dst = (slot * n_kv + h - n_head) * hd;
+#pragma unroll
+    for (int j = 0; j < E; ++j) st(kc, cdt, dst + lane + 32 * j, x[j]);
+  }
+}
+
 }  // namespace
+
+bool qk_rope_store_fits(int64_t head_dim, int32_t rotary_dim) {
+  return head_dim % 32 == 0 && head_dim <= 256 && (rotary_dim / 2) % 32 == 0 &&
+         rotary_dim <= head_dim;
+}
+
+void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
+                        const Ten& k_norm, float eps, float offset, const KvDev& kv,
+                        const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
+                        float attention_factor) {
+  const int n = int(q.d[0]), n_head = int(q.d[1]), hd = int(q.d[2]), n_kv = int(k.d[1]);
+  const int64_t warps = int64_t(n) * (n_head + 2 * n_kv);
+  const unsigned blocks = unsigned((warps + 3) / 4);
+  const int ndt = q_norm.empty() ? k_norm.dtype : q_norm.dtype;
+  auto go = [&](auto kernel) {
+    launch_pdl(ctx, kernel, dim3(blocks), dim3(128), 0, q.p, q.dtype, k.p, k.dtype, v.p, v.dtype,
+               q_norm.p, k_norm.p, ndt, eps, offset, kv.k.p, kv.v.p, kv.k.dtype, kv.capacity,
+               positions, inv_freq, rotary_dim / 2, attention_factor, n, n_head, n_kv, hd);
+  };
+  switch (hd / 32) {
+    case 1: go(qk_norm_rope_store_kernel<1>); break;
+    case 2: go(qk_norm_rope_store_kernel<2>); break;
+    case 3: go(qk_norm_rope_store_kernel<3>); break;
+    case 4: go(qk_norm_rope_store_kernel<4>); break;
+    case 5: go(qk_norm_rope_store_kernel<5>); break;
+    case 6: go(qk_norm_rope_store_kernel<6>); break;
+    case 7: go(qk_norm_rope_store_kernel<7>); break;
+    case 8: go(qk_norm_rope_store_kernel<8>); break;
+    default:
+      cuda_fail("qk_norm_rope_store", "unsupported head_dim", __FILE__, __LINE__);
+  }
+  HEARTH_CUDA_LAUNCHED();
+}
 
 void rope(Ctx& ctx, const Ten& x, const int32_t* positions, const float* inv_freq,
           int32_t rotary_dim, float attention_factor) {
