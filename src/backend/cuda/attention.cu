@@ -7,8 +7,12 @@
 // Positions and the cache's first valid position are read from device memory, and the split
 // count depends only on the cache capacity, so a captured decode graph stays valid while the
 // sequence grows (until the cache reallocates). K/V are bf16; q and out any float dtype.
+// attention() sends prefill (n_tokens > 8) to the tensor-core kernel of attention_mma.cu where
+// it applies (head dims 64/128/256, 16-byte aligned operands) and keeps this one for the rest.
 #include <algorithm>
+#include <atomic>
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/device_util.cuh"
 
 namespace hearth::cuda {
@@ -285,9 +289,27 @@ void launch(Ctx& ctx, const AttnArgs& a, int blocks_x, size_t smem) {
       <<<dim3(unsigned(blocks_x), unsigned(a.n_splits)), kWarps * 32, smem, ctx.stream>>>(a);
 }
 
+void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
+                    const int32_t* positions, const AttentionParams& p);
+
+std::atomic<int> g_kernel{int(AttentionKernel::Auto)};
+
+// Query rows per block of the tensor-core kernel. 128-row tiles halve the K/V bytes loaded per
+// FLOP but make half as many blocks, and under the causal mask the late tiles carry most of the
+// work: use them only when there are several waves of blocks.
+int mma_block_m(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p, AttentionKernel k) {
+  if (k == AttentionKernel::Mma64) return 64;
+  if (k == AttentionKernel::Mma128) return 128;
+  const int64_t blocks128 = (n_tokens + 127) / 128 * p.n_head;
+  return blocks128 >= 3 * int64_t(ctx.sm_count) ? 128 : 64;
+}
+
 }  // namespace
 
+void attention_set_kernel(AttentionKernel k) { g_kernel.store(int(k), std::memory_order_relaxed); }
+
 void attention_init() {
+  attention_mma_init();
   configure<4, 1>();
   configure<8, 1>();
   configure<16, 1>();
@@ -310,6 +332,21 @@ size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const Attenti
 
 void attention(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const int32_t* positions,
                const AttentionParams& p) {
+  const int64_t n_tokens = q.d[0];
+  const auto k = AttentionKernel(g_kernel.load(std::memory_order_relaxed));
+  if (n_tokens > 8 && k != AttentionKernel::Simt) {
+    int bm = mma_block_m(ctx, n_tokens, p, k);
+    if (!attention_mma_supported(out, q, kv, p, bm)) bm = 64;  // e.g. head_dim 256: 64 only
+    if (attention_mma_supported(out, q, kv, p, bm))
+      return attention_mma(ctx, out, q, kv, positions, p, bm);
+  }
+  attention_simt(ctx, out, q, kv, positions, p);
+}
+
+namespace {
+
+void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
+                    const int32_t* positions, const AttentionParams& p) {
   const int64_t n_tokens = q.d[0];
   const Shape s = shape_for(ctx.sm_count, n_tokens, p, kv.capacity);
   AttnArgs a{};
@@ -381,5 +418,7 @@ void attention(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const in
     HEARTH_CUDA_LAUNCHED();
   }
 }
+
+}  // namespace
 
 }  // namespace hearth::cuda
