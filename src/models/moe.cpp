@@ -93,7 +93,9 @@ MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeS
 void MoeBlock::reserve(Backend& be, int64_t n, const MoeShape& s) {
   if (n <= capacity_) return;
   auto rows = [&](int64_t cols) { return be.alloc(size_t(n * cols) * dtype_size(be.activation_dtype())); };
-  logits_ = (rows(s.n_expert));
+  // Router logits in f32 whatever the activation dtype: the top-k choice is a comparison, and
+  // a bf16 rounding could swap two close experts against the reference.
+  logits_ = be.alloc(size_t(n * s.n_expert) * sizeof(float));
   xg_ = (rows(s.n_embd));
   gate_ = (rows(s.n_ff_expert));
   up_ = (rows(s.n_ff_expert));
@@ -112,7 +114,7 @@ void MoeBlock::forward(Backend& be, const Tensor& y, const Tensor& x, const MoeW
   const int64_t n = x.rows(), E = s.n_expert, H = s.n_embd, I = s.n_ff_expert;
   const int64_t k = std::min(s.n_expert_used, E);
   reserve(be, n, s);
-  const Tensor logits = logits_.view(be.activation_dtype(), {n, E});
+  const Tensor logits = logits_.view(DType::F32, {n, E});
   be.linear(logits, x, w.router, Tensor());
   probs_.resize(size_t(n * E));
   be.to_host_f32(probs_.data(), logits);

@@ -21,9 +21,6 @@ class Qwen35Model final : public Model {
         store_(std::move(weights)),
         backend_(std::move(backend)),
         act_(backend_->activation_dtype()) {
-    if (act_ != DType::F32)
-      fail("{}: the Qwen3.5 family runs on f32 activations only for now (backend {})",
-           config.source(), backend_->name());
     w_ = qwen3_5_load_weights(store_, d_, *backend_);
     store_.audit();
     const char* mode = std::getenv("HEARTH_GDN_PREFILL");
@@ -58,9 +55,21 @@ class Qwen35Model final : public Model {
     return std::make_unique<Qwen35Sequence>(*backend_, d_);
   }
   void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
-               float* logits) override;
+               float* logits) override {
+    run(state, tokens, rows, logits, nullptr, nullptr);
+  }
+  int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
+                       const TokenPick& pick) override {
+    int32_t token = 0;
+    run(state, tokens, LogitsRows::Last, nullptr, &pick, &token);
+    return token;
+  }
 
  private:
+  // The forward pass: the requested rows' logits to `logits` (host), or with `pick` only the
+  // token picked from the last row to *token (on a GPU the logits never leave the device).
+  void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
+           const TokenPick* pick, int32_t* token);
   void reserve_scratch(int64_t n);
   void attention_block(int il, Qwen35Sequence& seq, int64_t n);
   void linear_block(int il, Qwen35Sequence& seq, int64_t n);
@@ -82,37 +91,42 @@ class Qwen35Model final : public Model {
   DeviceBuffer x_, h_, o_, q_, gate_, k_, v_, attn_;       // attention
   DeviceBuffer qkv_, conv_, z_, a_, b_, g_, beta_, core_;  // linear attention
   DeviceBuffer ff_gate_, ff_up_;                           // dense MLP
+  DeviceBuffer logits_;
+  int64_t logits_rows_ = 0;
   std::vector<int32_t> positions_;
 };
 
 void Qwen35Model::reserve_scratch(int64_t n) {
   if (n <= scratch_tokens_) return;
-  auto rows = [&](int64_t cols) {
-    return backend_->alloc(size_t(n * std::max<int64_t>(cols, 1)) * dtype_size(act_));
+  auto rows = [&](int64_t cols, DType dt) {
+    return backend_->alloc(size_t(n * std::max<int64_t>(cols, 1)) * dtype_size(dt));
   };
+  // Activations in the backend's dtype; the gate inputs and gates of Gated DeltaNet in f32 (the
+  // op's contract; a and b feed exp/softplus, so they stay f32 straight out of the GEMV).
+  const DType A = act_, F = DType::F32;
   const int64_t H = d_.n_embd, nq = d_.n_head * d_.head_dim, nkv = d_.n_head_kv * d_.head_dim;
-  x_ = (rows(H));
-  h_ = (rows(H));
-  o_ = (rows(H));
-  q_ = (rows(nq));
-  gate_ = (rows(nq));
-  attn_ = (rows(nq));
-  k_ = (rows(nkv));
-  v_ = (rows(nkv));
+  x_ = rows(H, A);
+  h_ = rows(H, A);
+  o_ = rows(H, A);
+  q_ = rows(nq, A);
+  gate_ = rows(nq, A);
+  attn_ = rows(nq, A);
+  k_ = rows(nkv, A);
+  v_ = rows(nkv, A);
   if (d_.n_full_layers() < d_.n_layer) {
     const int64_t C = d_.conv_dim(), Hv = d_.lin_v_heads, vd = Hv * d_.lin_v_dim;
-    qkv_ = (rows(C));
-    conv_ = (rows(C));
-    z_ = (rows(vd));
-    core_ = (rows(vd));
-    a_ = (rows(Hv));
-    b_ = (rows(Hv));
-    g_ = (rows(Hv));
-    beta_ = (rows(Hv));
+    qkv_ = rows(C, A);
+    conv_ = rows(C, A);
+    z_ = rows(vd, A);
+    core_ = rows(vd, A);
+    a_ = rows(Hv, F);
+    b_ = rows(Hv, F);
+    g_ = rows(Hv, F);
+    beta_ = rows(Hv, F);
   }
   if (d_.n_ff > 0) {
-    ff_gate_ = (rows(d_.n_ff));
-    ff_up_ = (rows(d_.n_ff));
+    ff_gate_ = rows(d_.n_ff, A);
+    ff_up_ = rows(d_.n_ff, A);
   }
   scratch_tokens_ = n;
 }
@@ -126,16 +140,17 @@ void Qwen35Model::attention_block(int il, Qwen35Sequence& seq, int64_t n) {
   const Tensor k = k_.view(act_, {n, d_.n_head_kv, D});
   const Tensor v = v_.view(act_, {n, d_.n_head_kv, D});
   const Tensor attn = attn_.view(act_, {n, d_.n_head, D});
-  be.linear(q, h, L.q.w, L.q.bias);
-  be.linear(k, h, L.k.w, L.k.bias);
-  be.linear(v, h, L.v.w, L.v.bias);
-  be.rms_norm(q, q, L.q_norm, d_.norm_eps, w_.norm_offset);
-  be.rms_norm(k, k, L.k_norm, d_.norm_eps, w_.norm_offset);
+  const Tensor gate = gate_.view(act_, {n, nq});
+  // q, k, v and the output gate: four products of h, one launch on a GPU.
+  const Backend::LinearOut proj[] = {{q, L.q.w, L.q.bias},
+                                     {k, L.k.w, L.k.bias},
+                                     {v, L.v.w, L.v.bias},
+                                     {gate, L.gate.w, L.gate.bias}};
+  be.linear_many(h, proj, d_.attn_output_gate ? 4 : 3);
   const RopeParams rp{inv_freq_.data(), d_.rope.rotary_dim, rope_scale_};
-  be.rope(q, positions_.data(), rp);
-  be.rope(k, positions_.data(), rp);
   const KvView kv = seq.kv().view(seq.kv_index(il));
-  be.kv_store(kv, k, v, positions_.data());
+  be.qk_norm_rope_store(q, k, v, L.q_norm, L.k_norm, d_.norm_eps, w_.norm_offset, &rp, kv,
+                        positions_.data());
   AttentionParams ap;
   ap.n_head = int(d_.n_head);
   ap.n_head_kv = int(d_.n_head_kv);
@@ -143,11 +158,7 @@ void Qwen35Model::attention_block(int il, Qwen35Sequence& seq, int64_t n) {
   ap.scale = 1.0f / std::sqrt(float(D));
   be.attention(attn, q, kv, positions_.data(), ap);
   const Tensor attn2 = attn.reshaped({n, nq});
-  if (d_.attn_output_gate) {
-    const Tensor gate = gate_.view(act_, {n, nq});
-    be.linear(gate, h, L.gate.w, L.gate.bias);
-    be.mul_sigmoid(attn2, attn2, gate);
-  }
+  if (d_.attn_output_gate) be.mul_sigmoid(attn2, attn2, gate);
   be.linear(o_.view(act_, {n, d_.n_embd}), attn2, L.o.w, L.o.bias);
 }
 
@@ -159,15 +170,14 @@ void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
   const Tensor qkv = qkv_.view(act_, {n, C});
   const Tensor conv = conv_.view(act_, {n, C});
   const Tensor z = z_.view(act_, {n, Hv * Dv});
-  const Tensor a = a_.view(act_, {n, Hv});
-  const Tensor b = b_.view(act_, {n, Hv});
-  const Tensor g = g_.view(act_, {n, Hv});
-  const Tensor beta = beta_.view(act_, {n, Hv});
+  const Tensor a = a_.view(DType::F32, {n, Hv});
+  const Tensor b = b_.view(DType::F32, {n, Hv});
+  const Tensor g = g_.view(DType::F32, {n, Hv});
+  const Tensor beta = beta_.view(DType::F32, {n, Hv});
   const Tensor core = core_.view(act_, {n, Hv * Dv});
-  be.linear(qkv, h, L.in_qkv, Tensor());
-  be.linear(z, h, L.in_z, Tensor());
-  be.linear(b, h, L.in_b, Tensor());
-  be.linear(a, h, L.in_a, Tensor());
+  const Backend::LinearOut proj[] = {
+      {qkv, L.in_qkv, Tensor()}, {z, L.in_z, Tensor()}, {b, L.in_b, Tensor()}, {a, L.in_a, Tensor()}};
+  be.linear_many(h, proj, 4);
   const int li = seq.lin_index(il);
   be.conv1d_causal_silu(conv, qkv, seq.conv_state(li), L.conv_w);
   be.gated_delta_gates(g, beta, a, b, L.a_log, L.dt_bias);
@@ -193,20 +203,20 @@ void Qwen35Model::mlp_block(int il, int64_t n) {
   }
   const Tensor gate = ff_gate_.view(act_, {n, d_.n_ff});
   const Tensor up = ff_up_.view(act_, {n, d_.n_ff});
-  be.linear(gate, h, L.mlp_gate, Tensor());
-  be.linear(up, h, L.mlp_up, Tensor());
-  be.glu(gate, gate, up, d_.act);
+  be.linear_glu(gate, up, h, {gate, L.mlp_gate, Tensor()}, {up, L.mlp_up, Tensor()}, d_.act);
   be.linear(o, gate, L.mlp_down, Tensor());
 }
 
-void Qwen35Model::forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
-                          float* logits) {
+void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+                      float* logits, const TokenPick* pick, int32_t* token) {
   auto& seq = static_cast<Qwen35Sequence&>(state);
   const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
   for (int32_t t : tokens)
     if (t < 0 || t >= d_.n_vocab) fail("token id {} is out of range [0, {})", t, d_.n_vocab);
   reserve_scratch(n);
+  // Bracket the step: the CUDA backend records a decode step and replays it as a graph.
+  backend_->begin_step(n);
   const int64_t start = seq.n_past();
   positions_.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(start + i);
@@ -218,22 +228,41 @@ void Qwen35Model::forward(SequenceState& state, std::span<const int32_t> tokens,
   const Tensor o = o_.view(act_, {n, H});
   be.embedding(x, w_.embed, tokens.data(), 1.0f);
   seq.kv().reserve_batch(n);
+  // Each residual add is fused with the norm that follows it (the next block's input).
+  be.rms_norm(h, x, w_.layers[0].attn_norm, d_.norm_eps, w_.norm_offset);
   for (int il = 0; il < int(d_.n_layer); ++il) {
     const Qwen35Layer& L = w_.layers[size_t(il)];
-    be.rms_norm(h, x, L.attn_norm, d_.norm_eps, w_.norm_offset);
     if (d_.linear_layer[size_t(il)]) linear_block(il, seq, n);
     else attention_block(il, seq, n);
-    be.add(x, x, o);
-    be.rms_norm(h, x, L.ffn_norm, d_.norm_eps, w_.norm_offset);
+    be.add_rms_norm(h, x, o, 1.0f, L.ffn_norm, d_.norm_eps, w_.norm_offset);
     mlp_block(il, n);
-    be.add(x, x, o);
+    if (il + 1 < int(d_.n_layer))
+      be.add_rms_norm(h, x, o, 1.0f, w_.layers[size_t(il + 1)].attn_norm, d_.norm_eps,
+                      w_.norm_offset);
+    else
+      be.add(x, x, o);
   }
   seq.kv().commit_batch();
-  if (rows == LogitsRows::None) return;
+  if (rows == LogitsRows::None) {
+    be.end_step();
+    return;
+  }
   const int64_t first = rows == LogitsRows::Last ? n - 1 : 0;
+  const int64_t n_rows = n - first;
   const Tensor hl = h.slice_rows(first, n);
   be.rms_norm(hl, x.slice_rows(first, n), w_.final_norm, d_.norm_eps, w_.norm_offset);
-  be.linear(Tensor(logits, act_, {n - first, d_.n_vocab}), hl, w_.lm_head, Tensor());
+  // Logits in the backend's memory as f32; then to the host, or only the picked token.
+  if (n_rows > logits_rows_) {
+    logits_ = be.alloc(size_t(n_rows * d_.n_vocab) * sizeof(float));
+    logits_rows_ = n_rows;
+  }
+  const Tensor out = logits_.view(DType::F32, {n_rows, d_.n_vocab});
+  be.linear(out, hl, w_.lm_head, Tensor());
+  if (pick)
+    be.pick_token(token, out.slice_rows(n_rows - 1, n_rows).reshaped({d_.n_vocab}), *pick);
+  else
+    be.to_host_f32(logits, out);
+  be.end_step();
 }
 
 }  // namespace

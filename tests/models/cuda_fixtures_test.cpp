@@ -1,4 +1,4 @@
-// The llama-family transformers fixtures on the GPU (bf16 activations and KV, f32 accumulation).
+// The llama-family and Qwen3.5-family transformers fixtures on the GPU (bf16 activations and KV, f32 accumulation).
 // Bounds: max |logits - reference| / std < 5e-2 (every activation and the KV cache are rounded
 // to bf16, 2^-9 relative each; on the H200 the 18 cases measured 1.3e-2 .. 3.8e-2). Greedy:
 // tokens must equal the reference's until the first difference, and a difference is only
@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "fixture.h"
 #include "models/llama.h"
+#include "models/qwen3_5.h"
 #include "models/model.h"
 #include "runtime/generate.h"
 
@@ -25,6 +26,7 @@ using test::FixtureCase;
 std::vector<FixtureCase> cuda_cases() {
   std::vector<std::string> types = llama_model_types();
   types.push_back("gemma3");
+  for (const std::string& t : qwen3_5_model_types()) types.push_back(t);
   return test::fixture_cases(types);
 }
 

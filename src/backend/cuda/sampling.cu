@@ -4,9 +4,11 @@
 // - greedy: argmax, ties to the lowest id, exactly as the host;
 // - sampling: the host's chain (temperature, top-k, top-p, min-p, draw) without sorting. Each
 //   truncation is a threshold on the scaled logit found by radix selection over its orderable
-//   bits (8 bits per pass, 4 passes): top-k counts tokens, top-p sums probability mass. Masses
-//   are fixed-point integers (2^40 = probability of the top token), so sums do not depend on
-//   the order of atomic adds and a seeded run repeats exactly. Tokens tied at a threshold are
+//   bits (8 bits per pass, 4 passes): top-k counts tokens, top-p sums probability mass. Each
+//   warp fills its own histogram (a shared bin for the whole block serialises every thread:
+//   most logits share their top bits). Masses are fixed-point integers (2^18 = probability of
+//   the top token; a token below 2^-18 of it weighs nothing), so sums do not depend on the
+//   order of atomic adds and a seeded run repeats exactly. Tokens tied at a threshold are
 //   admitted in a fixed order (thread, then stride), where the host admits lower ids first —
 //   the only difference, and only for exactly equal logits.
 // Settings and the random draw are read from device memory, so a captured decode graph
@@ -20,7 +22,7 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-constexpr float kFixedOne = 1099511627776.0f;  // 2^40
+constexpr float kFixedOne = 262144.0f;  // 2^18: a warp's bin of ≤ 2^14 tokens (vocab ≤ 512k) fits 32 bits
 
 // Larger float → larger key; -inf and NaN are filtered before keys are used.
 __device__ __forceinline__ uint32_t key_of(float v) {
@@ -29,6 +31,7 @@ __device__ __forceinline__ uint32_t key_of(float v) {
 }
 
 struct Shared {
+  uint32_t warp_bins[kThreads / 32][256];
   unsigned long long bins[256];
   unsigned long long scan[kThreads / 32];
   uint32_t prefix, mask;
@@ -105,8 +108,8 @@ struct Walker {
   }
 };
 
-__device__ __forceinline__ unsigned long long fixed_mass(float v, float m) {
-  return __float2ull_rn(__expf(v - m) * kFixedOne);
+__device__ __forceinline__ uint32_t fixed_mass(float v, float m) {
+  return __float2uint_rn(__expf(v - m) * kFixedOne);
 }
 
 // Radix-selects over survivors of `prior` cuts: by count (mass = false) the k-th largest key,
@@ -120,7 +123,7 @@ __device__ Cut radix_cut(const Row& row, float m, const Cut* prior, int n_prior,
     sh.remaining = target;
   }
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kThreads) sh.bins[b] = 0;
+    for (int b = threadIdx.x; b < 256 * kThreads / 32; b += kThreads) (&sh.warp_bins[0][0])[b] = 0;
     __syncthreads();
     const uint32_t prefix = sh.prefix, mask = sh.mask;
     Walker w{prior, n_prior, {prior_tie_base[0], prior_tie_base[1]}, {0, 0}};
@@ -130,7 +133,14 @@ __device__ Cut radix_cut(const Row& row, float m, const Cut* prior, int n_prior,
       const float v = l * row.inv_t;
       const uint32_t key = key_of(v);
       if (!w.pass(key) || (key & mask) != prefix) continue;
-      atomicAdd(&sh.bins[(key >> shift) & 255u], mass ? fixed_mass(v, m) : 1ull);
+      atomicAdd(&sh.warp_bins[threadIdx.x >> 5][(key >> shift) & 255u],
+                mass ? fixed_mass(v, m) : 1u);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < 256; b += kThreads) {
+      unsigned long long t = 0;
+      for (int w = 0; w < kThreads / 32; ++w) t += sh.warp_bins[w][b];
+      sh.bins[b] = t;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -160,7 +170,7 @@ __device__ Cut radix_cut(const Row& row, float m, const Cut* prior, int n_prior,
     c.ties = rem;
   } else {
     const float v = __uint_as_float((c.key & 0x80000000u) ? (c.key & 0x7fffffffu) : ~c.key);
-    const unsigned long long each = max(1ull, fixed_mass(v, m));
+    const unsigned long long each = max(1u, fixed_mass(v, m));
     c.ties = (rem + each - 1) / each;
   }
   return c;
