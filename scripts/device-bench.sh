@@ -5,6 +5,7 @@
 #   SHAPES  which checkpoints (default "qwen3-0.6b qwen3-8b"; also "qwen3_5-9b", "qwen3_5-0.8b")
 #   BENCH_ARGS  extra arguments (default "-p 512,2048 -n 128 -r 3")
 #   BUILD (default build-device), MODELS (default /tmp/hearth-models)
+#   GENERATE_ONLY=1  only write the checkpoints
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-device}
@@ -29,6 +30,7 @@ make_model() {  # shape -> directory
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total,driver_version --format=csv,noheader
 for shape in $SHAPES; do
   dir=$(make_model "$shape") || continue
+  [ "${GENERATE_ONLY:-0}" = 1 ] && continue
   echo "== $shape ($(du -sh "$dir" | cut -f1))"
   # shellcheck disable=SC2086
   "$BUILD/hearth" bench -m "$dir" --device cuda $BENCH_ARGS

@@ -11,6 +11,9 @@
 // is chosen so that the launch has enough warps to keep every SM streaming: a 1024-row matrix
 // on 132 SMs would otherwise give each SM only 8 warps.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/device_util.cuh"
 
@@ -19,7 +22,21 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kUnroll = 8;  // 16-byte loads per lane in flight (per matrix)
+// 16-byte loads per lane in flight (per matrix): U = 8, or 4 for the two-matrix GLU form, whose
+// registers would otherwise halve the warps per SM. HEARTH_GEMV_TUNE="U_plain,U_glu,warps_per_sm"
+// overrides the choice for measurements (read once).
+struct Tune {
+  int unroll_plain = 8, unroll_glu = 4, warps_per_sm = 32;
+};
+const Tune& tune() {
+  static const Tune t = [] {
+    Tune t;
+    if (const char* e = std::getenv("HEARTH_GEMV_TUNE"))
+      std::sscanf(e, "%d,%d,%d", &t.unroll_plain, &t.unroll_glu, &t.warps_per_sm);
+    return t;
+  }();
+  return t;
+}
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 r;
@@ -72,7 +89,7 @@ struct Args {
   int64_t in8;
 };
 
-template <int N, bool GLU>
+template <int N, bool GLU, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a) {
   __shared__ float part[kWarps][GLU ? 2 * N : N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -166,7 +183,7 @@ template <bool GLU>
 void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   // Warps per row: enough warps in flight to cover the memory latency on every SM (about
   // 32 per SM), while each lane still gets at least a few 16-byte loads.
-  const int64_t target = int64_t(ctx.sm_count) * 32;
+  const int64_t target = int64_t(ctx.sm_count) * tune().warps_per_sm;
   int split = 1;
   while (split < kWarps && total_rows * split < target && a.in8 / (split * 2) >= 32 * 2)
     split *= 2;
@@ -177,20 +194,26 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
     a.seg[i].first_block = blocks;
     blocks += (a.seg[i].rows + rows_per_block - 1) / rows_per_block;
   }
+  const int unroll = GLU ? tune().unroll_glu : tune().unroll_plain;
+  auto go = [&](auto kernel) {
+    launch_pdl(ctx, kernel, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, a);
+  };
+  auto by_unroll = [&](auto n_rows) {
+    constexpr int N = decltype(n_rows)::value;
+    if (unroll == 4)
+      go(gemv_kernel<N, GLU, 4>);
+    else
+      go(gemv_kernel<N, GLU, 8>);
+  };
   switch (n) {
-#define GEMV_CASE(N)                                                               \
-  case N:                                                                          \
-    launch_pdl(ctx, gemv_kernel<N, GLU>, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, a); \
-    break;
-    GEMV_CASE(1)
-    GEMV_CASE(2)
-    GEMV_CASE(3)
-    GEMV_CASE(4)
-    GEMV_CASE(5)
-    GEMV_CASE(6)
-    GEMV_CASE(7)
-    GEMV_CASE(8)
-#undef GEMV_CASE
+    case 1: by_unroll(std::integral_constant<int, 1>()); break;
+    case 2: by_unroll(std::integral_constant<int, 2>()); break;
+    case 3: by_unroll(std::integral_constant<int, 3>()); break;
+    case 4: by_unroll(std::integral_constant<int, 4>()); break;
+    case 5: by_unroll(std::integral_constant<int, 5>()); break;
+    case 6: by_unroll(std::integral_constant<int, 6>()); break;
+    case 7: by_unroll(std::integral_constant<int, 7>()); break;
+    case 8: by_unroll(std::integral_constant<int, 8>()); break;
     default:
       cuda_fail("gemv", "more than 8 activation rows", __FILE__, __LINE__);
   }
