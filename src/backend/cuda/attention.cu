@@ -270,7 +270,8 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
     if (p.window > 0) keys = std::min<int64_t>(keys, p.window + n_tokens);
     const int target = std::clamp((2 * sm_count + s.blocks_x - 1) / s.blocks_x, 1, 64);
     int64_t len = (keys + target - 1) / target;
-    len = std::max<int64_t>(128, (len + 127) / 128 * 128);
+    // Splits of at least one 32-key chunk: short contexts still spread over many blocks.
+    len = std::max<int64_t>(32, (len + 31) / 32 * 32);
     s.split_len = int(len);
     s.n_splits = int((keys + len - 1) / len);
   }

@@ -86,6 +86,8 @@ struct GemvJobs {  // up to kGemvMaxSegs products of the same input, in one laun
   Ten y[kGemvMaxSegs], w[kGemvMaxSegs], bias[kGemvMaxSegs];
   int32_t n = 0, pad = 0;
 };
+// Measures each variant's occupancy once (outside any graph capture).
+void gemv_init();
 bool gemv_fits(const Ten& x, const Ten& w);
 void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs);
 // y = act(x·gateᵀ + gate_bias) * (x·upᵀ + up_bias)

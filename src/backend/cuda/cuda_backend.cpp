@@ -128,6 +128,7 @@ class CudaBackend final : public Backend {
     HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&graph_done_, cudaEventDisableTiming));
     ring_ = kGraphDynInts;
     attention_init();
+    gemv_init();
     gated_delta_init();
   }
 

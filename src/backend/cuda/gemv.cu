@@ -90,44 +90,45 @@ struct Args {
 };
 
 template <int N, bool GLU, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a) {
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t n_groups) {
   __shared__ float part[kWarps][GLU ? 2 * N : N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kGemvMaxSegs; ++i)
-    if (i < a.n_seg && int64_t(blockIdx.x) >= a.seg[i].first_block) s = i;
-  const Seg& g = a.seg[s];
   const int rows_per_block = kWarps / a.split;
   const int slot = warp / a.split, piece = warp % a.split;
-  const int64_t row = (int64_t(blockIdx.x) - g.first_block) * rows_per_block + slot;
-  const bool live = row < g.rows;
-  // This warp's column range [c_lo, c_hi) of the row, in 16-byte units.
+  // This warp's column range [c_lo, c_hi) of a row, in 16-byte units.
   const int64_t len = (a.in8 + a.split - 1) / a.split;
   const int64_t c_lo = piece * len, c_hi = min(a.in8, c_lo + len);
-
   pdl_trigger();
-  float acc[N], acc2[N];
-#pragma unroll
-  for (int r = 0; r < N; ++r) acc[r] = acc2[r] = 0.0f;
-  const uint4* wr = g.w + row * a.in8;
-  const uint4* ur = GLU ? g.w2 + row * a.in8 : nullptr;
   bool waited = false;
-  // The first batch of weight loads is issued before pdl_wait(): weights are never written,
-  // so they stream in while the previous kernel (the norm producing x) finishes.
-  for (int64_t c0 = c_lo + lane; live && c0 < c_hi; c0 += 32 * kUnroll) {
-    uint4 wv[kUnroll], uv[GLU ? kUnroll : 1];
+  // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
+  // partial last wave leaves SMs idle (a 6144-row matrix is 1.45 waves of one-shot blocks).
+  for (int64_t group = blockIdx.x; group < n_groups; group += gridDim.x) {
+    int s = 0;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + u * 32;
-      wv[u] = c < c_hi ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
-      if constexpr (GLU) uv[u] = c < c_hi ? ld_stream(ur + c) : make_uint4(0, 0, 0, 0);
-    }
-    if (!waited) {
-      pdl_wait();
-      waited = true;
-    }
-    {
+    for (int i = 1; i < kGemvMaxSegs; ++i)
+      if (i < a.n_seg && group >= a.seg[i].first_block) s = i;
+    const Seg& g = a.seg[s];
+    const int64_t row = (group - g.first_block) * rows_per_block + slot;
+    const bool live = row < g.rows;
+    float acc[N], acc2[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) acc[r] = acc2[r] = 0.0f;
+    const uint4* wr = g.w + row * a.in8;
+    const uint4* ur = GLU ? g.w2 + row * a.in8 : nullptr;
+    // The first batch of weight loads is issued before pdl_wait(): weights are never written,
+    // so they stream in while the previous kernel (the norm producing x) finishes.
+    for (int64_t c0 = c_lo + lane; live && c0 < c_hi; c0 += 32 * kUnroll) {
+      uint4 wv[kUnroll], uv[GLU ? kUnroll : 1];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * 32;
+        wv[u] = c < c_hi ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+        if constexpr (GLU) uv[u] = c < c_hi ? ld_stream(ur + c) : make_uint4(0, 0, 0, 0);
+      }
+      if (!waited) {
+        pdl_wait();
+        waited = true;
+      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32;
@@ -141,42 +142,69 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a) {
         }
       }
     }
-  }
-  if (!waited) pdl_wait();  // every thread waits before any write
-#pragma unroll
-  for (int r = 0; r < N; ++r) {
-    acc[r] = warp_sum(acc[r]);
-    if constexpr (GLU) acc2[r] = warp_sum(acc2[r]);
-  }
-  if (a.split > 1) {
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < N; ++r) {
-        part[warp][r] = acc[r];
-        if constexpr (GLU) part[warp][N + r] = acc2[r];
-      }
+    if (!waited) {  // every thread waits before any write
+      pdl_wait();
+      waited = true;
     }
-    __syncthreads();
-    if (piece != 0) return;
 #pragma unroll
     for (int r = 0; r < N; ++r) {
-      for (int p = 1; p < a.split; ++p) {
-        acc[r] += part[warp + p][r];
-        if constexpr (GLU) acc2[r] += part[warp + p][N + r];
+      acc[r] = warp_sum(acc[r]);
+      if constexpr (GLU) acc2[r] = warp_sum(acc2[r]);
+    }
+    if (a.split > 1) {
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+          part[warp][r] = acc[r];
+          if constexpr (GLU) part[warp][N + r] = acc2[r];
+        }
+      }
+      __syncthreads();
+      if (piece == 0) {
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+          for (int p = 1; p < a.split; ++p) {
+            acc[r] += part[warp + p][r];
+            if constexpr (GLU) acc2[r] += part[warp + p][N + r];
+          }
+        }
+      }
+      __syncthreads();  // part[] is rewritten by the next group
+    }
+    if (live && lane == 0 && piece == 0) {
+      const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
+      if constexpr (GLU) {
+        const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < N; ++r)
+          st(g.y, g.ydt, r * g.rows + row, act_f(a.act, acc[r] + b) * (acc2[r] + b2));
+      } else {
+#pragma unroll
+        for (int r = 0; r < N; ++r) st(g.y, g.ydt, r * g.rows + row, acc[r] + b);
       }
     }
   }
-  if (!live || lane != 0) return;
-  const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
-  if constexpr (GLU) {
-    const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
-#pragma unroll
-    for (int r = 0; r < N; ++r)
-      st(g.y, g.ydt, r * g.rows + row, act_f(a.act, acc[r] + b) * (acc2[r] + b2));
-  } else {
-#pragma unroll
-    for (int r = 0; r < N; ++r) st(g.y, g.ydt, r * g.rows + row, acc[r] + b);
-  }
+  if (!waited) pdl_wait();
+}
+
+// Blocks of each kernel variant that fit on one SM at once, [GLU][unroll 4/8][N - 1]; filled
+// by gemv_init() outside any graph capture.
+int g_blocks_per_sm[2][2][8];
+
+template <int N, bool GLU, int U>
+void query_occupancy() {
+  int b = 0;
+  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<N, GLU, U>,
+                                                                  kWarps * 32, 0));
+  g_blocks_per_sm[GLU][U == 8][N - 1] = std::max(b, 1);
+}
+
+template <int N>
+void query_all() {
+  query_occupancy<N, false, 4>();
+  query_occupancy<N, false, 8>();
+  query_occupancy<N, true, 4>();
+  query_occupancy<N, true, 8>();
 }
 
 template <bool GLU>
@@ -196,7 +224,10 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   }
   const int unroll = GLU ? tune().unroll_glu : tune().unroll_plain;
   auto go = [&](auto kernel) {
-    launch_pdl(ctx, kernel, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, a);
+    const int64_t resident =
+        int64_t(ctx.sm_count) * g_blocks_per_sm[GLU][unroll == 8][std::clamp<int64_t>(n, 1, 8) - 1];
+    const unsigned grid = unsigned(std::min(blocks, resident));
+    launch_pdl(ctx, kernel, dim3(grid), dim3(kWarps * 32), 0, a, blocks);
   };
   auto by_unroll = [&](auto n_rows) {
     constexpr int N = decltype(n_rows)::value;
@@ -223,6 +254,17 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
+
+void gemv_init() {
+  query_all<1>();
+  query_all<2>();
+  query_all<3>();
+  query_all<4>();
+  query_all<5>();
+  query_all<6>();
+  query_all<7>();
+  query_all<8>();
+}
 
 bool gemv_fits(const Ten& x, const Ten& w) {
   return x.rows() <= 8 && x.dtype == kBF16 && w.dtype == kBF16 && w.ndim == 2 &&
