@@ -76,6 +76,7 @@ class Qwen35Sequence final : public SequenceState {
   // Keeps a snapshot at n_past() inside the sequence for truncate(); at most `max_kept` are kept
   // (oldest dropped).
   void keep_snapshot(size_t max_kept = 8);
+  void keep_checkpoint() override { keep_snapshot(); }
   size_t kept_snapshots() const { return kept_.size(); }
 
   KvCache& kv() { return kv_; }

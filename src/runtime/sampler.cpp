@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "backend/token_pick.h"
 #include "core/error.h"
@@ -38,12 +39,16 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   if (!any || history.empty()) return;
   if (params_.penalty_last_n > 0 && history.size() > size_t(params_.penalty_last_n))
     history = history.last(size_t(params_.penalty_last_n));
-  counts_.assign(size_t(n_vocab_), 0);
+  // O(history), not O(vocabulary): counts_ is all zeros between calls, and each distinct token
+  // is penalised once, then its count reset (a 150K vocabulary scanned per token costs more
+  // than a small model's decode step).
+  if (counts_.size() != size_t(n_vocab_)) counts_.assign(size_t(n_vocab_), 0);
   for (int32_t t : history)
     if (t >= 0 && t < n_vocab_) ++counts_[size_t(t)];
-  for (int64_t t = 0; t < n_vocab_; ++t) {
-    const int32_t c = counts_[size_t(t)];
-    if (c == 0) continue;
+  for (int32_t t : history) {
+    if (t < 0 || t >= n_vocab_) continue;
+    const int32_t c = std::exchange(counts_[size_t(t)], 0);
+    if (c == 0) continue;  // already penalised
     float& l = logits[size_t(t)];
     if (params_.repetition_penalty != 1.0f)
       l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;

@@ -1,7 +1,9 @@
 #include "server/chat_pipeline.h"
 
 #include <random>
+#include <utility>
 
+#include "chat/tool_choice.h"
 #include "server/errors.h"
 #include "tokenizer/tokenizer.h"
 
@@ -74,8 +76,19 @@ PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r) {
   } catch (const hearth::Error& e) {
     bad_request(std::string("rendering the chat template failed: ") + e.what(), "messages");
   }
-  p.gen.prompt = tok.encode(p.prompt_text, false);
   p.starts_in_reasoning = chat::prompt_opens_reasoning(p.prompt_text);
+  if (use_tools && (r.tool_choice == "required" || r.tool_choice == "named")) {
+    if (state.tool_format == chat::ToolCallFormat::None)
+      bad_request("tool_choice '" + r.tool_choice +
+                      "' cannot be enforced: this model's chat template has no known tool-call "
+                      "format (use \"auto\")",
+                  "tool_choice");
+    p.forced_prefix = chat::forced_tool_call_prefix(
+        state.tool_format, r.tool_choice == "named" ? r.tool_choice_name : std::string(),
+        state.chat_template_source, p.starts_in_reasoning);
+    p.prompt_text += p.forced_prefix;
+  }
+  p.gen.prompt = tok.encode(p.prompt_text, false);
   if (use_tools) {
     p.tool_format = state.tool_format;
     p.tools = nlohmann::json::parse(in.tools.dump());
@@ -92,6 +105,7 @@ PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r) {
 ChatOutput::ChatOutput(const PreparedChat& p)
     : reasoning_(p.starts_in_reasoning), parallel_(p.parallel_tool_calls) {
   if (p.tool_format != chat::ToolCallFormat::None) tools_.emplace(p.tool_format, p.tools);
+  if (!p.forced_prefix.empty()) initial_ = push(p.forced_prefix);
 }
 
 void ChatOutput::route(const chat::ReasoningSplit& split, Events& out, bool final) {
@@ -112,13 +126,13 @@ void ChatOutput::route(const chat::ReasoningSplit& split, Events& out, bool fina
 }
 
 ChatOutput::Events ChatOutput::push(const std::string& text) {
-  Events out;
+  Events out = std::exchange(initial_, Events{});
   route(reasoning_.push(text), out, false);
   return out;
 }
 
 ChatOutput::Events ChatOutput::finish() {
-  Events out;
+  Events out = std::exchange(initial_, Events{});
   route(reasoning_.finish(), out, true);
   return out;
 }

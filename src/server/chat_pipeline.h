@@ -3,8 +3,9 @@
 // Decisions (docs/server.md): the prompt is the chat template's rendering encoded without added
 // special tokens (as transformers' apply_chat_template does); max_tokens defaults to what is
 // left of the context; tool_choice "none" hides the tools from the template and turns the
-// parser off; a named tool_choice shows the template only that tool (nothing is forced:
-// constrained decoding does not exist yet).
+// parser off; "required" and a named choice are enforced by appending the model's tool-call
+// opening to the prompt (chat/tool_choice.h; a named choice also shows the template only that
+// tool), and the output is parsed with that forced text in front of it.
 #pragma once
 #include <optional>
 #include <string>
@@ -19,7 +20,8 @@ namespace hearth::server {
 
 struct PreparedChat {
   GenerationRequest gen;
-  std::string prompt_text;
+  std::string prompt_text;    // includes forced_prefix
+  std::string forced_prefix;  // tool-call opening appended after the generation prompt
   bool starts_in_reasoning = false;
   chat::ToolCallFormat tool_format = chat::ToolCallFormat::None;
   nlohmann::json tools;  // for argument types
@@ -34,6 +36,7 @@ void finish_generation_request(const ServerState& state, GenerationRequest& gen,
 
 class ChatOutput {
  public:
+  // Feeds the prepared forced prefix first: the model's output continues it.
   explicit ChatOutput(const PreparedChat& prepared);
   struct Events {
     std::string reasoning;
@@ -48,6 +51,7 @@ class ChatOutput {
  private:
   void route(const chat::ReasoningSplit& split, Events& out, bool final);
   chat::ReasoningParser reasoning_;
+  Events initial_;  // what the forced prefix released (normally nothing), sent with the first push
   std::optional<chat::ToolCallParser> tools_;
   bool parallel_;
   size_t n_calls_ = 0;

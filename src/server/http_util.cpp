@@ -1,6 +1,7 @@
 #include "server/http_util.h"
 
 #include "core/log.h"
+#include "server/thread_latency.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::server {
@@ -37,6 +38,7 @@ namespace {
 
 void run_guarded(ServerState& state, ApiStyle style, const std::string& endpoint,
                  httplib::Response& res, const std::function<void()>& fn) {
+  prefer_short_slices_for_this_thread();
   try {
     fn();
   } catch (const ApiError& e) {

@@ -106,8 +106,8 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
                                 : s.model_id;
 
   if (!r.stream) {
-    ConnectionWatch watch(req, port);
-    EngineRequest er(s, prepared->gen, arrival);
+    EngineRequest er(s, prepared->gen, arrival, /*want_deltas=*/false);
+    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     ChatOutput out(*prepared);
     std::string reasoning, text;
     std::vector<chat::ToolCall> calls;
@@ -116,13 +116,11 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
       text += ev.content;
       for (auto& c : ev.calls) calls.push_back(std::move(c));
     };
-    GenerationResult result = pump(er, &watch, [&](const GenerationDelta& d) {
-      add(out.push(d.text));
-      return true;
-    });
+    GenerationResult result = pump(er, &watch, {});
     if (result.finish_reason == "error") throw ApiError(s.stopping ? 503 : 500, result.error);
     if (result.finish_reason == "cancelled")
       throw ApiError(503, "the request was cancelled (server shutting down)");
+    add(out.push(result.text));  // the parsers give the same result for any split of the text
     add(out.finish());
     json content = json::array();
     if (!reasoning.empty())
@@ -161,8 +159,8 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
                                 {"stop_sequence", nullptr},
                                 {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}}}});
     w.write("ping", {{"type", "ping"}});
-    ConnectionWatch watch(req, port);
     EngineRequest er(s, prepared->gen, arrival);
+    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     ChatOutput out(*prepared);
     size_t n_calls = 0;
     auto send = [&](const ChatOutput::Events& ev) {

@@ -2,13 +2,16 @@
 // "data: [DONE]"), GET /v1/models. Streaming sends a role chunk first, then content /
 // reasoning_content / tool_calls deltas, a chunk with finish_reason, and (stream_options.
 // include_usage) a usage chunk with empty choices, as OpenAI does. A tool call is sent whole in
-// one delta once its closing tag is seen (clients accumulate deltas either way).
+// one delta once its closing tag is seen (clients accumulate deltas either way). Per-token chunks
+// (text without logprobs) come from pre-rendered SseTextChunks, and each wake-up's deltas go out
+// in one write (server/sse.h).
 #include <ctime>
 
 #include "server/chat_pipeline.h"
 #include "server/http_util.h"
 #include "server/routes.h"
 #include "server/runner.h"
+#include "server/sse.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::server {
@@ -103,8 +106,8 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
   const Engine& engine = *s.engine;
 
   if (!r.stream) {
-    ConnectionWatch watch(req, port);
-    EngineRequest er(s, prepared->gen, arrival);
+    EngineRequest er(s, prepared->gen, arrival, /*want_deltas=*/false);
+    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     ChatOutput out(*prepared);
     ChatOutput::Events all;
     auto add = [&](ChatOutput::Events ev) {
@@ -112,11 +115,9 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
       all.content += ev.content;
       for (auto& c : ev.calls) all.calls.push_back(std::move(c));
     };
-    GenerationResult result = pump(er, &watch, [&](const GenerationDelta& d) {
-      add(out.push(d.text));
-      return true;
-    });
+    GenerationResult result = pump(er, &watch, {});
     throw_for_result(s, result);
+    add(out.push(result.text));  // the parsers give the same result for any split of the text
     add(out.finish());
     json message = {{"role", "assistant"}, {"content", all.content}};
     if (!all.calls.empty() && all.content.empty()) message["content"] = nullptr;
@@ -143,7 +144,7 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
                                                          want_logprobs, arrival, port,
                                                          &req](size_t, httplib::DataSink& sink) {
     const Engine& engine = *s.engine;
-    auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
+    auto chunk_body = [&](json delta, json finish, json logprobs = nullptr) {
       json c = {{"id", id},
                 {"object", "chat.completion.chunk"},
                 {"created", created},
@@ -153,55 +154,69 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
                                           {"logprobs", logprobs},
                                           {"finish_reason", finish}}})}};
       if (include_usage) c["usage"] = nullptr;
-      return sse_data(c);
+      return c;
     };
-    bool ok = sse_write(sink, chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-    ConnectionWatch watch(req, port);
+    auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
+      return sse_data(chunk_body(std::move(delta), std::move(finish), std::move(logprobs)));
+    };
+    const std::string slot(SseTextChunk::kSlot);
+    const SseTextChunk content_chunk(chunk_body({{"content", slot}}, nullptr));
+    const SseTextChunk reasoning_chunk(chunk_body({{"reasoning_content", slot}}, nullptr));
+    SseBatch batch(sink);
+    batch.add(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+    batch.flush();  // the first byte goes out before the request is queued
     EngineRequest er(s, prepared->gen, arrival);
+    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     ChatOutput out(*prepared);
     size_t n_calls = 0;
+    std::string& buf = batch.buffer();
     auto send_events = [&](const ChatOutput::Events& ev, const std::vector<TokenLogprob>& lps) {
       json lp = want_logprobs && !lps.empty() ? chat_logprobs(engine, lps) : json();
       bool sent_lp = false;
-      if (!ev.reasoning.empty())
-        ok = ok && sse_write(sink, chunk({{"reasoning_content", ev.reasoning}}, nullptr));
+      if (!ev.reasoning.empty()) reasoning_chunk.append(buf, ev.reasoning);
       if (!ev.content.empty()) {
-        ok = ok && sse_write(sink, chunk({{"content", ev.content}}, nullptr, lp));
+        if (lp.is_null())
+          content_chunk.append(buf, ev.content);
+        else
+          buf += chunk({{"content", ev.content}}, nullptr, lp);
         sent_lp = true;
       }
       if (!ev.calls.empty()) {
-        ok = ok && sse_write(sink, chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}},
-                                         nullptr));
+        buf += chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}}, nullptr);
         n_calls += ev.calls.size();
       }
       // Logprobs of tokens whose text was held back or went elsewhere still reach the client.
-      if (!sent_lp && !lp.is_null())
-        ok = ok && sse_write(sink, chunk({{"content", ""}}, nullptr, lp));
-      return ok;
+      if (!sent_lp && !lp.is_null()) buf += chunk({{"content", ""}}, nullptr, lp);
+      return batch.ok();
     };
     GenerationResult result = pump(
         er, &watch,
         [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
-        [&] { return ok = ok && sse_write(sink, ": keep-alive\n\n"); });
+        [&] {
+          batch.add(": keep-alive\n\n");
+          return batch.flush();
+        },
+        [&] { return batch.flush(); });
     if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
       const int status = result.finish_reason == "error" && !s.stopping ? 500 : 503;
       const std::string msg =
           result.finish_reason == "error" ? result.error : "the request was cancelled";
-      sse_write(sink, sse_data(error_body(ApiStyle::OpenAI, status, msg)));
+      batch.add(sse_data(error_body(ApiStyle::OpenAI, status, msg)));
     } else {
       send_events(out.finish(), {});
-      sse_write(sink, chunk(json::object(), finish_reason(result, n_calls)));
+      batch.add(chunk(json::object(), finish_reason(result, n_calls)));
       if (include_usage) {
-        sse_write(sink, sse_data({{"id", id},
-                                  {"object", "chat.completion.chunk"},
-                                  {"created", created},
-                                  {"model", s.model_id},
-                                  {"choices", json::array()},
-                                  {"usage", usage_json(result.usage)},
-                                  {"timings", timings_json(result.timings)}}));
+        batch.add(sse_data({{"id", id},
+                            {"object", "chat.completion.chunk"},
+                            {"created", created},
+                            {"model", s.model_id},
+                            {"choices", json::array()},
+                            {"usage", usage_json(result.usage)},
+                            {"timings", timings_json(result.timings)}}));
       }
     }
-    sse_write(sink, "data: [DONE]\n\n");
+    batch.add("data: [DONE]\n\n");
+    batch.flush();
     sink.done();
     return true;
   });
@@ -232,8 +247,8 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
   const std::string echo = r.echo ? prompt_text : std::string();
 
   if (!r.stream) {
-    ConnectionWatch watch(req, port);
-    EngineRequest er(s, *gen, arrival);
+    EngineRequest er(s, *gen, arrival, /*want_deltas=*/false);
+    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     GenerationResult result = pump(er, &watch, {});
     throw_for_result(s, result);
     json choice = {
@@ -258,7 +273,7 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
       "text/event-stream", [&s, gen, id, created, include_usage, want_logprobs, echo, arrival, port,
                             &req](size_t, httplib::DataSink& sink) {
         const Engine& engine = *s.engine;
-        auto chunk = [&](const std::string& text, json finish, json logprobs = nullptr) {
+        auto chunk_body = [&](const std::string& text, json finish, json logprobs = nullptr) {
           json c = {{"id", id},
                     {"object", "text_completion"},
                     {"created", created},
@@ -268,36 +283,53 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
                                               {"logprobs", logprobs},
                                               {"finish_reason", finish}}})}};
           if (include_usage) c["usage"] = nullptr;
-          return sse_data(c);
+          return c;
         };
-        bool ok = echo.empty() || sse_write(sink, chunk(echo, nullptr));
+        auto chunk = [&](const std::string& text, json finish, json logprobs = nullptr) {
+          return sse_data(chunk_body(text, std::move(finish), std::move(logprobs)));
+        };
+        const SseTextChunk text_chunk(chunk_body(std::string(SseTextChunk::kSlot), nullptr));
+        SseBatch batch(sink);
+        std::string& buf = batch.buffer();
+        if (!echo.empty()) {
+          text_chunk.append(buf, echo);
+          batch.flush();
+        }
         size_t offset = echo.size();
-        ConnectionWatch watch(req, port);
         EngineRequest er(s, *gen, arrival);
+        ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps prefill
         GenerationResult result = pump(
             er, &watch,
             [&](const GenerationDelta& d) {
-              json lp = want_logprobs ? completion_logprobs(engine, d.logprobs, offset) : json();
+              if (want_logprobs)
+                buf += chunk(d.text, nullptr, completion_logprobs(engine, d.logprobs, offset));
+              else
+                text_chunk.append(buf, d.text);
               offset += d.text.size();
-              return ok = ok && sse_write(sink, chunk(d.text, nullptr, lp));
+              return batch.ok();
             },
-            [&] { return ok = ok && sse_write(sink, ": keep-alive\n\n"); });
+            [&] {
+              batch.add(": keep-alive\n\n");
+              return batch.flush();
+            },
+            [&] { return batch.flush(); });
         if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
           const std::string msg =
               result.finish_reason == "error" ? result.error : "the request was cancelled";
-          sse_write(sink, sse_data(error_body(ApiStyle::OpenAI, 503, msg)));
+          batch.add(sse_data(error_body(ApiStyle::OpenAI, 503, msg)));
         } else {
-          sse_write(sink, chunk("", result.finish_reason));
+          batch.add(chunk("", result.finish_reason));
           if (include_usage)
-            sse_write(sink, sse_data({{"id", id},
-                                      {"object", "text_completion"},
-                                      {"created", created},
-                                      {"model", s.model_id},
-                                      {"choices", json::array()},
-                                      {"usage", usage_json(result.usage)},
-                                      {"timings", timings_json(result.timings)}}));
+            batch.add(sse_data({{"id", id},
+                                {"object", "text_completion"},
+                                {"created", created},
+                                {"model", s.model_id},
+                                {"choices", json::array()},
+                                {"usage", usage_json(result.usage)},
+                                {"timings", timings_json(result.timings)}}));
         }
-        sse_write(sink, "data: [DONE]\n\n");
+        batch.add("data: [DONE]\n\n");
+        batch.flush();
         sink.done();
         return true;
       });

@@ -61,12 +61,12 @@ bool ConnectionWatch::closed() const {
 struct EngineRequest::Channel {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<GenerationDelta> deltas;
+  std::vector<GenerationDelta> deltas;
   std::optional<GenerationResult> done;
 };
 
 EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
-                             Clock::time_point arrival)
+                             Clock::time_point arrival, bool want_deltas)
     : channel_(std::make_shared<Channel>()), cancel_(std::make_shared<std::atomic<bool>>(false)) {
   request.cancel = cancel_;
   GenerationCallbacks cb;
@@ -74,7 +74,7 @@ EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
   auto last = std::make_shared<std::optional<Clock::time_point>>();
   Metrics* metrics = &state.metrics;
   std::atomic<int>* running = &state.running;
-  cb.on_delta = [ch, last, metrics, arrival, running](const GenerationDelta& d) {
+  cb.on_delta = [ch, last, metrics, arrival, running, want_deltas](const GenerationDelta& d) {
     const auto now = Clock::now();
     if (!last->has_value()) {
       running->fetch_add(1);
@@ -85,8 +85,11 @@ EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
       for (size_t i = 0; i < d.tokens.size(); ++i) metrics->observe_itl(dt);
     }
     *last = now;
+    if (!want_deltas) return;
     std::lock_guard lock(ch->mu);
-    ch->deltas.push_back(d);
+    GenerationDelta& copy = ch->deltas.emplace_back();
+    copy.text = d.text;
+    copy.logprobs = d.logprobs;
     ch->cv.notify_one();
   };
   cb.on_done = [ch, last, metrics, arrival, running](const GenerationResult& r) {
@@ -109,29 +112,32 @@ EngineRequest::~EngineRequest() {
 
 void EngineRequest::cancel() { cancel_->store(true); }
 
-EngineRequest::Update EngineRequest::wait(std::chrono::milliseconds timeout) {
-  Update u;
+const EngineRequest::Update& EngineRequest::wait(std::chrono::milliseconds timeout) {
+  update_.deltas.clear();
   std::unique_lock lock(channel_->mu);
   channel_->cv.wait_for(lock, timeout, [&] { return !channel_->deltas.empty() || channel_->done; });
-  u.deltas.assign(std::make_move_iterator(channel_->deltas.begin()),
-                  std::make_move_iterator(channel_->deltas.end()));
-  channel_->deltas.clear();
-  if (channel_->done) u.done = channel_->done;
-  return u;
+  std::swap(update_.deltas, channel_->deltas);  // both vectors keep their capacity
+  if (channel_->done && !update_.done) update_.done = channel_->done;
+  return update_;
 }
 
 GenerationResult pump(EngineRequest& request, const ConnectionWatch* watch,
                       const std::function<bool(const GenerationDelta&)>& on_delta,
-                      const std::function<bool()>& heartbeat) {
+                      const std::function<bool()>& heartbeat,
+                      const std::function<bool()>& after_batch) {
   bool gone = false;
   auto last_beat = Clock::now(), last_check = Clock::now();
   for (;;) {
-    auto u = request.wait(std::chrono::milliseconds(100));
+    const auto& u = request.wait(std::chrono::milliseconds(100));
     for (const auto& d : u.deltas)
       if (!gone && on_delta && !on_delta(d)) {
         gone = true;
         request.cancel();
       }
+    if (!gone && after_batch && !u.deltas.empty() && !after_batch()) {
+      gone = true;
+      request.cancel();
+    }
     if (u.done) return *u.done;
     const auto now = Clock::now();
     // Deltas may arrive without pause (non-streaming requests write nothing until the end), so

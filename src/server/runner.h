@@ -32,27 +32,36 @@ class ConnectionWatch {
 
 class EngineRequest {
  public:
-  // Submits at once; `arrival` is when the HTTP request arrived (for TTFT).
-  EngineRequest(ServerState& state, GenerationRequest request, Clock::time_point arrival);
+  // Submits at once; `arrival` is when the HTTP request arrived (for TTFT). Without
+  // want_deltas (non-streaming handlers, which read the final text) the handler is not woken
+  // per token: it sleeps until the end, waking only to watch the connection.
+  EngineRequest(ServerState& state, GenerationRequest request, Clock::time_point arrival,
+                bool want_deltas = true);
   ~EngineRequest();
+  // Deltas carry text and logprobs only (handlers need no token ids; leaving them out keeps the
+  // per-token copy free of heap allocations for short texts).
   struct Update {
     std::vector<GenerationDelta> deltas;
     std::optional<GenerationResult> done;
   };
-  // Waits up to `timeout` for deltas or the end.
-  Update wait(std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for deltas or the end. The update stays valid until the next call
+  // (its buffers are reused: no allocation per token in steady state).
+  const Update& wait(std::chrono::milliseconds timeout);
   void cancel();
 
  private:
   struct Channel;
   std::shared_ptr<Channel> channel_;
   std::shared_ptr<std::atomic<bool>> cancel_;
+  Update update_;
 };
 
-// Runs a request to the end, calling on_delta for each delta (false: the client is gone, cancel).
-// Polls the connection while waiting. Returns the final result.
+// Runs a request to the end, calling on_delta for each delta (false: the client is gone, cancel)
+// and after_batch once the deltas that had arrived by a wake-up are handled (where a streaming
+// handler writes them out in one go). Polls the connection while waiting. Returns the result.
 GenerationResult pump(EngineRequest& request, const ConnectionWatch* watch,
                       const std::function<bool(const GenerationDelta&)>& on_delta,
-                      const std::function<bool()>& heartbeat = {});
+                      const std::function<bool()>& heartbeat = {},
+                      const std::function<bool()>& after_batch = {});
 
 }  // namespace hearth::server

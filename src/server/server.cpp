@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "server/http_util.h"
 #include "server/routes.h"
+#include "server/task_queue.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::server {
@@ -28,7 +29,7 @@ std::string Server::url() const {
 void Server::start() {
   ServerState& s = state_;
   const int n_threads = std::max(4, s.options.http_threads);
-  http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
+  http_->new_task_queue = [n_threads] { return new LifoTaskQueue(size_t(n_threads)); };
   http_->set_payload_max_length(s.options.max_body_bytes);
   http_->set_keep_alive_max_count(1000);
   http_->set_read_timeout(30);

@@ -133,5 +133,68 @@ TEST_F(Pipeline, ChatOutputSplitsReasoningAndTools) {
   EXPECT_EQ(calls[0].name, "f");
 }
 
+// tool_choice: "required" and a named tool append the Hermes opening (the Qwen3 template's
+// format) after the generation prompt; "none" offers no tools; a model without a tool-call
+// format cannot have a call forced (400).
+TEST_F(Pipeline, ToolChoiceForcesTheCallOpening) {
+  const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])");
+  auto prepare = [&](const ojson& choice) {
+    ojson b = body("Weather in Paris?");
+    b["tools"] = tools;
+    if (!choice.is_null()) b["tool_choice"] = choice;
+    return prepare_chat(state_, parse_openai_chat(b));
+  };
+  const std::string turn = "<|im_start|>assistant\n";
+  const PreparedChat automatic = prepare(nullptr);
+  EXPECT_EQ(automatic.forced_prefix, "");
+  EXPECT_TRUE(automatic.prompt_text.ends_with(turn));
+  EXPECT_NE(automatic.prompt_text.find("get_time"), std::string::npos);
+
+  const PreparedChat required = prepare("required");
+  EXPECT_EQ(required.forced_prefix, "<tool_call>\n");
+  EXPECT_TRUE(required.prompt_text.ends_with(turn + "<tool_call>\n")) << required.prompt_text;
+  EXPECT_EQ(required.gen.prompt, state_.engine->tokenizer()->encode(required.prompt_text, false));
+
+  const PreparedChat named =
+      prepare({{"type", "function"}, {"function", {{"name", "get_weather"}}}});
+  EXPECT_TRUE(named.prompt_text.ends_with(
+      turn + "<tool_call>\n{\"name\": \"get_weather\", \"arguments\":"))
+      << named.prompt_text;
+  EXPECT_EQ(named.prompt_text.find("get_time"), std::string::npos);  // only the named tool shown
+
+  const PreparedChat none = prepare("none");
+  EXPECT_EQ(none.forced_prefix, "");
+  EXPECT_EQ(none.tool_format, chat::ToolCallFormat::None);
+  EXPECT_EQ(none.prompt_text.find("get_weather"), std::string::npos);  // tools not offered
+
+  // The completion continues the forced text and parses into the named call.
+  ChatOutput out(named);
+  std::vector<chat::ToolCall> calls;
+  std::string content;
+  for (const char* piece : {" {\"city\"", ": \"Paris\"}", "}\n</tool", "_call>"}) {
+    auto ev = out.push(piece);
+    content += ev.content;
+    for (auto& c : ev.calls) calls.push_back(c);
+  }
+  auto ev = out.finish();
+  content += ev.content;
+  for (auto& c : ev.calls) calls.push_back(c);
+  EXPECT_EQ(content, "");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(nlohmann::json::parse(calls[0].arguments), nlohmann::json({{"city", "Paris"}}));
+
+  state_.tool_format = chat::ToolCallFormat::None;
+  try {
+    prepare("required");
+    FAIL() << "a call was forced without a tool-call format";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "tool_choice");
+  }
+}
+
 }  // namespace
 }  // namespace hearth::server

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of the server (ctest "server_e2e"): starts `hearth serve` on a random-weight
-# qwen3 with the real Qwen3 tokenizer, and the scripted-model server (hearth_test_serve), then
+# qwen3 with the real Qwen3 tokenizer, the scripted-model server (hearth_test_serve), and the
+# committed Qwen3.5 hybrid model (models/default) with and without the prompt cache, then
 # runs the Node tests (official openai and @anthropic-ai/sdk clients, playwright-core driving
 # Debian's chromium) and checks that SIGTERM stops a server with a generation in flight.
 # usage: tests/server/run-e2e.sh BUILD_DIR
@@ -38,9 +39,13 @@ start "$WORK/model.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 -
 export HEARTH_URL=$URL
 start "$WORK/scripted.log" "$BUILD/hearth_test_serve" scripted --port 0 --api-key test-key
 export HEARTH_SCRIPTED_URL=$URL HEARTH_KEY=test-key
+start "$WORK/hybrid.log" "$BUILD/hearth" serve -m "$ROOT/models/default" --port 0 -t 2
+export HEARTH_HYBRID_URL=$URL
+start "$WORK/hybrid-nocache.log" "$BUILD/hearth" serve -m "$ROOT/models/default" --port 0 -t 2 --cache-ram 0
+export HEARTH_HYBRID_NOCACHE_URL=$URL
 
 cd "$DEPS"
-node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs browser.test.mjs
+node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs hybrid.test.mjs browser.test.mjs
 
 # SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
 curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \

@@ -138,6 +138,12 @@ std::vector<Script> default_scripts() {
       {"Think about two plus two.",
        "<think>\nTwo plus two is four, a small sum.\n</think>\n\nThe answer is 4."},
       {"Count to ten.", "one, two, three, four, five, six, seven, eight, nine, ten."},
+      // Same anchor twice: the plain answer is what the model says by itself; the tool call is
+      // only continued when the prompt already starts it (tool_choice required / named).
+      {"What time is it in Tokyo?", "I cannot tell the time."},
+      {"What time is it in Tokyo?",
+       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"city\": "
+       "\"Tokyo\"}}\n</tool_call>"},
       {"Write some code.", "Here is code:\n\n```python\nprint(\"hi <b>\")\n```\n\nDone."},
   };
 }

@@ -5,6 +5,8 @@
 // - ScriptedModel: a Model whose greedy output follows scripted replies: when the sequence ends
 //   with (most of) a script's anchor, it continues that script's reply, token by token; else it
 //   writes plain filler words. Lets tests see exact tool calls, reasoning and stop strings.
+//   Scripts sharing an anchor: the first one answers; a later one continues only a prompt that
+//   already holds the start of its reply (a forced tool-call prefix).
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -124,6 +124,13 @@ TEST(Sampler, PresenceAndFrequencyPenalties) {
   EXPECT_FLOAT_EQ(logits[0], 1.0f);
   EXPECT_FLOAT_EQ(logits[1], 1.0f - 0.5f - 0.75f);
   EXPECT_FLOAT_EQ(logits[2], 1.0f - 0.5f - 0.25f);
+  // The same sampler on the next step counts afresh (nothing left over from the last history).
+  std::vector<float> next = {1.0f, 1.0f, 1.0f};
+  std::vector<int32_t> next_history = {0, 0, 2};
+  s.sample(next, next_history);
+  EXPECT_FLOAT_EQ(next[0], 1.0f - 0.5f - 0.5f);
+  EXPECT_FLOAT_EQ(next[1], 1.0f);
+  EXPECT_FLOAT_EQ(next[2], 1.0f - 0.5f - 0.25f);
 }
 
 TEST(Sampler, LogitBiasForcesAToken) {

@@ -5,6 +5,8 @@ import Anthropic from "@anthropic-ai/sdk";
 export const URL_MODEL = process.env.HEARTH_URL;            // hearth serve on the random qwen3
 export const URL_SCRIPTED = process.env.HEARTH_SCRIPTED_URL; // scripted model, with an API key
 export const KEY = process.env.HEARTH_KEY;
+export const URL_HYBRID = process.env.HEARTH_HYBRID_URL;                 // models/default (Qwen3.5)
+export const URL_HYBRID_NOCACHE = process.env.HEARTH_HYBRID_NOCACHE_URL; // same, --cache-ram 0
 
 export const openai = (base = URL_MODEL, apiKey = "unused") =>
   new OpenAI({ baseURL: base + "/v1", apiKey, maxRetries: 0, timeout: 120000 });

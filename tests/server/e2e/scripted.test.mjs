@@ -129,3 +129,37 @@ test("Anthropic error shapes", async () => {
   }
   await assert.rejects(an.messages.create({ model: "m", max_tokens: 5, messages: [] }), (e) => e.status === 400);
 });
+
+test("tool_choice required and named force a call the model would not make by itself", async () => {
+  const both = [...tools, { type: "function", function: { name: "get_time", description: "Time in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+  const ask = user("What time is it in Tokyo?");
+  const auto = await oa.chat.completions.create({ model: "m", messages: ask, tools: both });
+  assert.equal(auto.choices[0].message.content, "I cannot tell the time.");
+  assert.equal(auto.choices[0].finish_reason, "stop");
+  for (const tool_choice of ["required", { type: "function", function: { name: "get_time" } }]) {
+    const r = await oa.chat.completions.create({ model: "m", messages: ask, tools: both, tool_choice });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c));
+    assert.equal(c.message.content, null);
+    assert.equal(c.message.tool_calls.length, 1);
+    assert.equal(c.message.tool_calls[0].function.name, "get_time");
+    assert.deepEqual(JSON.parse(c.message.tool_calls[0].function.arguments), { city: "Tokyo" });
+    if (tool_choice === "required") assert.ok(r.usage.prompt_tokens > auto.usage.prompt_tokens);  // the forced opening
+    const s = await collectChat(await oa.chat.completions.create({ model: "m", messages: ask, tools: both, tool_choice, stream: true }));
+    assert.equal(s.content, "");
+    assert.equal(s.finish, "tool_calls");
+    assert.equal(s.toolCalls.length, 1);
+    assert.equal(s.toolCalls[0].function.name, "get_time");
+    assert.deepEqual(JSON.parse(s.toolCalls[0].function.arguments), { city: "Tokyo" });
+  }
+  // Anthropic's "any" and "tool" choices are the same two.
+  const atools = both.map((t) => ({ name: t.function.name, description: t.function.description, input_schema: t.function.parameters }));
+  for (const tool_choice of [{ type: "any" }, { type: "tool", name: "get_time" }]) {
+    const m = await an.messages.create({ model: "m", max_tokens: 100, tools: atools, tool_choice, messages: ask });
+    assert.equal(m.stop_reason, "tool_use");
+    assert.deepEqual(m.content.map((b) => b.type), ["tool_use"]);
+    assert.equal(m.content[0].name, "get_time");
+    assert.deepEqual(m.content[0].input, { city: "Tokyo" });
+  }
+});
