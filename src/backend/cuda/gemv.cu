@@ -22,11 +22,11 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-// 16-byte loads per lane in flight (per matrix): U = 8, or 4 for the two-matrix GLU form, whose
-// registers would otherwise halve the warps per SM. HEARTH_GEMV_TUNE="U_plain,U_glu,warps_per_sm"
-// overrides the choice for measurements (read once).
+// 16-byte loads per lane in flight (per matrix), and the warps per SM the row split aims for:
+// 4 loads with 64 warps beat 8 loads with 32 on the H200 (8B and 0.6B decode, PERFORMANCE.md).
+// HEARTH_GEMV_TUNE="U_plain,U_glu,warps_per_sm" overrides them for measurements (read once).
 struct Tune {
-  int unroll_plain = 8, unroll_glu = 4, warps_per_sm = 32;
+  int unroll_plain = 4, unroll_glu = 4, warps_per_sm = 64;  // best on the H200 (PERFORMANCE.md)
 };
 const Tune& tune() {
   static const Tune t = [] {
