@@ -43,6 +43,8 @@ struct AttnArgs {
 template <int NQ, int DPL>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
   extern __shared__ float smem[];
+  pdl_trigger();  // launched with launch_pdl: q and the cache come from earlier kernels
+  pdl_wait();
   const int hd = a.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = a.n_head / a.n_head_kv;
   // Block → (token tile, kv head, head chunk).
@@ -227,6 +229,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
 // One block per (token, head): merges the splits' (m, l, acc).
 __global__ void attention_combine_kernel(void* out, int odt, const float* ws, int64_t n_queries,
                                          int hd, int n_splits) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t qi = blockIdx.x;
   const int64_t stride = n_queries * (hd + 2);
   float mm = -INFINITY;
@@ -286,8 +290,8 @@ void configure() {
 
 template <int NQ, int DPL>
 void launch(Ctx& ctx, const AttnArgs& a, int blocks_x, size_t smem) {
-  attention_kernel<NQ, DPL>
-      <<<dim3(unsigned(blocks_x), unsigned(a.n_splits)), kWarps * 32, smem, ctx.stream>>>(a);
+  launch_pdl(ctx, attention_kernel<NQ, DPL>, dim3(unsigned(blocks_x), unsigned(a.n_splits)),
+             dim3(kWarps * 32), smem, a);
 }
 
 void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
@@ -414,8 +418,9 @@ void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
   }
   HEARTH_CUDA_LAUNCHED();
   if (s.n_splits > 1) {
-    attention_combine_kernel<<<unsigned(n_tokens * p.n_head), 128, 0, ctx.stream>>>(
-        out.p, out.dtype, ctx.attn_ws, n_tokens * p.n_head, p.head_dim, s.n_splits);
+    launch_pdl(ctx, attention_combine_kernel, dim3(unsigned(n_tokens * p.n_head)), dim3(128), 0,
+               out.p, out.dtype, static_cast<const float*>(ctx.attn_ws), n_tokens * p.n_head,
+               int(p.head_dim), int(s.n_splits));
     HEARTH_CUDA_LAUNCHED();
   }
 }

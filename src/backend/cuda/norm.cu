@@ -73,6 +73,13 @@ __global__ void add_rms_norm_kernel(void* y, int ydt, void* x, int xdt, const vo
                                     float s, const void* w, int wdt, int len, float eps,
                                     float offset) {
   pdl_trigger();
+  // The gains are weights (never written in a step): fetched before waiting for x and b.
+  float g[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    g[k] = i < len ? ld(w, wdt, i) + offset : 0.0f;
+  }
   pdl_wait();
   const int64_t base = int64_t(blockIdx.x) * len;
   float v[kPer];
@@ -91,7 +98,7 @@ __global__ void add_rms_norm_kernel(void* y, int ydt, void* x, int xdt, const vo
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
-    if (i < len) st(y, ydt, base + i, v[k] * inv * (ld(w, wdt, i) + offset));
+    if (i < len) st(y, ydt, base + i, v[k] * inv * g[k]);
   }
 }
 

@@ -52,13 +52,32 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
                                           const float* inv_freq, int half, float factor,
                                           int n_tokens, int n_head, int n_kv, int hd) {
   pdl_trigger();
-  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int64_t gw = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int heads = n_head + 2 * n_kv;
-  if (gw >= int64_t(n_tokens) * heads) return;
+  if (gw >= int64_t(n_tokens) * heads) {
+    pdl_wait();
+    return;
+  }
   const int t = int(gw / heads), h = int(gw % heads);
+  // Before waiting for the previous kernel: what no kernel of the step writes (positions and
+  // frequencies come from the host copy at the start of the step; gains are weights).
   const int64_t slot = int64_t(positions[t]) % capacity;
+  const bool is_q = h < n_head;
+  const void* gain = is_q ? qn : kn;
+  float gv[E], cs[E], sn[E];
+#pragma unroll
+  for (int j = 0; j < E; ++j) {
+    gv[j] = gain ? ld(gain, ndt, lane + 32 * j) + offset : 0.0f;
+    cs[j] = 1.0f;
+    sn[j] = 0.0f;
+    if (lane + 32 * j < half) {
+      sincosf(float(positions[t]) * inv_freq[lane + 32 * j], &sn[j], &cs[j]);
+      cs[j] *= factor;
+      sn[j] *= factor;
+    }
+  }
+  pdl_wait();
   if (h >= n_head + n_kv) {  // v: straight into the cache
     const int hv = h - n_head - n_kv;
     const int64_t src = (int64_t(t) * n_kv + hv) * hd, dst = (slot * n_kv + hv) * hd;
@@ -66,10 +85,8 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
     for (int j = 0; j < E; ++j) st(vc, cdt, dst + lane + 32 * j, ld(v, vdt, src + lane + 32 * j));
     return;
   }
-  const bool is_q = h < n_head;
   const int dt = is_q ? qdt : kdt;
   const void* xs = is_q ? static_cast<const void*>(q) : k;
-  const void* gain = is_q ? qn : kn;
   const int64_t src = is_q ? (int64_t(t) * n_head + h) * hd : (int64_t(t) * n_kv + h - n_head) * hd;
   float x[E];
 #pragma unroll
@@ -80,11 +97,9 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
     for (int j = 0; j < E; ++j) ss += x[j] * x[j];
     const float inv = rsqrtf(warp_sum(ss) / float(hd) + eps);
 #pragma unroll
-    for (int j = 0; j < E; ++j)
-      x[j] = rounded(dt, x[j] * inv * (ld(gain, ndt, lane + 32 * j) + offset));
+    for (int j = 0; j < E; ++j) x[j] = rounded(dt, x[j] * inv * gv[j]);
   }
   if (half > 0) {
-    const float pos = float(positions[t]);
     const int hj = half / 32;
     // Pair (j, j + hj); both indices spelled as compile-time constants so x stays in registers.
 #pragma unroll
@@ -92,13 +107,9 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
 #pragma unroll
       for (int jj = j + 1; jj < E; ++jj) {
         if (j < hj && jj == j + hj) {
-          float sn, cs;
-          sincosf(pos * inv_freq[lane + 32 * j], &sn, &cs);
-          cs *= factor;
-          sn *= factor;
           const float a = x[j], b = x[jj];
-          x[j] = rounded(dt, a * cs - b * sn);
-          x[jj] = rounded(dt, b * cs + a * sn);
+          x[j] = rounded(dt, a * cs[j] - b * sn[j]);
+          x[jj] = rounded(dt, b * cs[j] + a * sn[j]);
         }
       }
     }
