@@ -36,6 +36,18 @@ json timings_json(const GenerationTimings& t) {
           {"decode_tokens", t.decode_tokens}};
 }
 
+// The last streamed chunk when stream_options.include_usage is set: no choices, the usage.
+json usage_chunk(const std::string& id, const char* object, int64_t created,
+                 const std::string& model, const GenerationResult& result) {
+  return {{"id", id},
+          {"object", object},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array()},
+          {"usage", usage_json(result.usage)},
+          {"timings", timings_json(result.timings)}};
+}
+
 json chat_logprobs(const Engine& engine, const std::vector<TokenLogprob>& lps) {
   json content = json::array();
   for (const auto& lp : lps) {
@@ -205,15 +217,8 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
     } else {
       send_events(out.finish(), {});
       batch.add(chunk(json::object(), finish_reason(result, n_calls)));
-      if (include_usage) {
-        batch.add(sse_data({{"id", id},
-                            {"object", "chat.completion.chunk"},
-                            {"created", created},
-                            {"model", s.model_id},
-                            {"choices", json::array()},
-                            {"usage", usage_json(result.usage)},
-                            {"timings", timings_json(result.timings)}}));
-      }
+      if (include_usage)
+        batch.add(sse_data(usage_chunk(id, "chat.completion.chunk", created, s.model_id, result)));
     }
     batch.add("data: [DONE]\n\n");
     batch.flush();
@@ -320,13 +325,7 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
         } else {
           batch.add(chunk("", result.finish_reason));
           if (include_usage)
-            batch.add(sse_data({{"id", id},
-                                {"object", "text_completion"},
-                                {"created", created},
-                                {"model", s.model_id},
-                                {"choices", json::array()},
-                                {"usage", usage_json(result.usage)},
-                                {"timings", timings_json(result.timings)}}));
+            batch.add(sse_data(usage_chunk(id, "text_completion", created, s.model_id, result)));
         }
         batch.add("data: [DONE]\n\n");
         batch.flush();

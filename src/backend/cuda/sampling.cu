@@ -193,6 +193,21 @@ __device__ unsigned long long tie_base_for(const Row& row, const Cut& cut, const
   return block_scan(mine, sh, &total);
 }
 
+// This thread's share (thread/stride order) of the probability mass of the tokens that pass
+// the cuts and have a scaled logit ≥ floor_v.
+__device__ unsigned long long survivor_mass(const Row& row, float m, const Cut* cuts, int n_cuts,
+                                            const unsigned long long* tie_base, float floor_v) {
+  unsigned long long mass = 0;
+  Walker w{cuts, n_cuts, {tie_base[0], tie_base[1]}, {0, 0}};
+  for (int i = threadIdx.x; i < row.n; i += kThreads) {
+    const float l = row.logits[i];
+    if (!row.valid(l)) continue;
+    const float v = l * row.inv_t;
+    if (w.pass(key_of(v)) && v >= floor_v) mass += fixed_mass(v, m);
+  }
+  return mass;
+}
+
 __global__ void __launch_bounds__(kThreads)
     pick_kernel(const float* logits, int n, const PickDyn* dyn, int32_t* out) {
   __shared__ Shared sh;
@@ -263,15 +278,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   // top-p: a mass threshold over the top-k survivors.
   if (p.top_p < 1.0f) {
-    unsigned long long mass = 0;
-    Walker w{cuts, n_cuts, {tie_base[0], tie_base[1]}, {0, 0}};
-    for (int i = tid; i < n; i += kThreads) {
-      const float l = logits[i];
-      if (!row.valid(l)) continue;
-      const float v = l * inv_t;
-      if (w.pass(key_of(v))) mass += fixed_mass(v, m);
-    }
-    mass = block_sum_u64(mass, sh);
+    const unsigned long long mass =
+        block_sum_u64(survivor_mass(row, m, cuts, n_cuts, tie_base, -INFINITY), sh);
     const double t = double(p.top_p) * double(mass);
     const unsigned long long target = max(1ull, (unsigned long long)(t));
     cuts[n_cuts] = radix_cut(row, m, cuts, n_cuts, tie_base, target, true, sh);
@@ -280,16 +288,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   // min-p keeps p ≥ min_p · p_max, i.e. v ≥ m + ln(min_p); then the draw.
   const float floor_v = p.min_p > 0.0f ? m + logf(p.min_p) : -INFINITY;
-  unsigned long long mine = 0;
-  {
-    Walker w{cuts, n_cuts, {tie_base[0], tie_base[1]}, {0, 0}};
-    for (int i = tid; i < n; i += kThreads) {
-      const float l = logits[i];
-      if (!row.valid(l)) continue;
-      const float v = l * inv_t;
-      if (w.pass(key_of(v)) && v >= floor_v) mine += fixed_mass(v, m);
-    }
-  }
+  const unsigned long long mine = survivor_mass(row, m, cuts, n_cuts, tie_base, floor_v);
   unsigned long long total;
   const unsigned long long before = block_scan(mine, sh, &total);
   const unsigned long long r = (unsigned long long)(p.u * double(total));
