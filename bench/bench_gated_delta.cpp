@@ -1,5 +1,6 @@
 // Times the Gated DeltaNet op alone, chunked vs recurrent, at Qwen3.5-0.8B's linear-layer shape
 // (16 key / 16 value heads of 128) for a prefill of N tokens: bench_gated_delta [N] [reps].
+// Prints the best of `reps` calls and the FLOP rate of each form's own FLOP count.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,9 +38,14 @@ int main(int argc, char** argv) {
                       Tensor(state.data(), DType::F32, {hv, dk, dv}), GatedDeltaParams{hk, hv, dk, dv, chunked, 64});
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    // FLOPs: recurrence ≈ 8·Dk·Dv per token-head (decay, Sᵀk, rank-1 update, Sᵀq).
-    const double flops = 8.0 * dk * dv * double(n) * hv;
-    std::printf("%-9s %8.2f ms  %6.1f GFLOP/s-equivalent (recurrence FLOPs)\n", chunked ? "chunked" : "recurrent",
-                best * 1e3, flops / best * 1e-9);
+    // FLOPs each form needs. Recurrence: 8·Dk·Dv per token-head (decay, Sᵀk, rank-1 update,
+    // Sᵀq). Chunked, per chunk of C tokens and head, counting only the lower halves of the
+    // triangular products: QKᵀ and KKᵀ (C²·Dk), T·[βV | βK] (C²/2·(Dv+Dk)), W·S, Q·S and Kᵀ·V'
+    // (3·C·Dk·Dv), P·V' (C²/2·Dv), two FLOPs per FMA.
+    const double C = 64, chunks = std::ceil(n / C);
+    const double flops = chunked ? 2.0 * chunks * hv * (C * C * dk + C * C / 2 * (dv + dk) + 3 * C * dk * dv + C * C / 2 * dv)
+                                 : 8.0 * dk * dv * double(n) * hv;
+    std::printf("%-9s %8.2f ms  %6.2f GFLOP  %6.1f GFLOP/s\n", chunked ? "chunked" : "recurrent", best * 1e3,
+                flops * 1e-9, flops / best * 1e-9);
   }
 }

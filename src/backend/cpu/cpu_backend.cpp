@@ -93,7 +93,7 @@ class CpuBackend final : public Backend {
   }
   void conv1d_causal_silu(const Tensor& y, const Tensor& x, const Tensor& state,
                           const Tensor& w) override {
-    cpu::conv1d_causal_silu(y, x, state, w);
+    cpu::conv1d_causal_silu(y, x, state, w, ThreadPool::global());
   }
   void gated_delta_gates(const Tensor& g, const Tensor& beta, const Tensor& a, const Tensor& b,
                          const Tensor& a_log, const Tensor& dt_bias) override {
@@ -105,7 +105,7 @@ class CpuBackend final : public Backend {
   }
   void rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& z,
                       float eps) override {
-    cpu::rms_norm_gated(y, x, w, z, eps);
+    cpu::rms_norm_gated(y, x, w, z, eps, ThreadPool::global());
   }
   void mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) override {
     cpu::mul_sigmoid(y, x, gate);
