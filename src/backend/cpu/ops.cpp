@@ -93,44 +93,7 @@ void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope) {
   }
 }
 
-namespace {
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
-}
-inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
-}  // namespace
-
-void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) {
-  const int64_t n = y.numel();
-  const float* g = gate.as<const float>();
-  const float* u = up.as<const float>();
-  float* out = y.as<float>();
-  switch (act) {
-    case Activation::Silu:
-      for (int64_t i = 0; i < n; ++i) out[i] = silu(g[i]) * u[i];
-      break;
-    case Activation::GeluTanh:
-      for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(g[i]) * u[i];
-      break;
-    case Activation::Gelu:
-      for (int64_t i = 0; i < n; ++i) out[i] = gelu_erf(g[i]) * u[i];
-      break;
-  }
-}
-
-void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) {
-  const int64_t n = y.numel();
-  const float* pa = a.as<const float>();
-  const float* pb = b.as<const float>();
-  float* out = y.as<float>();
-  if (b_scale == 1.0f) {
-    for (int64_t i = 0; i < n; ++i) out[i] = pa[i] + pb[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = pa[i] + pb[i] * b_scale;
-  }
-}
+// glu and add live in glu.cpp (vectorised and threaded for prefill).
 
 void scale(const Tensor& x, float s) {
   float* p = x.as<float>();
