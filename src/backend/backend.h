@@ -170,7 +170,7 @@ class Backend {
 
   // --- step hooks (optional; the CPU backend ignores them) ---
   // Bracket one forward pass of n_tokens rows. Between them a backend may defer work: the CUDA
-  // backend records a decode step (n_tokens == 1) and replays it as one CUDA graph. Everything
+  // backend records steps of 1-8 tokens and replays each as a CUDA graph (one per size). Everything
   // the step wrote to host memory (to_host_f32, a linear whose output is host memory) is
   // complete when to_host_f32 / end_step returns.
   virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }

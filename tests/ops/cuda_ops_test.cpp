@@ -313,7 +313,8 @@ TEST_F(CudaOps, GatedDeltaNet) {
 }
 
 // A toy decode step (embedding → norm → q/k/v → rope → kv_store → attention → linear to f32
-// logits → to_host_f32) recorded and replayed as a graph equals the eager run, step by step.
+// logits → to_host_f32) recorded and replayed as a graph equals the eager run, step by step,
+// for 1- and 3-token steps.
 TEST_F(CudaOps, GraphReplayEqualsEager) {
   const int64_t vocab = 97, H = 64, hd = 16, nh = 4, nkv = 2, cap = 256;
   auto embed = make({vocab, H}, randn(size_t(vocab * H), 71));
@@ -322,33 +323,46 @@ TEST_F(CudaOps, GraphReplayEqualsEager) {
   auto norm = make({H}, randn(size_t(H), 74, 0.1f), DType::F32);
   std::vector<float> inv_freq(hd / 2);
   for (int i = 0; i < hd / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / hd);
+  // Steps alternate between 1 and 3 tokens (decode, and a few tokens verified at once): each
+  // size has its own graph, replayed after the other size's.
   auto run = [&](bool graphs) {
     cuda_backend_set_graphs(*gpu_, graphs);
     auto kc = make({cap, nkv * hd}, randn(size_t(cap * nkv * hd), 75));
     auto vc = make({cap, nkv * hd}, randn(size_t(cap * nkv * hd), 76));
-    auto x = out({1, H}), h = out({1, H}), q = out({1, nh, hd}), k = out({1, nkv, hd}),
-         a = out({1, nh, hd});
-    auto logits = out({1, vocab}, DType::F32);
+    const int64_t m = 3;
+    auto x = out({m, H}), h = out({m, H}), q = out({m, nh, hd}), k = out({m, nkv, hd}),
+         a = out({m, nh, hd});
+    auto logits = out({m, vocab}, DType::F32);
     std::vector<float> all;
+    int32_t pos0 = 0;
     for (int32_t step = 0; step < 12; ++step) {
-      const int32_t id = (step * 31 + 5) % int32_t(vocab), pos = step;
-      gpu_->begin_step(1);
-      gpu_->embedding(x.g, embed.g, &id, 1.0f);
-      gpu_->rms_norm(h.g, x.g, norm.g, 1e-6f, 1.0f);
-      gpu_->linear(q.g, h.g, wq.g, Tensor());
-      gpu_->linear(k.g, h.g, wk.g, Tensor());
+      const int64_t n = step % 2 == 0 ? 1 : m;
+      std::vector<int32_t> ids(static_cast<size_t>(n)), pos(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        ids[size_t(i)] = int32_t((step * 31 + 5 + i * 7) % vocab);
+        pos[size_t(i)] = pos0 + int32_t(i);
+      }
+      const Tensor xs = x.g.slice_rows(0, n), hs = h.g.slice_rows(0, n),
+                   qs = q.g.slice_rows(0, n), ks = k.g.slice_rows(0, n),
+                   as = a.g.slice_rows(0, n), ls = logits.g.slice_rows(0, n);
+      gpu_->begin_step(n);
+      gpu_->embedding(xs, embed.g, ids.data(), 1.0f);
+      gpu_->rms_norm(hs, xs, norm.g, 1e-6f, 1.0f);
+      gpu_->linear(qs, hs, wq.g, Tensor());
+      gpu_->linear(ks, hs, wk.g, Tensor());
       RopeParams rp{inv_freq.data(), int(hd), 1.0f};
-      gpu_->rope(q.g, &pos, rp);
-      gpu_->rope(k.g, &pos, rp);
-      KvView kv{kc.g, vc.g, cap, 0, pos + 1};
-      gpu_->kv_store(kv, k.g, k.g, &pos);
+      gpu_->rope(qs, pos.data(), rp);
+      gpu_->rope(ks, pos.data(), rp);
+      KvView kv{kc.g, vc.g, cap, 0, pos0 + n};
+      gpu_->kv_store(kv, ks, ks, pos.data());
       AttentionParams p{int(nh), int(nkv), int(hd), 0.25f, 0.0f, 0};
-      gpu_->attention(a.g, q.g, kv, &pos, p);
-      gpu_->linear(logits.g, a.g.reshaped({1, nh * hd}), embed.g, Tensor());
-      std::vector<float> row(static_cast<size_t>(vocab));
-      gpu_->to_host_f32(row.data(), logits.g);
+      gpu_->attention(as, qs, kv, pos.data(), p);
+      gpu_->linear(ls, as.reshaped({n, nh * hd}), embed.g, Tensor());
+      std::vector<float> rows(static_cast<size_t>(n * vocab));
+      gpu_->to_host_f32(rows.data(), ls);
       gpu_->end_step();
-      all.insert(all.end(), row.begin(), row.end());
+      all.insert(all.end(), rows.begin(), rows.end());
+      pos0 += int32_t(n);
     }
     return all;
   };

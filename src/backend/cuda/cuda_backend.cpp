@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -135,7 +136,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(ctx_.stream);
-    if (exec_) cudaGraphExecDestroy(exec_);
+    for (GraphSlot& g : graphs_)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
     weights_.clear();
     linear_plans_clear();
     cudaFree(ctx_.attn_ws);
@@ -456,7 +458,10 @@ class CudaBackend final : public Backend {
     blob_.clear();
     dedup_.clear();
     graph_cursor_ = 0;
-    recording_ = n_tokens == 1 && graphs_enabled_;
+    // Decode-sized steps (1 to kGraphTokens rows: one token, or a few being verified) are
+    // recorded; each size keeps its own graph.
+    recording_ = n_tokens >= 1 && n_tokens <= kGraphTokens && graphs_enabled_;
+    slot_ = recording_ ? size_t(n_tokens) : 0;
     // The previous replay's first node may still be reading the pinned dyn values.
     if (recording_) HEARTH_CUDA_CHECK(cudaEventSynchronize(graph_done_));
   }
@@ -557,17 +562,20 @@ class CudaBackend final : public Backend {
   }
 
   void invalidate_graph() {
-    cap_recs_.clear();
-    cap_blob_.clear();
+    for (GraphSlot& g : graphs_) {
+      g.recs.clear();
+      g.blob.clear();
+    }
   }
 
   bool records_match() const {
-    if (!exec_ || cap_recs_.size() != recs_.size() || cap_cursor_ != graph_cursor_ ||
-        cap_blob_.size() != blob_.size())
+    const GraphSlot& g = graphs_[slot_];
+    if (!g.exec || g.recs.size() != recs_.size() || g.cursor != graph_cursor_ ||
+        g.blob.size() != blob_.size())
       return false;
     for (size_t i = 0; i < recs_.size(); ++i)
-      if (recs_[i].fn != cap_recs_[i].fn || recs_[i].size != cap_recs_[i].size) return false;
-    return std::memcmp(blob_.data(), cap_blob_.data(), blob_.size()) == 0;
+      if (recs_[i].fn != g.recs[i].fn || recs_[i].size != g.recs[i].size) return false;
+    return std::memcmp(blob_.data(), g.blob.data(), blob_.size()) == 0;
   }
 
   // End of a recorded step: replay the graph (or capture a new one), then deliver host outputs.
@@ -576,7 +584,7 @@ class CudaBackend final : public Backend {
     if (out_.p) submit_recorded_d2h();
     if (!recs_.empty()) {
       if (!records_match()) capture();
-      HEARTH_CUDA_CHECK(cudaGraphLaunch(exec_, ctx_.stream));
+      HEARTH_CUDA_CHECK(cudaGraphLaunch(graphs_[slot_].exec, ctx_.stream));
       HEARTH_CUDA_CHECK(cudaEventRecord(graph_done_, ctx_.stream));
       ++graphs_replayed_;
     }
@@ -609,26 +617,27 @@ class CudaBackend final : public Backend {
       throw;
     }
     HEARTH_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
+    GraphSlot& slot = graphs_[slot_];
     bool updated = false;
-    if (exec_) {
+    if (slot.exec) {
       cudaGraphExecUpdateResultInfo info{};
-      updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
+      updated = cudaGraphExecUpdate(slot.exec, graph, &info) == cudaSuccess;
       if (!updated) {
         cudaGetLastError();
-        cudaGraphExecDestroy(exec_);
-        exec_ = nullptr;
+        cudaGraphExecDestroy(slot.exec);
+        slot.exec = nullptr;
       }
     }
     if (!updated) {
-      const cudaError_t err = cudaGraphInstantiate(&exec_, graph, 0);
+      const cudaError_t err = cudaGraphInstantiate(&slot.exec, graph, 0);
       cudaGraphDestroy(graph);
       HEARTH_CUDA_CHECK(err);
     } else {
       cudaGraphDestroy(graph);
     }
-    cap_recs_ = recs_;
-    cap_blob_ = blob_;
-    cap_cursor_ = graph_cursor_;
+    slot.recs = recs_;
+    slot.blob = blob_;
+    slot.cursor = graph_cursor_;
     ++graphs_captured_;
   }
 
@@ -752,13 +761,22 @@ class CudaBackend final : public Backend {
 
   int32_t* dyn_host_ = nullptr;
   int32_t* dyn_dev_ = nullptr;
-  int64_t ring_ = 0, graph_cursor_ = 0, cap_cursor_ = 0;
+  int64_t ring_ = 0, graph_cursor_ = 0;
   std::vector<DedupEntry> dedup_;
 
   bool graphs_enabled_ = true, recording_ = false;
-  std::vector<Record> recs_, cap_recs_;
-  std::vector<uint8_t> blob_, cap_blob_;
-  cudaGraphExec_t exec_ = nullptr;
+  std::vector<Record> recs_;
+  std::vector<uint8_t> blob_;
+  // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
+  struct GraphSlot {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<Record> recs;
+    std::vector<uint8_t> blob;
+    int64_t cursor = 0;
+  };
+  static constexpr int64_t kGraphTokens = 8;
+  std::array<GraphSlot, kGraphTokens + 1> graphs_;
+  size_t slot_ = 0;
   cudaEvent_t graph_done_ = nullptr;
   int64_t graphs_captured_ = 0, graphs_replayed_ = 0;
 
