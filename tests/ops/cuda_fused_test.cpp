@@ -19,6 +19,7 @@
 #include "cuda_test_util.h"
 
 namespace hearth {
+void cuda_backend_set_device_sampling(Backend& b, bool on);
 namespace {
 
 using test::kBf16Tol;
@@ -173,6 +174,12 @@ TEST_F(CudaFused, PickTokenSamplingMatchesHostDistribution) {
       {151936, {1.0f, 0, 0.7f, 0.0f, 0.0}}};
   const int steps = 2000;
   uint32_t seed = 300;
+  // The backend samples on the host by default (the device picker serves greedy): opt in.
+  cuda_backend_set_device_sampling(*gpu_, true);
+  struct Restore {
+    Backend* b;
+    ~Restore() { cuda_backend_set_device_sampling(*b, false); }
+  } restore{gpu_};
   for (const auto& c : cases) {
     auto l = make({c.vocab}, randn(size_t(c.vocab), seed++, 2.0f), DType::F32);
     std::map<int32_t, int> gpu_count, host_count;

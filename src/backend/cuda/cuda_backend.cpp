@@ -381,7 +381,11 @@ class CudaBackend final : public Backend {
 
   void pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) override {
     bind();
-    if (logits.device != Device::CUDA || logits.dtype != DType::F32)
+    // Greedy picks on the device. Sampling does not yet: the picker runs on one SM, and its
+    // radix passes over a 152k vocabulary took ~12 ms a pick on the H200, more than copying the
+    // row to the host and sampling there (docs/cuda.md). Tests reach it with the hook below.
+    const bool on_device = pick.temperature <= 0.0f || device_sampling_;
+    if (logits.device != Device::CUDA || logits.dtype != DType::F32 || !on_device)
       return Backend::pick_token(dst, logits, pick);
     const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
     static_assert(sizeof dyn % 4 == 0);
@@ -473,8 +477,10 @@ class CudaBackend final : public Backend {
     recording_ = false;
   }
 
-  // Test hooks: graphs off (every step eager) and how many graphs were captured / replayed.
+  // Test hooks: graphs off (every step eager), sampling picks on the device too, and how many
+  // graphs were captured / replayed.
   void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
+  void set_device_sampling(bool on) { device_sampling_ = on; }
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graphs_replayed() const { return graphs_replayed_; }
 
@@ -764,7 +770,7 @@ class CudaBackend final : public Backend {
   int64_t ring_ = 0, graph_cursor_ = 0;
   std::vector<DedupEntry> dedup_;
 
-  bool graphs_enabled_ = true, recording_ = false;
+  bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
   // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
@@ -813,6 +819,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 // Test-only access to graph statistics and the graph switch (declared in the CUDA tests).
 void cuda_backend_set_graphs(Backend& b, bool on) {
   if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) c->set_graphs_enabled(on);
+}
+void cuda_backend_set_device_sampling(Backend& b, bool on) {
+  if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) c->set_device_sampling(on);
 }
 int64_t cuda_backend_graphs_replayed(const Backend& b) {
   auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);
