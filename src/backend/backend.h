@@ -58,9 +58,9 @@ struct GatedDeltaParams {
 // top-p, min-p in Hugging Face's order, then a draw at u · (mass of the survivors), u in [0, 1).
 struct TokenPick {
   float temperature = 0.0f;
-  int32_t top_k = 0;    // 0 = off
-  float top_p = 1.0f;   // 1 = off
-  float min_p = 0.0f;   // 0 = off
+  int32_t top_k = 0;   // 0 = off
+  float top_p = 1.0f;  // 1 = off
+  float min_p = 0.0f;  // 0 = off
   double u = 0.0;
 };
 
@@ -85,8 +85,7 @@ class Backend {
   // activation dtype or F32 (logits).
   virtual void linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // y[i] = table[ids[i]] * scale, converted to the activation dtype.
-  virtual void embedding(const Tensor& y, const Tensor& table, const int32_t* ids,
-                         float scale) = 0;
+  virtual void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float scale) = 0;
   // Per row of the innermost dimension: y = x / sqrt(mean(x²) + eps) * (w + weight_offset).
   // w's length may divide x's row length (per-head norms); y may alias x.
   virtual void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps,
@@ -160,8 +159,8 @@ class Backend {
   // rope on q and k (when rope is non-null), then k and v into the cache at their positions.
   virtual void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& q_norm, const Tensor& k_norm, float eps,
-                                  float weight_offset, const RopeParams* rope,
-                                  const KvView& kv, const int32_t* positions);
+                                  float weight_offset, const RopeParams* rope, const KvView& kv,
+                                  const int32_t* positions);
 
   // *dst = the token `pick` chooses from logits [n_vocab] f32 (in this backend's memory, or
   // host memory). A GPU backend picks on the device so only the id crosses to the host; *dst is

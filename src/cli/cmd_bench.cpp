@@ -70,13 +70,15 @@ int run_bench(BenchOptions& o) {
   std::printf("| %-24s | %13s | %10s | %-7s | %7s | %10s | %20s |\n", "model", "size", "params",
               "backend", "threads", "test", "t/s");
   std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", std::string(24, '-').c_str(),
-              std::string(13, '-').c_str(), std::string(10, '-').c_str(), std::string(7, '-').c_str(),
-              std::string(7, '-').c_str(), std::string(10, '-').c_str(), std::string(20, '-').c_str());
+              std::string(13, '-').c_str(), std::string(10, '-').c_str(),
+              std::string(7, '-').c_str(), std::string(7, '-').c_str(),
+              std::string(10, '-').c_str(), std::string(20, '-').c_str());
   for (int64_t n : o.n_prompt) {
     if (n <= 0) continue;
     run_prompt(*model, n, o.prefill_chunk, rng);  // warm-up: page cache, scratch, thread spin-up
     std::vector<double> rates;
-    for (int r = 0; r < o.repetitions; ++r) rates.push_back(double(n) / run_prompt(*model, n, o.prefill_chunk, rng));
+    for (int r = 0; r < o.repetitions; ++r)
+      rates.push_back(double(n) / run_prompt(*model, n, o.prefill_chunk, rng));
     print_row(o, model->info(), "pp" + std::to_string(n), rates);
   }
   for (int64_t n : o.n_gen) {
@@ -89,20 +91,17 @@ int run_bench(BenchOptions& o) {
   return 0;
 }
 
-CommandRegistration reg("bench", "measure prefill and decode throughput (llama-bench style)",
-                        [](CLI::App& sub) {
-                          auto o = std::make_shared<BenchOptions>();
-                          add_model_options(sub, o->model);
-                          sub.add_option("-p,--n-prompt", o->n_prompt, "prompt lengths (0 = skip)")
-                              ->delimiter(',');
-                          sub.add_option("-n,--n-gen", o->n_gen, "tokens to generate (0 = skip)")
-                              ->delimiter(',');
-                          sub.add_option("-r,--repetitions", o->repetitions, "timed runs per test")
-                              ->capture_default_str();
-                          sub.add_option("--ubatch", o->prefill_chunk, "prefill chunk size")
-                              ->capture_default_str();
-                          return [o] { return run_bench(*o); };
-                        });
+CommandRegistration reg(
+    "bench", "measure prefill and decode throughput (llama-bench style)", [](CLI::App& sub) {
+      auto o = std::make_shared<BenchOptions>();
+      add_model_options(sub, o->model);
+      sub.add_option("-p,--n-prompt", o->n_prompt, "prompt lengths (0 = skip)")->delimiter(',');
+      sub.add_option("-n,--n-gen", o->n_gen, "tokens to generate (0 = skip)")->delimiter(',');
+      sub.add_option("-r,--repetitions", o->repetitions, "timed runs per test")
+          ->capture_default_str();
+      sub.add_option("--ubatch", o->prefill_chunk, "prefill chunk size")->capture_default_str();
+      return [o] { return run_bench(*o); };
+    });
 
 }  // namespace
 }  // namespace hearth::cli

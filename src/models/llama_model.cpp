@@ -79,8 +79,8 @@ class LlamaModel final : public Model {
   }
   // The forward pass; the last row's logits go to `logits` (host), or, with `pick`, only the
   // picked token to *token.
-  void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
-           float* logits, const TokenPick* pick, int32_t* token);
+  void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
+           const TokenPick* pick, int32_t* token);
 
  private:
   void load_weights();
@@ -125,7 +125,7 @@ Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in,
 void LlamaModel::load_weights() {
   // Multimodal wrappers (gemma3) keep the text model under a prefix; vision parts are unused.
   for (const char* prefix : {"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.",
-                                    "multi_modal_projector."})
+                             "multi_modal_projector."})
     weights_.ignore_prefix(prefix);
   for (const auto& name : weights_.names()) {
     for (auto [from, to] : {std::pair<std::string, std::string>{"model.language_model.", "model."},
@@ -175,7 +175,8 @@ void LlamaModel::load_weights() {
     L.o = take_linear(p + "self_attn.o_proj", H, nq, d_.o_bias);
     if (d_.fused_gate_up) {
       Linear gu = take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias);
-      L.gate = {gu.w.slice_rows(0, d_.n_ff), gu.bias.empty() ? Tensor() : gu.bias.slice_rows(0, d_.n_ff)};
+      L.gate = {gu.w.slice_rows(0, d_.n_ff),
+                gu.bias.empty() ? Tensor() : gu.bias.slice_rows(0, d_.n_ff)};
       L.up = {gu.w.slice_rows(d_.n_ff, 2 * d_.n_ff),
               gu.bias.empty() ? Tensor() : gu.bias.slice_rows(d_.n_ff, 2 * d_.n_ff)};
     } else {
@@ -221,8 +222,8 @@ void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
   // add with this norm (add_rms_norm); only layer 0 normalises here.
   const Tensor& in = d_.input_norm ? h : x;
   if (d_.input_norm && il == 0) be.rms_norm(h, x, L.attn_norm, d_.norm_eps, d_.norm_offset);
-  const Backend::LinearOut qkv[] = {{q, L.q.w, L.q.bias}, {k, L.k.w, L.k.bias},
-                                    {v, L.v.w, L.v.bias}};
+  const Backend::LinearOut qkv[] = {
+      {q, L.q.w, L.q.bias}, {k, L.k.w, L.k.bias}, {v, L.v.w, L.v.bias}};
   be.linear_many(in, qkv, 3);
   Tensor q_gain = L.q_norm, k_gain = L.k_norm;
   if (d_.qk_norm == QkNorm::Full) {  // olmo2: one norm over all heads together

@@ -73,7 +73,8 @@ struct LoadOptions {
 };
 
 // Loads config.json + safetensors from dir; throws hearth::Error naming what is wrong.
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
+                                  const LoadOptions& options = {});
 
 // model_types load_model accepts, sorted.
 std::vector<std::string> supported_model_types();

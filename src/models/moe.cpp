@@ -15,7 +15,8 @@ namespace {
 
 void check_linear_dtype(const Tensor& t, const std::string& name) {
   if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-    fail("tensor {} has dtype {}; expert weights must be F32, F16 or BF16", name, dtype_name(t.dtype));
+    fail("tensor {} has dtype {}; expert weights must be F32, F16 or BF16", name,
+         dtype_name(t.dtype));
 }
 
 // The first of `names` present in the store, or "".
@@ -35,11 +36,15 @@ MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeS
   w.gate.resize(size_t(E));
   w.up.resize(size_t(E));
   w.down.resize(size_t(E));
-  const std::string fused_gu = first_present(store, {p + "experts.gate_up_proj", p + "experts.gate_up_proj.weight"});
-  const std::string fused_down = first_present(store, {p + "experts.down_proj", p + "experts.down_proj.weight"});
+  const std::string fused_gu =
+      first_present(store, {p + "experts.gate_up_proj", p + "experts.gate_up_proj.weight"});
+  const std::string fused_down =
+      first_present(store, {p + "experts.down_proj", p + "experts.down_proj.weight"});
   if (!fused_gu.empty()) {
     w.layout = "fused";
-    if (fused_down.empty()) fail("checkpoint {}: {} is present but {}experts.down_proj is missing", store.dir().string(), fused_gu, p);
+    if (fused_down.empty())
+      fail("checkpoint {}: {} is present but {}experts.down_proj is missing", store.dir().string(),
+           fused_gu, p);
     const Tensor gu = store.take(fused_gu, {E, 2 * I, H}, cfg).reshaped({E * 2 * I, H});
     const Tensor dn = store.take(fused_down, {E, H, I}, cfg).reshaped({E * H, I});
     check_linear_dtype(gu, fused_gu);
@@ -51,9 +56,12 @@ MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeS
     }
   } else if (store.contains(p + "switch_mlp.gate_proj.weight")) {
     w.layout = "switch_mlp";
-    const Tensor g = store.take(p + "switch_mlp.gate_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
-    const Tensor u = store.take(p + "switch_mlp.up_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
-    const Tensor d = store.take(p + "switch_mlp.down_proj.weight", {E, H, I}, cfg).reshaped({E * H, I});
+    const Tensor g =
+        store.take(p + "switch_mlp.gate_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
+    const Tensor u =
+        store.take(p + "switch_mlp.up_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
+    const Tensor d =
+        store.take(p + "switch_mlp.down_proj.weight", {E, H, I}, cfg).reshaped({E * H, I});
     check_linear_dtype(g, p + "switch_mlp.gate_proj.weight");
     check_linear_dtype(u, p + "switch_mlp.up_proj.weight");
     check_linear_dtype(d, p + "switch_mlp.down_proj.weight");
@@ -65,9 +73,10 @@ MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeS
   } else {
     w.layout = "per-expert";
     if (!store.contains(p + "experts.0.gate_proj.weight"))
-      fail("checkpoint {}: no experts for {} (looked for {}experts.gate_up_proj, "
-           "{}switch_mlp.gate_proj.weight and {}experts.0.gate_proj.weight)",
-           store.dir().string(), p, p, p, p);
+      fail(
+          "checkpoint {}: no experts for {} (looked for {}experts.gate_up_proj, "
+          "{}switch_mlp.gate_proj.weight and {}experts.0.gate_proj.weight)",
+          store.dir().string(), p, p, p, p);
     for (int64_t e = 0; e < E; ++e) {
       const std::string q = p + "experts." + std::to_string(e) + ".";
       w.gate[size_t(e)] = store.take(q + "gate_proj.weight", {I, H}, cfg);
@@ -92,7 +101,9 @@ MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeS
 
 void MoeBlock::reserve(Backend& be, int64_t n, const MoeShape& s) {
   if (n <= capacity_) return;
-  auto rows = [&](int64_t cols) { return be.alloc(size_t(n * cols) * dtype_size(be.activation_dtype())); };
+  auto rows = [&](int64_t cols) {
+    return be.alloc(size_t(n * cols) * dtype_size(be.activation_dtype()));
+  };
   // Router logits in f32 whatever the activation dtype: the top-k choice is a comparison, and
   // a bf16 rounding could swap two close experts against the reference.
   logits_ = be.alloc(size_t(n * s.n_expert) * sizeof(float));

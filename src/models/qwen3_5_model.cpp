@@ -24,15 +24,16 @@ class Qwen35Model final : public Model {
     w_ = qwen3_5_load_weights(store_, d_, *backend_);
     store_.audit();
     const char* mode = std::getenv("HEARTH_GDN_PREFILL");
-    if (mode && std::string(mode) == "recurrent") chunked_prefill_ = false;
+    if (mode && std::string(mode) == "recurrent")
+      chunked_prefill_ = false;
     else if (mode && *mode && std::string(mode) != "chunked")
       fail("HEARTH_GDN_PREFILL must be 'chunked' or 'recurrent', got '{}'", mode);
     info_.model_type = config.wrapper_model_type();
     info_.architecture = "qwen3.5 hybrid (" + d_.model_type + ", " +
                          std::to_string(d_.n_layer - d_.n_full_layers()) + " linear / " +
                          std::to_string(d_.n_full_layers()) + " full-attention layers" +
-                         (d_.moe.n_expert > 0 ? ", MoE " + std::to_string(d_.moe.n_expert) + "×top-" +
-                                                    std::to_string(d_.moe.n_expert_used)
+                         (d_.moe.n_expert > 0 ? ", MoE " + std::to_string(d_.moe.n_expert) +
+                                                    "×top-" + std::to_string(d_.moe.n_expert_used)
                                               : std::string()) +
                          ")";
     info_.n_vocab = d_.n_vocab;
@@ -88,9 +89,9 @@ class Qwen35Model final : public Model {
 
   int64_t scratch_tokens_ = 0;
   // Scratch in the backend's memory.
-  DeviceBuffer x_, h_, o_, q_, gate_, k_, v_, attn_;       // attention
+  DeviceBuffer x_, h_, o_, q_, gate_, k_, v_, attn_;                  // attention
   DeviceBuffer qkv_, conv_, z_, a_, b_, g_, beta_, core_, core_act_;  // linear attention
-  DeviceBuffer ff_gate_, ff_up_;                           // dense MLP
+  DeviceBuffer ff_gate_, ff_up_;                                      // dense MLP
   DeviceBuffer logits_;
   int64_t logits_rows_ = 0;
   std::vector<int32_t> positions_;
@@ -180,8 +181,10 @@ void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
   const Tensor beta = beta_.view(DType::F32, {n, Hv});
   const Tensor core = core_.view(DType::F32, {n, Hv * Dv});
   const Tensor normed = act_ == DType::F32 ? core : core_act_.view(act_, {n, Hv * Dv});
-  const Backend::LinearOut proj[] = {
-      {qkv, L.in_qkv, Tensor()}, {z, L.in_z, Tensor()}, {b, L.in_b, Tensor()}, {a, L.in_a, Tensor()}};
+  const Backend::LinearOut proj[] = {{qkv, L.in_qkv, Tensor()},
+                                     {z, L.in_z, Tensor()},
+                                     {b, L.in_b, Tensor()},
+                                     {a, L.in_a, Tensor()}};
   be.linear_many(h, proj, 4);
   const int li = seq.lin_index(il);
   be.conv1d_causal_silu(conv, qkv, seq.conv_state(li), L.conv_w);
@@ -237,8 +240,10 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   be.rms_norm(h, x, w_.layers[0].attn_norm, d_.norm_eps, w_.norm_offset);
   for (int il = 0; il < int(d_.n_layer); ++il) {
     const Qwen35Layer& L = w_.layers[size_t(il)];
-    if (d_.linear_layer[size_t(il)]) linear_block(il, seq, n);
-    else attention_block(il, seq, n);
+    if (d_.linear_layer[size_t(il)])
+      linear_block(il, seq, n);
+    else
+      attention_block(il, seq, n);
     be.add_rms_norm(h, x, o, 1.0f, L.ffn_norm, d_.norm_eps, w_.norm_offset);
     mlp_block(il, n);
     if (il + 1 < int(d_.n_layer))

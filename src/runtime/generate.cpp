@@ -9,7 +9,8 @@ namespace hearth {
 
 namespace {
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
+      .count();
 }
 }  // namespace
 
@@ -92,7 +93,8 @@ SamplingParams sampling_defaults(const ModelConfig& config) {
     auto it = g.find(key);
     return it != g.end() && it->is_number() ? it->get<double>() : fallback;
   };
-  const bool do_sample = g.contains("do_sample") && g["do_sample"].is_boolean() && g["do_sample"].get<bool>();
+  const bool do_sample =
+      g.contains("do_sample") && g["do_sample"].is_boolean() && g["do_sample"].get<bool>();
   p.temperature = do_sample ? float(num("temperature", 1.0)) : 0.0f;
   p.top_k = do_sample ? int(num("top_k", 50)) : 0;
   p.top_p = float(num("top_p", 1.0));

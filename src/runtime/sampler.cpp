@@ -23,13 +23,16 @@ void SamplingParams::validate(int64_t n_vocab) const {
     fail("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   if (penalty_last_n < 0) fail("penalty_last_n must be >= 0, got {}", penalty_last_n);
   for (auto [id, bias] : logit_bias) {
-    if (id < 0 || id >= n_vocab) fail("logit_bias token id {} is out of range [0, {})", id, n_vocab);
+    if (id < 0 || id >= n_vocab)
+      fail("logit_bias token id {} is out of range [0, {})", id, n_vocab);
     if (std::isnan(bias)) fail("logit_bias for token {} is NaN", id);
   }
 }
 
 Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
-    : params_(params), n_vocab_(n_vocab), rng_(params.seed ? *params.seed : std::random_device{}()) {
+    : params_(params),
+      n_vocab_(n_vocab),
+      rng_(params.seed ? *params.seed : std::random_device{}()) {
   params_.validate(n_vocab);
 }
 

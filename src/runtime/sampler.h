@@ -16,9 +16,9 @@ namespace hearth {
 
 struct SamplingParams {
   float temperature = 1.0f;
-  int top_k = 0;         // 0 = off
-  float top_p = 1.0f;    // 1 = off
-  float min_p = 0.0f;    // 0 = off
+  int top_k = 0;                    // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
   float repetition_penalty = 1.0f;  // 1 = off (HF: divides positive logits, multiplies negative)
   float presence_penalty = 0.0f;    // OpenAI: subtracted once per token present
   float frequency_penalty = 0.0f;   // OpenAI: subtracted per occurrence

@@ -1,9 +1,10 @@
-// The llama-family and Qwen3.5-family transformers fixtures on the GPU (bf16 activations and KV, f32 accumulation).
-// Bounds: max |logits - reference| / std < 5e-2 (every activation and the KV cache are rounded
-// to bf16, 2^-9 relative each; on the H200 the 18 cases measured 1.3e-2 .. 3.8e-2). Greedy:
-// tokens must equal the reference's until the first difference, and a difference is only
-// allowed at a step whose reference top-2 margin is below 0.1 · logits_std (a bf16-size error
-// may flip a near tie; the continuation after it legitimately differs). Skipped without a GPU.
+// The llama-family and Qwen3.5-family transformers fixtures on the GPU (bf16 activations and KV,
+// f32 accumulation). Bounds: max |logits - reference| / std < 5e-2 (every activation and the KV
+// cache are rounded to bf16, 2^-9 relative each; on the H200 the 18 cases measured 1.3e-2
+// .. 3.8e-2). Greedy: tokens must equal the reference's until the first difference, and a
+// difference is only allowed at a step whose reference top-2 margin is below 0.1 · logits_std (a
+// bf16-size error may flip a near tie; the continuation after it legitimately differs). Skipped
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,8 +15,8 @@
 #include "core/error.h"
 #include "fixture.h"
 #include "models/llama.h"
-#include "models/qwen3_5.h"
 #include "models/model.h"
+#include "models/qwen3_5.h"
 #include "runtime/generate.h"
 
 #ifdef HEARTH_HAVE_CUDA

@@ -26,7 +26,6 @@ using test::kBf16Tol;
 using test::randn;
 using CudaFused = test::CudaTest;
 
-
 TEST_F(CudaFused, LinearMany) {
   struct Case {
     int64_t n, in;
@@ -94,8 +93,8 @@ TEST_F(CudaFused, AddRmsNorm) {
         auto y = out({n, len});
         gpu_->add_rms_norm(y.g, x.g, b.g, 0.5f, w.g, 1e-6f, offset);
         cpu_->add_rms_norm(y.c, x.c, b.c, 0.5f, w.c, 1e-6f, offset);
-        const std::string what = "add_rms_norm n=" + std::to_string(n) +
-                                 " len=" + std::to_string(len);
+        const std::string what =
+            "add_rms_norm n=" + std::to_string(n) + " len=" + std::to_string(len);
         expect_close(x, kBf16Tol, what + " (sum)");
         expect_close(y, kBf16Tol, what);
       }
@@ -110,9 +109,9 @@ TEST_F(CudaFused, QkNormRopeStore) {
     bool norm;
   };
   const std::vector<Case> cases = {
-      {1, 40, 64, 16, 8, 128, 128, true},  {17, 0, 32, 8, 2, 64, 64, true},  // ring wraps
-      {1, 5, 16, 16, 4, 256, 64, true},    {3, 9, 16, 4, 2, 128, 64, false},
-      {1, 0, 8, 4, 2, 128, 0, true},       {5, 3, 16, 4, 2, 80, 80, true}};  // 80: composed
+      {1, 40, 64, 16, 8, 128, 128, true}, {17, 0, 32, 8, 2, 64, 64, true},  // ring wraps
+      {1, 5, 16, 16, 4, 256, 64, true},   {3, 9, 16, 4, 2, 128, 64, false},
+      {1, 0, 8, 4, 2, 128, 0, true},      {5, 3, 16, 4, 2, 80, 80, true}};  // 80: composed
   uint32_t seed = 120;
   for (const auto& c : cases) {
     const int64_t row = int64_t(c.kv_heads) * c.hd;
@@ -133,10 +132,10 @@ TEST_F(CudaFused, QkNormRopeStore) {
     const KvView gv{kc.g, vc.g, c.capacity, std::max<int64_t>(0, end - c.capacity), end};
     const KvView cv{kc.c, vc.c, c.capacity, gv.first, end};
     const Tensor none;
-    gpu_->qk_norm_rope_store(q.g, k.g, v.g, c.norm ? qn.g : none, c.norm ? kn.g : none, 1e-6f,
-                             0.0f, c.rotary ? &rp : nullptr, gv, pos.data());
-    cpu_->qk_norm_rope_store(q.c, k.c, v.c, c.norm ? qn.c : none, c.norm ? kn.c : none, 1e-6f,
-                             0.0f, c.rotary ? &rp : nullptr, cv, pos.data());
+    gpu_->qk_norm_rope_store(q.g, k.g, v.g, c.norm ? qn.g : none, c.norm ? kn.g : none, 1e-6f, 0.0f,
+                             c.rotary ? &rp : nullptr, gv, pos.data());
+    cpu_->qk_norm_rope_store(q.c, k.c, v.c, c.norm ? qn.c : none, c.norm ? kn.c : none, 1e-6f, 0.0f,
+                             c.rotary ? &rp : nullptr, cv, pos.data());
     const std::string what = "hd=" + std::to_string(c.hd) + " rotary=" + std::to_string(c.rotary);
     expect_close(q, kBf16Tol, "q " + what);
     expect_close(kc, kBf16Tol, "k cache " + what);
@@ -168,9 +167,9 @@ TEST_F(CudaFused, PickTokenSamplingMatchesHostDistribution) {
     TokenPick pick;
   };
   const std::vector<Case> cases = {
-      {300, {0.7f, 0, 1.0f, 0.0f, 0.0}},     {300, {1.0f, 20, 1.0f, 0.0f, 0.0}},
-      {300, {0.8f, 0, 0.9f, 0.0f, 0.0}},     {300, {1.0f, 40, 0.95f, 0.05f, 0.0}},
-      {300, {1.5f, 0, 1.0f, 0.1f, 0.0}},     {151936, {0.6f, 20, 0.8f, 0.0f, 0.0}},
+      {300, {0.7f, 0, 1.0f, 0.0f, 0.0}},   {300, {1.0f, 20, 1.0f, 0.0f, 0.0}},
+      {300, {0.8f, 0, 0.9f, 0.0f, 0.0}},   {300, {1.0f, 40, 0.95f, 0.05f, 0.0}},
+      {300, {1.5f, 0, 1.0f, 0.1f, 0.0}},   {151936, {0.6f, 20, 0.8f, 0.0f, 0.0}},
       {151936, {1.0f, 0, 0.7f, 0.0f, 0.0}}};
   const int steps = 2000;
   uint32_t seed = 300;
@@ -192,10 +191,10 @@ TEST_F(CudaFused, PickTokenSamplingMatchesHostDistribution) {
       ++gpu_count[g];
       ++host_count[pick_token_host(l.host, p, scratch)];
     }
-    const std::string what = "vocab " + std::to_string(c.vocab) + " T=" +
-                             std::to_string(c.pick.temperature) + " k=" +
-                             std::to_string(c.pick.top_k) + " p=" + std::to_string(c.pick.top_p) +
-                             " min_p=" + std::to_string(c.pick.min_p);
+    const std::string what =
+        "vocab " + std::to_string(c.vocab) + " T=" + std::to_string(c.pick.temperature) +
+        " k=" + std::to_string(c.pick.top_k) + " p=" + std::to_string(c.pick.top_p) +
+        " min_p=" + std::to_string(c.pick.min_p);
     // Each token owns an interval of the grid as long as its probability: ±1 step per side.
     std::map<int32_t, int> all = host_count;
     for (const auto& [tok, n] : gpu_count) all[tok] += 0;

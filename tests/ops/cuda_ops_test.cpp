@@ -32,7 +32,6 @@ using test::randn;
 using test::rel_err;
 using CudaOps = test::CudaTest;
 
-
 TEST_F(CudaOps, Linear) {
   struct Case {
     int64_t n, in, out;
@@ -206,8 +205,7 @@ TEST_F(CudaOps, AttentionPrefill) {
     const std::string what = "past=" + std::to_string(c.past) + " n=" + std::to_string(c.n) +
                              " heads=" + std::to_string(c.n_head) + "/" +
                              std::to_string(c.n_head_kv) + " hd=" + std::to_string(c.hd) +
-                             " window=" + std::to_string(c.window) +
-                             " cap=" + std::to_string(cap);
+                             " window=" + std::to_string(c.window) + " cap=" + std::to_string(cap);
     for (auto kern : {cuda::AttentionKernel::Auto, cuda::AttentionKernel::Mma64,
                       cuda::AttentionKernel::Mma128, cuda::AttentionKernel::Simt}) {
       cuda::attention_set_kernel(kern);
@@ -342,9 +340,9 @@ TEST_F(CudaOps, GraphReplayEqualsEager) {
         ids[size_t(i)] = int32_t((step * 31 + 5 + i * 7) % vocab);
         pos[size_t(i)] = pos0 + int32_t(i);
       }
-      const Tensor xs = x.g.slice_rows(0, n), hs = h.g.slice_rows(0, n),
-                   qs = q.g.slice_rows(0, n), ks = k.g.slice_rows(0, n),
-                   as = a.g.slice_rows(0, n), ls = logits.g.slice_rows(0, n);
+      const Tensor xs = x.g.slice_rows(0, n), hs = h.g.slice_rows(0, n), qs = q.g.slice_rows(0, n),
+                   ks = k.g.slice_rows(0, n), as = a.g.slice_rows(0, n),
+                   ls = logits.g.slice_rows(0, n);
       gpu_->begin_step(n);
       gpu_->embedding(xs, embed.g, ids.data(), 1.0f);
       gpu_->rms_norm(hs, xs, norm.g, 1e-6f, 1.0f);

@@ -159,8 +159,8 @@ TEST_F(Pipeline, ToolChoiceForcesTheCallOpening) {
 
   const PreparedChat named =
       prepare({{"type", "function"}, {"function", {{"name", "get_weather"}}}});
-  EXPECT_TRUE(named.prompt_text.ends_with(
-      turn + "<tool_call>\n{\"name\": \"get_weather\", \"arguments\":"))
+  EXPECT_TRUE(
+      named.prompt_text.ends_with(turn + "<tool_call>\n{\"name\": \"get_weather\", \"arguments\":"))
       << named.prompt_text;
   EXPECT_EQ(named.prompt_text.find("get_time"), std::string::npos);  // only the named tool shown
 

@@ -1,12 +1,13 @@
 // The sampling chain: greedy, truncations, penalties, logit bias, seeded determinism, and the
 // validation of impossible parameters.
+#include "runtime/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
 
 #include "core/error.h"
-#include "runtime/sampler.h"
 
 namespace hearth {
 namespace {
@@ -19,7 +20,9 @@ std::vector<float> random_logits(int n, uint32_t seed) {
   return v;
 }
 
-int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
+int argmax(const std::vector<float>& v) {
+  return int(std::max_element(v.begin(), v.end()) - v.begin());
+}
 
 TEST(Sampler, GreedyIsArgmax) {
   SamplingParams p;

@@ -1,8 +1,9 @@
 // The CPU backend: forwards each Backend op to its kernel, with the process-wide thread pool.
-#include <cstdlib>
-#include <cstdint>
-#include <cstring>
 #include <sys/mman.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
@@ -46,7 +47,8 @@ class CpuBackend final : public Backend {
     std::memcpy(p, host.data, host.nbytes());
     // Drop our mapping's copy of the source pages (the page cache keeps the file).
     const uintptr_t begin = (reinterpret_cast<uintptr_t>(host.data) + 4095) & ~uintptr_t(4095);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(host.data) + host.nbytes()) & ~uintptr_t(4095);
+    const uintptr_t end =
+        (reinterpret_cast<uintptr_t>(host.data) + host.nbytes()) & ~uintptr_t(4095);
     if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
     owned_.emplace_back(p, host.nbytes(), Device::CPU, [](void* q) { std::free(q); });
     Tensor t = host;

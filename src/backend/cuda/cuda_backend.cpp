@@ -240,8 +240,8 @@ class CudaBackend final : public Backend {
     submit<&cuda::gemv_many>(Ten(x), jobs);
   }
 
-  void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x,
-                  const LinearOut& gate, const LinearOut& up, Activation act) override {
+  void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x, const LinearOut& gate,
+                  const LinearOut& up, Activation act) override {
     bind();
     if (!gemv_fits(Ten(x), Ten(gate.w)) || !gemv_fits(Ten(x), Ten(up.w)))
       return Backend::linear_glu(y, up_scratch, x, gate, up, act);

@@ -194,8 +194,8 @@ int g_blocks_per_sm[2][2][8];
 template <int N, bool GLU, int U>
 void query_occupancy() {
   int b = 0;
-  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<N, GLU, U>,
-                                                                  kWarps * 32, 0));
+  HEARTH_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<N, GLU, U>, kWarps * 32, 0));
   g_blocks_per_sm[GLU][U == 8][N - 1] = std::max(b, 1);
 }
 
@@ -213,8 +213,7 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   // 32 per SM), while each lane still gets at least a few 16-byte loads.
   const int64_t target = int64_t(ctx.sm_count) * tune().warps_per_sm;
   int split = 1;
-  while (split < kWarps && total_rows * split < target && a.in8 / (split * 2) >= 32 * 2)
-    split *= 2;
+  while (split < kWarps && total_rows * split < target && a.in8 / (split * 2) >= 32 * 2) split *= 2;
   a.split = split;
   const int rows_per_block = kWarps / split;
   int64_t blocks = 0;
@@ -237,14 +236,30 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
       go(gemv_kernel<N, GLU, 8>);
   };
   switch (n) {
-    case 1: by_unroll(std::integral_constant<int, 1>()); break;
-    case 2: by_unroll(std::integral_constant<int, 2>()); break;
-    case 3: by_unroll(std::integral_constant<int, 3>()); break;
-    case 4: by_unroll(std::integral_constant<int, 4>()); break;
-    case 5: by_unroll(std::integral_constant<int, 5>()); break;
-    case 6: by_unroll(std::integral_constant<int, 6>()); break;
-    case 7: by_unroll(std::integral_constant<int, 7>()); break;
-    case 8: by_unroll(std::integral_constant<int, 8>()); break;
+    case 1:
+      by_unroll(std::integral_constant<int, 1>());
+      break;
+    case 2:
+      by_unroll(std::integral_constant<int, 2>());
+      break;
+    case 3:
+      by_unroll(std::integral_constant<int, 3>());
+      break;
+    case 4:
+      by_unroll(std::integral_constant<int, 4>());
+      break;
+    case 5:
+      by_unroll(std::integral_constant<int, 5>());
+      break;
+    case 6:
+      by_unroll(std::integral_constant<int, 6>());
+      break;
+    case 7:
+      by_unroll(std::integral_constant<int, 7>());
+      break;
+    case 8:
+      by_unroll(std::integral_constant<int, 8>());
+      break;
     default:
       cuda_fail("gemv", "more than 8 activation rows", __FILE__, __LINE__);
   }

@@ -145,14 +145,30 @@ void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, cons
                positions, inv_freq, rotary_dim / 2, attention_factor, n, n_head, n_kv, hd);
   };
   switch (hd / 32) {
-    case 1: go(qk_norm_rope_store_kernel<1>); break;
-    case 2: go(qk_norm_rope_store_kernel<2>); break;
-    case 3: go(qk_norm_rope_store_kernel<3>); break;
-    case 4: go(qk_norm_rope_store_kernel<4>); break;
-    case 5: go(qk_norm_rope_store_kernel<5>); break;
-    case 6: go(qk_norm_rope_store_kernel<6>); break;
-    case 7: go(qk_norm_rope_store_kernel<7>); break;
-    case 8: go(qk_norm_rope_store_kernel<8>); break;
+    case 1:
+      go(qk_norm_rope_store_kernel<1>);
+      break;
+    case 2:
+      go(qk_norm_rope_store_kernel<2>);
+      break;
+    case 3:
+      go(qk_norm_rope_store_kernel<3>);
+      break;
+    case 4:
+      go(qk_norm_rope_store_kernel<4>);
+      break;
+    case 5:
+      go(qk_norm_rope_store_kernel<5>);
+      break;
+    case 6:
+      go(qk_norm_rope_store_kernel<6>);
+      break;
+    case 7:
+      go(qk_norm_rope_store_kernel<7>);
+      break;
+    case 8:
+      go(qk_norm_rope_store_kernel<8>);
+      break;
     default:
       cuda_fail("qk_norm_rope_store", "unsupported head_dim", __FILE__, __LINE__);
   }

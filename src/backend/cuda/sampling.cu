@@ -22,7 +22,8 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-constexpr float kFixedOne = 262144.0f;  // 2^18: a warp's bin of ≤ 2^14 tokens (vocab ≤ 512k) fits 32 bits
+constexpr float kFixedOne =
+    262144.0f;  // 2^18: a warp's bin of ≤ 2^14 tokens (vocab ≤ 512k) fits 32 bits
 
 // Larger float → larger key; -inf and NaN are filtered before keys are used.
 __device__ __forceinline__ uint32_t key_of(float v) {
@@ -270,8 +271,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = tid; i < n; i += kThreads) valid += row.valid(logits[i]) ? 1 : 0;
     valid = block_sum_u64(valid, sh);
     if (static_cast<unsigned long long>(p.top_k) < valid) {
-      cuts[0] = radix_cut(row, m, cuts, 0, tie_base, static_cast<unsigned long long>(p.top_k),
-                          false, sh);
+      cuts[0] =
+          radix_cut(row, m, cuts, 0, tie_base, static_cast<unsigned long long>(p.top_k), false, sh);
       tie_base[0] = tie_base_for(row, cuts[0], cuts, 0, tie_base, sh);
       n_cuts = 1;
     }
