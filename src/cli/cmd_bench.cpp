@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "cli/command.h"
 #include "cli/common.h"
@@ -49,17 +50,32 @@ double run_gen(Model& model, int64_t n, std::mt19937& rng) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// "2.87 TB/s", "457.1 GFLOP/s": the rate in the unit that keeps it readable.
+std::string achieved(double per_second, const char* unit) {
+  char buf[32];
+  if (per_second >= 1e12)
+    std::snprintf(buf, sizeof buf, "%.2f T%s/s", per_second / 1e12, unit);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f G%s/s", per_second / 1e9, unit);
+  return buf;
+}
+
+// One row: the rate's mean ± sample standard deviation, and what it achieved — weight bytes
+// read per second for decode (ModelInfo::decode_bytes), 2 FLOPs per active parameter per token
+// for prefill (attention not counted).
 void print_row(const BenchOptions& o, const ModelInfo& info, const std::string& test,
-               const std::vector<double>& rates) {
+               const std::vector<double>& rates, bool decode) {
   double mean = 0, var = 0;
   for (double r : rates) mean += r;
   mean /= double(rates.size());
   for (double r : rates) var += (r - mean) * (r - mean);
   const double sd = rates.size() > 1 ? std::sqrt(var / double(rates.size() - 1)) : 0.0;
-  std::printf("| %-24s | %9.2f GiB | %8.2f B | %-7s | %7d | %10s | %10.2f ± %-7.2f |\n",
+  const std::string rate = decode ? achieved(mean * double(info.decode_bytes), "B")
+                                  : achieved(mean * 2.0 * double(info.active_params), "FLOP");
+  std::printf("| %-24s | %9.2f GiB | %8.2f B | %-7s | %7d | %10s | %10.2f ± %-7.2f | %16s |\n",
               info.model_type.c_str(), double(info.weight_bytes) / (1u << 30),
               double(info.n_params) / 1e9, o.model.device.c_str(), ThreadPool::global().size(),
-              test.c_str(), mean, sd);
+              test.c_str(), mean, sd, rate.c_str());
   std::fflush(stdout);
 }
 
@@ -67,26 +83,27 @@ int run_bench(BenchOptions& o) {
   if (o.repetitions < 1) fail("-r/--repetitions must be >= 1, got {}", o.repetitions);
   auto model = load_model_from(o.model);
   std::mt19937 rng(1234);
-  std::printf("| %-24s | %13s | %10s | %-7s | %7s | %10s | %20s |\n", "model", "size", "params",
-              "backend", "threads", "test", "t/s");
-  std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", std::string(24, '-').c_str(),
+  std::printf("| %-24s | %13s | %10s | %-7s | %7s | %10s | %20s | %16s |\n", "model", "size",
+              "params", "backend", "threads", "test", "t/s", "achieved");
+  std::printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", std::string(24, '-').c_str(),
               std::string(13, '-').c_str(), std::string(10, '-').c_str(),
               std::string(7, '-').c_str(), std::string(7, '-').c_str(),
-              std::string(10, '-').c_str(), std::string(20, '-').c_str());
+              std::string(10, '-').c_str(), std::string(20, '-').c_str(),
+              std::string(16, '-').c_str());
   for (int64_t n : o.n_prompt) {
     if (n <= 0) continue;
     run_prompt(*model, n, o.prefill_chunk, rng);  // warm-up: page cache, scratch, thread spin-up
     std::vector<double> rates;
     for (int r = 0; r < o.repetitions; ++r)
       rates.push_back(double(n) / run_prompt(*model, n, o.prefill_chunk, rng));
-    print_row(o, model->info(), "pp" + std::to_string(n), rates);
+    print_row(o, model->info(), "pp" + std::to_string(n), rates, false);
   }
   for (int64_t n : o.n_gen) {
     if (n <= 0) continue;
     run_gen(*model, std::min<int64_t>(n, 16), rng);
     std::vector<double> rates;
     for (int r = 0; r < o.repetitions; ++r) rates.push_back(double(n) / run_gen(*model, n, rng));
-    print_row(o, model->info(), "tg" + std::to_string(n), rates);
+    print_row(o, model->info(), "tg" + std::to_string(n), rates, true);
   }
   return 0;
 }

@@ -92,8 +92,8 @@ WeightStore WeightStore::open(const std::filesystem::path& dir) {
       if (!seen.insert(shard).second) continue;
       auto shard_path = dir / shard;
       if (!std::filesystem::is_regular_file(shard_path, ec))
-        fail("{}: shard {} (of tensor '{}') is missing", index_path.string(),
-             shard_path.string(), name);
+        fail("{}: shard {} (of tensor '{}') is missing", index_path.string(), shard_path.string(),
+             name);
       shards.push_back(shard_path);
     }
     if (shards.empty()) fail("{}: weight_map is empty", index_path.string());
@@ -137,15 +137,15 @@ std::vector<std::string> WeightStore::names() const {
 
 void WeightStore::rename(const std::string& from, const std::string& to) {
   if (from == to) {
-    if (!contains(from)) fail("cannot rename tensor '{}': not in checkpoint {}", from, dir_.string());
+    if (!contains(from))
+      fail("cannot rename tensor '{}': not in checkpoint {}", from, dir_.string());
     return;
   }
   if (contains(to))
     fail("cannot rename tensor '{}' to '{}': '{}' already exists in checkpoint {}", from, to, to,
          dir_.string());
   auto node = entries_.extract(from);
-  if (node.empty())
-    fail("cannot rename tensor '{}': not in checkpoint {}", from, dir_.string());
+  if (node.empty()) fail("cannot rename tensor '{}': not in checkpoint {}", from, dir_.string());
   node.key() = to;
   node.mapped().info.name = to;
   entries_.insert(std::move(node));
@@ -164,9 +164,10 @@ Tensor WeightStore::take_entry(Entry& entry, const std::vector<int64_t>& expecte
   }
   // Kernels read weights as typed arrays; a misaligned one (unpadded header) would be UB.
   if (reinterpret_cast<uintptr_t>(info.data) % dtype_size(info.dtype) != 0)
-    fail("tensor {} in {} is not aligned to {} bytes (the file's header is not padded); re-save "
-         "the checkpoint with the safetensors library",
-         info.name, info.file, dtype_size(info.dtype));
+    fail(
+        "tensor {} in {} is not aligned to {} bytes (the file's header is not padded); re-save "
+        "the checkpoint with the safetensors library",
+        info.name, info.file, dtype_size(info.dtype));
   entry.state = State::Taken;
   Tensor t;
   t.data = const_cast<void*>(info.data);  // read-only mapping: writing to it faults
@@ -239,7 +240,22 @@ std::map<DType, size_t> WeightStore::bytes_by_dtype() const {
 
 int64_t WeightStore::total_params() const {
   int64_t n = 0;
-  for (const auto& [name, entry] : entries_) n += int64_t(entry.info.nbytes / dtype_size(entry.info.dtype));
+  for (const auto& [name, entry] : entries_)
+    n += int64_t(entry.info.nbytes / dtype_size(entry.info.dtype));
+  return n;
+}
+
+size_t WeightStore::taken_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, entry] : entries_)
+    if (entry.state == State::Taken) n += entry.info.nbytes;
+  return n;
+}
+
+int64_t WeightStore::taken_params() const {
+  int64_t n = 0;
+  for (const auto& [name, entry] : entries_)
+    if (entry.state == State::Taken) n += int64_t(entry.info.nbytes / dtype_size(entry.info.dtype));
   return n;
 }
 

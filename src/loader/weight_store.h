@@ -72,6 +72,9 @@ class WeightStore {
   size_t total_bytes() const;
   std::map<DType, size_t> bytes_by_dtype() const;
   int64_t total_params() const;
+  // The same over the tensors taken (not ignored: vision towers of a text-only load).
+  size_t taken_bytes() const;
+  int64_t taken_params() const;
 
  private:
   enum class State : uint8_t { Unused, Taken, Ignored };

@@ -59,6 +59,11 @@ class LlamaModel final : public Model {
       info_.dtypes += (info_.dtypes.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + ": " +
                       std::to_string(bytes) + " bytes";
     info_.eos_token_ids = config.eos_token_ids();
+    // A decode step reads every used weight once, but of the embedding table only a row when
+    // the head has its own matrix.
+    const bool untied = lm_head_.data != embed_.data;
+    info_.decode_bytes = weights_.taken_bytes() - (untied ? embed_.nbytes() : 0);
+    info_.active_params = weights_.taken_params() - (untied ? embed_.numel() : 0);
   }
 
   const ModelInfo& info() const override { return info_; }

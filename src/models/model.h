@@ -27,6 +27,12 @@ struct ModelInfo {
   size_t weight_bytes = 0;
   std::string dtypes;  // "BF16: 1.19 GB"
   std::vector<int64_t> eos_token_ids;
+  // Per decoded token: the weight bytes read and the parameters multiplied — every weight but
+  // the embedding table when the head has its own (a lookup reads one row), the MTP head (not
+  // run), and in MoE layers only the routed experts. `hearth bench` divides by these to print
+  // achieved GB/s (decode) and TFLOP/s (prefill, 2 FLOPs a parameter, attention not counted).
+  size_t decode_bytes = 0;
+  int64_t active_params = 0;
 };
 
 // Per-sequence state: the positions already processed and whatever they left behind.

@@ -3,6 +3,7 @@
 // Prefill (several tokens in one call) runs the chunked delta rule; single tokens run the
 // recurrence. HEARTH_GDN_PREFILL=recurrent (read at load) makes prefill use the recurrence too,
 // for benchmarks and cross-checks. Scratch is sized for the largest call seen and reused.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -46,6 +47,7 @@ class Qwen35Model final : public Model {
       info_.dtypes += (info_.dtypes.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + ": " +
                       std::to_string(bytes) + " bytes";
     info_.eos_token_ids = config.eos_token_ids();
+    set_decode_work();
     float scale = 1.0f;
     inv_freq_ = d_.rope.inv_freq(d_.n_ctx_train, &scale);
     rope_scale_ = scale;
@@ -72,6 +74,7 @@ class Qwen35Model final : public Model {
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
            const TokenPick* pick, int32_t* token);
   void reserve_scratch(int64_t n);
+  void set_decode_work();
   void attention_block(int il, Qwen35Sequence& seq, int64_t n);
   void linear_block(int il, Qwen35Sequence& seq, int64_t n);
   void mlp_block(int il, int64_t n);
@@ -96,6 +99,29 @@ class Qwen35Model final : public Model {
   int64_t logits_rows_ = 0;
   std::vector<int32_t> positions_;
 };
+
+// What a decode step reads and multiplies (ModelInfo): every used weight, less the embedding
+// table when the head has its own matrix, the MTP head (kept for speculative decoding, not run)
+// and, in MoE layers, the experts a token is not routed to.
+void Qwen35Model::set_decode_work() {
+  size_t bytes = store_.taken_bytes();
+  int64_t params = store_.taken_params();
+  auto drop = [&](const Tensor& t, int64_t times) {
+    bytes -= size_t(times) * t.nbytes();
+    params -= times * t.numel();
+  };
+  if (w_.lm_head.data != w_.embed.data) drop(w_.embed, 1);
+  for (const auto& [name, t] : w_.mtp) drop(t, 1);
+  const int64_t idle = d_.moe.n_expert - std::min(d_.moe.n_expert_used, d_.moe.n_expert);
+  for (const Qwen35Layer& L : w_.layers) {
+    if (L.moe.gate.empty() || idle <= 0) continue;
+    drop(L.moe.gate[0], idle);
+    drop(L.moe.up[0], idle);
+    drop(L.moe.down[0], idle);
+  }
+  info_.decode_bytes = bytes;
+  info_.active_params = params;
+}
 
 void Qwen35Model::reserve_scratch(int64_t n) {
   if (n <= scratch_tokens_) return;

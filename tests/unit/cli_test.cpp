@@ -39,19 +39,25 @@ TEST(Cli, VersionListsBackends) {
 }
 
 TEST(Cli, GenerateJsonIsOneLineWithTokensTextAndTimings) {
-  auto r = run("generate -m " + kModel + " --prompt-tokens 1,2,3 -n 5 --ignore-eos --json --temperature 0");
+  auto r = run("generate -m " + kModel +
+               " --prompt-tokens 1,2,3 -n 5 --ignore-eos --json --temperature 0");
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tokens"].size(), 5u);
   EXPECT_TRUE(j.contains("text"));
   EXPECT_TRUE(j["timings"].contains("generate_tokens_per_s"));
   // Greedy is deterministic.
-  auto again = nlohmann::json::parse(run("generate -m " + kModel + " --prompt-tokens 1,2,3 -n 5 --ignore-eos --json --temperature 0").out);
+  auto again =
+      nlohmann::json::parse(run("generate -m " + kModel +
+                                " --prompt-tokens 1,2,3 -n 5 --ignore-eos --json --temperature 0")
+                                .out);
   EXPECT_EQ(j["tokens"], again["tokens"]);
 }
 
 TEST(Cli, SeededSamplingRepeats) {
-  const std::string args = "generate -m " + kModel + " --prompt-tokens 4,5 -n 12 --ignore-eos --json --temperature 1.5 --seed 9";
+  const std::string args =
+      "generate -m " + kModel +
+      " --prompt-tokens 4,5 -n 12 --ignore-eos --json --temperature 1.5 --seed 9";
   auto a = nlohmann::json::parse(run(args).out), b = nlohmann::json::parse(run(args).out);
   EXPECT_EQ(a["tokens"], b["tokens"]);
 }
@@ -80,6 +86,9 @@ TEST(Cli, BenchPrintsRows) {
   EXPECT_NE(r.out.find("pp16"), std::string::npos);
   EXPECT_NE(r.out.find("tg4"), std::string::npos);
   EXPECT_NE(r.out.find("±"), std::string::npos);
+  // Achieved rates: bytes per second for decode rows, FLOP/s for prefill rows.
+  EXPECT_NE(r.out.find("B/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FLOP/s"), std::string::npos) << r.out;
 }
 
 void expect_one_line_error(const std::string& args, const std::string& needle) {
@@ -94,9 +103,11 @@ TEST(Cli, BadArgumentsGiveOneLineErrors) {
   expect_one_line_error("generate -m " + kModel + " --no-such-flag", "no-such-flag");
   expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1,99999 -n 2", "99999");
   expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1,x -n 2", "'x'");
-  expect_one_line_error("generate -m /nonexistent/model --prompt-tokens 1 -n 2", "/nonexistent/model");
+  expect_one_line_error("generate -m /nonexistent/model --prompt-tokens 1 -n 2",
+                        "/nonexistent/model");
   expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1 -n 2 --top-p 0", "top_p");
-  expect_one_line_error("logits -m " + kModel + " --tokens 1 -o /nonexistent/dir/x.npy", "/nonexistent/dir/x.npy");
+  expect_one_line_error("logits -m " + kModel + " --tokens 1 -o /nonexistent/dir/x.npy",
+                        "/nonexistent/dir/x.npy");
   expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1 --device cuda:7", "cuda");
   expect_one_line_error("perplexity -m " + kModel + " -f /nonexistent.txt", "/nonexistent.txt");
 }
