@@ -42,14 +42,7 @@ std::unique_ptr<Engine> load_engine(size_t cache_bytes = size_t{256} << 20, int6
   return Engine::load(o);
 }
 
-GenerationRequest greedy(std::vector<int32_t> prompt, int64_t n) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = n;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  return r;
-}
+using testing::greedy;
 
 std::vector<int32_t> encode(const Engine& e, const std::string& text) {
   return e.tokenizer()->encode(text, false);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/engine.h"
+#include "test_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth {
@@ -17,14 +18,7 @@ std::unique_ptr<Engine> load_default(size_t cache_bytes) {
   return Engine::load(o);
 }
 
-GenerationRequest greedy(std::vector<int32_t> prompt, int64_t n) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = n;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  return r;
-}
+using testing::greedy;
 
 std::vector<int32_t> operator+(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::testing {
@@ -41,5 +43,15 @@ inline const char* kQwenAssistantTurn = "<|im_end|>\n<|im_start|>assistant\n";
 
 std::unique_ptr<Model> make_scripted_model(const Tokenizer& tokenizer,
                                            const std::vector<Script>& scripts);
+
+// A greedy request that ignores EOS, for comparing outputs token for token.
+inline GenerationRequest greedy(std::vector<int32_t> prompt, int64_t n) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
 
 }  // namespace hearth::testing
