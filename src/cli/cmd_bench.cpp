@@ -61,17 +61,21 @@ std::string achieved(double per_second, const char* unit) {
 }
 
 // One row: the rate's mean ± sample standard deviation, and what it achieved — weight bytes
-// read per second for decode (ModelInfo::decode_bytes), 2 FLOPs per active parameter per token
-// for prefill (attention not counted).
+// read per second for decode (ModelInfo::decode_bytes), and for a prefill of n tokens 2 FLOPs per
+// active parameter per token, the head's only once (logits of the last token; attention not
+// counted).
 void print_row(const BenchOptions& o, const ModelInfo& info, const std::string& test,
-               const std::vector<double>& rates, bool decode) {
+               const std::vector<double>& rates, bool decode, int64_t n_tokens) {
   double mean = 0, var = 0;
   for (double r : rates) mean += r;
   mean /= double(rates.size());
   for (double r : rates) var += (r - mean) * (r - mean);
   const double sd = rates.size() > 1 ? std::sqrt(var / double(rates.size() - 1)) : 0.0;
   const std::string rate = decode ? achieved(mean * double(info.decode_bytes), "B")
-                                  : achieved(mean * 2.0 * double(info.active_params), "FLOP");
+                                  : achieved(mean * 2.0 *
+                                                 (double(info.active_params - info.head_params) +
+                                                  double(info.head_params) / double(n_tokens)),
+                                             "FLOP");
   std::printf("| %-24s | %9.2f GiB | %8.2f B | %-7s | %7d | %10s | %10.2f ± %-7.2f | %16s |\n",
               info.model_type.c_str(), double(info.weight_bytes) / (1u << 30),
               double(info.n_params) / 1e9, o.model.device.c_str(), ThreadPool::global().size(),
@@ -96,14 +100,14 @@ int run_bench(BenchOptions& o) {
     std::vector<double> rates;
     for (int r = 0; r < o.repetitions; ++r)
       rates.push_back(double(n) / run_prompt(*model, n, o.prefill_chunk, rng));
-    print_row(o, model->info(), "pp" + std::to_string(n), rates, false);
+    print_row(o, model->info(), "pp" + std::to_string(n), rates, false, n);
   }
   for (int64_t n : o.n_gen) {
     if (n <= 0) continue;
     run_gen(*model, std::min<int64_t>(n, 16), rng);
     std::vector<double> rates;
     for (int r = 0; r < o.repetitions; ++r) rates.push_back(double(n) / run_gen(*model, n, rng));
-    print_row(o, model->info(), "tg" + std::to_string(n), rates, true);
+    print_row(o, model->info(), "tg" + std::to_string(n), rates, true, 1);
   }
   return 0;
 }

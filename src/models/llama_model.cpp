@@ -64,6 +64,7 @@ class LlamaModel final : public Model {
     const bool untied = lm_head_.data != embed_.data;
     info_.decode_bytes = weights_.taken_bytes() - (untied ? embed_.nbytes() : 0);
     info_.active_params = weights_.taken_params() - (untied ? embed_.numel() : 0);
+    info_.head_params = lm_head_.numel();
   }
 
   const ModelInfo& info() const override { return info_; }

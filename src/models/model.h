@@ -33,6 +33,9 @@ struct ModelInfo {
   // achieved GB/s (decode) and TFLOP/s (prefill, 2 FLOPs a parameter, attention not counted).
   size_t decode_bytes = 0;
   int64_t active_params = 0;
+  // Parameters of the output head (part of active_params): a prefill computes logits for its
+  // last token only, so its FLOPs per prompt token leave the head out.
+  int64_t head_params = 0;
 };
 
 // Per-sequence state: the positions already processed and whatever they left behind.

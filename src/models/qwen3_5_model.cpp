@@ -121,6 +121,7 @@ void Qwen35Model::set_decode_work() {
   }
   info_.decode_bytes = bytes;
   info_.active_params = params;
+  info_.head_params = w_.lm_head.numel();
 }
 
 void Qwen35Model::reserve_scratch(int64_t n) {

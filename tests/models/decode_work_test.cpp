@@ -59,6 +59,7 @@ void expect_decode_work(const std::string& case_name, bool untied, double active
       h.all.params - (untied ? h.embed.params : 0.0) - inactive * h.experts.params;
   EXPECT_EQ(double(model->info().decode_bytes), bytes) << case_name;
   EXPECT_EQ(double(model->info().active_params), params) << case_name;
+  EXPECT_EQ(model->info().head_params, model->info().n_vocab * model->info().n_embd) << case_name;
   EXPECT_LT(model->info().decode_bytes, model->info().weight_bytes + (untied ? 0u : 1u))
       << case_name;
 }

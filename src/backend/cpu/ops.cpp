@@ -7,7 +7,14 @@
 #include <cstring>
 #include <vector>
 
+#include "core/thread_pool.h"
+
 namespace hearth::cpu {
+
+namespace {
+// Elements below which an op runs on the calling thread (waking the pool costs more).
+constexpr int64_t kParallelElements = 1 << 15;
+}  // namespace
 
 void load_f32(float* dst, const void* src, DType dtype, int64_t n) {
   switch (dtype) {
@@ -58,39 +65,52 @@ void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, floa
   const int64_t rows = x.rows() * (n / n_w), len = n_w;
   const float* src = x.as<const float>();
   float* dst = y.as<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = src + r * len;
-    float* yr = dst + r * len;
-    // Sum in f32 in a fixed order, as torch's pow(2).mean() does on the CPU within rounding.
-    float sum = 0.0f;
-    for (int64_t i = 0; i < len; ++i) sum += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(sum / float(len) + eps);
-    for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] * inv * gain[size_t(i)];
-  }
+  const float* g = gain.data();
+  auto norm_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = src + r * len;
+      float* yr = dst + r * len;
+      // Sum in f32 in a fixed order, as torch's pow(2).mean() does on the CPU within rounding.
+      float sum = 0.0f;
+      for (int64_t i = 0; i < len; ++i) sum += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(sum / float(len) + eps);
+      for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] * inv * g[i];
+    }
+  };
+  // Prefill's many rows go to the pool (each row still summed in the same order); a decode
+  // step's one row is not worth waking it.
+  if (rows * len >= kParallelElements)
+    ThreadPool::global().parallel_for(rows, 1, norm_rows);
+  else
+    norm_rows(0, rows);
 }
 
 void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope) {
   const int64_t n_tokens = x.dim(0), n_heads = x.dim(1), head_dim = x.dim(2);
   const int half = rope.rotary_dim / 2;
-  thread_local std::vector<float> cos_table, sin_table;
-  cos_table.resize(size_t(half));
-  sin_table.resize(size_t(half));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int i = 0; i < half; ++i) {
-      // Same float32 product as Hugging Face (inv_freq @ position), then cos/sin.
-      const float angle = float(positions[t]) * rope.inv_freq[i];
-      cos_table[size_t(i)] = std::cos(angle) * rope.attention_factor;
-      sin_table[size_t(i)] = std::sin(angle) * rope.attention_factor;
-    }
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x.as<float>() + (t * n_heads + h) * head_dim;
+  auto rotate_tokens = [&](int64_t t0, int64_t t1) {
+    std::vector<float> cos_table(static_cast<size_t>(half)), sin_table(static_cast<size_t>(half));
+    for (int64_t t = t0; t < t1; ++t) {
       for (int i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * cos_table[size_t(i)] - b * sin_table[size_t(i)];
-        v[i + half] = b * cos_table[size_t(i)] + a * sin_table[size_t(i)];
+        // Same float32 product as Hugging Face (inv_freq @ position), then cos/sin.
+        const float angle = float(positions[t]) * rope.inv_freq[i];
+        cos_table[size_t(i)] = std::cos(angle) * rope.attention_factor;
+        sin_table[size_t(i)] = std::sin(angle) * rope.attention_factor;
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x.as<float>() + (t * n_heads + h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cos_table[size_t(i)] - b * sin_table[size_t(i)];
+          v[i + half] = b * cos_table[size_t(i)] + a * sin_table[size_t(i)];
+        }
       }
     }
-  }
+  };
+  if (n_tokens * n_heads * half >= kParallelElements)
+    ThreadPool::global().parallel_for(n_tokens, 1, rotate_tokens);
+  else
+    rotate_tokens(0, n_tokens);
 }
 
 // glu and add live in glu.cpp (vectorised and threaded for prefill).
