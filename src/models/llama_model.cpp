@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kv/kv_cache.h"
 #include "models/llama.h"
+#include "models/step_model.h"
 
 namespace hearth {
 
@@ -38,7 +39,7 @@ class LlamaSequence final : public SequenceState {
   std::vector<int64_t> rope_max_seq;
 };
 
-class LlamaModel final : public Model {
+class LlamaModel final : public StepModel {
  public:
   LlamaModel(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend)
       : d_(llama_descriptor_from_config(config)),
@@ -73,22 +74,9 @@ class LlamaModel final : public Model {
     return std::make_unique<LlamaSequence>(*backend_, d_);
   }
 
-  int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
-                       const TokenPick& pick) override {
-    int32_t token = 0;
-    run(state, tokens, LogitsRows::Last, nullptr, &pick, &token);
-    return token;
-  }
-  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
-               float* logits) override {
-    run(state, tokens, rows, logits, nullptr, nullptr);
-  }
-  // The forward pass; the last row's logits go to `logits` (host), or, with `pick`, only the
-  // picked token to *token.
-  void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
-           const TokenPick* pick, int32_t* token);
-
  private:
+  void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
+           const TokenPick* pick, int32_t* token) override;
   void load_weights();
   Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
   Tensor take_norm(const std::string& name, int64_t n);
@@ -103,11 +91,10 @@ class LlamaModel final : public Model {
   Tensor embed_, final_norm_, lm_head_;
   std::vector<LlamaLayer> layers_;
 
-  // Scratch in the backend's memory, sized for scratch_tokens_ rows (logits: logits_rows_).
+  // Scratch in the backend's memory, sized for scratch_tokens_ rows.
   DType act_ = DType::F32;
-  int64_t scratch_tokens_ = 0, logits_rows_ = 0;
-  DeviceBuffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_, logits_;
-  std::vector<int32_t> positions_;
+  int64_t scratch_tokens_ = 0;
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
   std::vector<std::vector<float>> inv_freq_;
   std::vector<float> attention_factor_;
 };
@@ -293,14 +280,10 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
   auto& seq = static_cast<LlamaSequence&>(state);
   const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
-  for (int32_t t : tokens)
-    if (t < 0 || t >= d_.n_vocab) fail("token id {} is out of range [0, {})", t, d_.n_vocab);
+  check_tokens(tokens, d_.n_vocab);
   reserve_scratch(n);
-  // Bracket the step: the CUDA backend records a decode step and replays it as a graph.
-  backend_->begin_step(n);
   const int64_t start = seq.n_past();
-  positions_.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(start + i);
+  start_step(*backend_, n, start);
 
   // Rope frequencies: fixed except for dynamic NTK, which follows the longest sequence seen.
   for (size_t r = 0; r < d_.ropes.size(); ++r) {
@@ -334,20 +317,12 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
   const int64_t n_rows = n - first_row;
   const Tensor h = h_.view(act_, {n, H}).slice_rows(first_row, n);
   backend_->rms_norm(h, x.slice_rows(first_row, n), final_norm_, d_.norm_eps, d_.norm_offset);
-  // Logits in the backend's memory as f32, then one copy to the caller's host buffer.
-  if (n_rows > logits_rows_) {
-    logits_ = backend_->alloc(size_t(n_rows * d_.n_vocab) * sizeof(float));
-    logits_rows_ = n_rows;
-  }
-  const Tensor out = logits_.view(DType::F32, {n_rows, d_.n_vocab});
+  // Logits in the backend's memory as f32; then to the host, or only the picked token.
+  const Tensor out = logits_rows(*backend_, n_rows, d_.n_vocab);
   backend_->linear(out, h, lm_head_, Tensor());
   if (d_.logits_scale != 1.0f) backend_->scale(out, d_.logits_scale);
   if (d_.final_softcap > 0.0f) backend_->softcap(out, d_.final_softcap);
-  if (pick)
-    backend_->pick_token(token, out.slice_rows(n_rows - 1, n_rows).reshaped({d_.n_vocab}), *pick);
-  else
-    backend_->to_host_f32(logits, out);
-  backend_->end_step();
+  finish_step(*backend_, out, logits, pick, token);
 }
 
 }  // namespace

@@ -10,12 +10,13 @@
 #include "core/error.h"
 #include "models/qwen3_5.h"
 #include "models/qwen3_5_weights.h"
+#include "models/step_model.h"
 
 namespace hearth {
 
 namespace {
 
-class Qwen35Model final : public Model {
+class Qwen35Model final : public StepModel {
  public:
   Qwen35Model(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend)
       : d_(qwen3_5_descriptor_from_config(config)),
@@ -57,22 +58,10 @@ class Qwen35Model final : public Model {
   std::unique_ptr<SequenceState> new_sequence() const override {
     return std::make_unique<Qwen35Sequence>(*backend_, d_);
   }
-  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
-               float* logits) override {
-    run(state, tokens, rows, logits, nullptr, nullptr);
-  }
-  int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
-                       const TokenPick& pick) override {
-    int32_t token = 0;
-    run(state, tokens, LogitsRows::Last, nullptr, &pick, &token);
-    return token;
-  }
 
  private:
-  // The forward pass: the requested rows' logits to `logits` (host), or with `pick` only the
-  // token picked from the last row to *token (on a GPU the logits never leave the device).
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
-           const TokenPick* pick, int32_t* token);
+           const TokenPick* pick, int32_t* token) override;
   void reserve_scratch(int64_t n);
   void set_decode_work();
   void attention_block(int il, Qwen35Sequence& seq, int64_t n);
@@ -95,9 +84,6 @@ class Qwen35Model final : public Model {
   DeviceBuffer x_, h_, o_, q_, gate_, k_, v_, attn_;                  // attention
   DeviceBuffer qkv_, conv_, z_, a_, b_, g_, beta_, core_, core_act_;  // linear attention
   DeviceBuffer ff_gate_, ff_up_;                                      // dense MLP
-  DeviceBuffer logits_;
-  int64_t logits_rows_ = 0;
-  std::vector<int32_t> positions_;
 };
 
 // What a decode step reads and multiplies (ModelInfo): every used weight, less the embedding
@@ -247,14 +233,9 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   auto& seq = static_cast<Qwen35Sequence&>(state);
   const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
-  for (int32_t t : tokens)
-    if (t < 0 || t >= d_.n_vocab) fail("token id {} is out of range [0, {})", t, d_.n_vocab);
+  check_tokens(tokens, d_.n_vocab);
   reserve_scratch(n);
-  // Bracket the step: the CUDA backend records a decode step and replays it as a graph.
-  backend_->begin_step(n);
-  const int64_t start = seq.n_past();
-  positions_.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(start + i);
+  start_step(*backend_, n, seq.n_past());
 
   Backend& be = *backend_;
   const int64_t H = d_.n_embd;
@@ -289,17 +270,9 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   const Tensor hl = h.slice_rows(first, n);
   be.rms_norm(hl, x.slice_rows(first, n), w_.final_norm, d_.norm_eps, w_.norm_offset);
   // Logits in the backend's memory as f32; then to the host, or only the picked token.
-  if (n_rows > logits_rows_) {
-    logits_ = be.alloc(size_t(n_rows * d_.n_vocab) * sizeof(float));
-    logits_rows_ = n_rows;
-  }
-  const Tensor out = logits_.view(DType::F32, {n_rows, d_.n_vocab});
+  const Tensor out = logits_rows(be, n_rows, d_.n_vocab);
   be.linear(out, hl, w_.lm_head, Tensor());
-  if (pick)
-    be.pick_token(token, out.slice_rows(n_rows - 1, n_rows).reshaped({d_.n_vocab}), *pick);
-  else
-    be.to_host_f32(logits, out);
-  be.end_step();
+  finish_step(be, out, logits, pick, token);
 }
 
 }  // namespace

@@ -1,0 +1,77 @@
+// StepModel: what the architectures' forward passes share. forward() and forward_pick() both
+// call the architecture's run(), which brackets one backend step: start_step() checks the ids,
+// opens the step and sets the positions; finish_step() computes nothing itself but gives the
+// step's end to the backend — the logits to the host, or only the token picked from the last
+// row (on a GPU the logits then never leave the device).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "models/model.h"
+
+namespace hearth {
+
+class StepModel : public Model {
+ public:
+  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+               float* logits) final {
+    run(state, tokens, rows, logits, nullptr, nullptr);
+  }
+  int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
+                       const TokenPick& pick) final {
+    int32_t token = 0;
+    run(state, tokens, LogitsRows::Last, nullptr, &pick, &token);
+    return token;
+  }
+
+ protected:
+  // The forward pass: the requested rows' logits to `logits` (host), or with `pick` only the
+  // token picked from the last row to *token.
+  virtual void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+                   float* logits, const TokenPick* pick, int32_t* token) = 0;
+
+  static void check_tokens(std::span<const int32_t> tokens, int64_t n_vocab) {
+    for (int32_t t : tokens)
+      if (t < 0 || t >= n_vocab) fail("token id {} is out of range [0, {})", t, n_vocab);
+  }
+
+  // Opens the backend step (the CUDA backend records a decode step and replays it as a graph)
+  // and sets positions_ to start, start + 1, ... for the step's n tokens.
+  void start_step(Backend& be, int64_t n, int64_t start) {
+    be.begin_step(n);
+    positions_.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(start + i);
+  }
+
+  // The f32 logits buffer in the backend's memory for n_rows rows (grown as needed).
+  Tensor logits_rows(Backend& be, int64_t n_rows, int64_t n_vocab) {
+    if (n_rows > logits_capacity_) {
+      logits_ = be.alloc(size_t(n_rows * n_vocab) * sizeof(float));
+      logits_capacity_ = n_rows;
+    }
+    return logits_.view(DType::F32, {n_rows, n_vocab});
+  }
+
+  // Ends the step: `out` ([n_rows, n_vocab] f32) to the host, or its last row's picked token.
+  static void finish_step(Backend& be, const Tensor& out, float* logits, const TokenPick* pick,
+                          int32_t* token) {
+    if (pick) {
+      const int64_t n_rows = out.dim(0);
+      be.pick_token(token, out.slice_rows(n_rows - 1, n_rows).reshaped({out.dim(1)}), *pick);
+    } else {
+      be.to_host_f32(logits, out);
+    }
+    be.end_step();
+  }
+
+  std::vector<int32_t> positions_;
+
+ private:
+  DeviceBuffer logits_;
+  int64_t logits_capacity_ = 0;
+};
+
+}  // namespace hearth
