@@ -36,14 +36,15 @@ json timings_json(const GenerationTimings& t) {
           {"decode_tokens", t.decode_tokens}};
 }
 
-// The last streamed chunk when stream_options.include_usage is set: no choices, the usage.
-json usage_chunk(const std::string& id, const char* object, int64_t created,
-                 const std::string& model, const GenerationResult& result) {
+// A body that carries the usage: a whole non-streamed response, or (with no choices) the last
+// streamed chunk when stream_options.include_usage is set.
+json usage_body(const std::string& id, const char* object, int64_t created,
+                const std::string& model, json choices, const GenerationResult& result) {
   return {{"id", id},
           {"object", object},
           {"created", created},
           {"model", model},
-          {"choices", json::array()},
+          {"choices", std::move(choices)},
           {"usage", usage_json(result.usage)},
           {"timings", timings_json(result.timings)}};
 }
@@ -139,92 +140,88 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
                    {"message", message},
                    {"logprobs", r.logprobs >= 0 ? chat_logprobs(engine, result.logprobs) : json()},
                    {"finish_reason", finish_reason(result, all.calls.size())}};
-    send_json(res, {{"id", id},
-                    {"object", "chat.completion"},
-                    {"created", created},
-                    {"model", s.model_id},
-                    {"choices", json::array({choice})},
-                    {"usage", usage_json(result.usage)},
-                    {"timings", timings_json(result.timings)}});
+    send_json(
+        res, usage_body(id, "chat.completion", created, s.model_id, json::array({choice}), result));
     return;
   }
 
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [&s, prepared, id, created, include_usage,
-                                                         want_logprobs, arrival, port,
-                                                         &req](size_t, httplib::DataSink& sink) {
-    const Engine& engine = *s.engine;
-    auto chunk_body = [&](json delta, json finish, json logprobs = nullptr) {
-      json c = {{"id", id},
-                {"object", "chat.completion.chunk"},
-                {"created", created},
-                {"model", s.model_id},
-                {"choices", json::array({{{"index", 0},
-                                          {"delta", delta},
-                                          {"logprobs", logprobs},
-                                          {"finish_reason", finish}}})}};
-      if (include_usage) c["usage"] = nullptr;
-      return c;
-    };
-    auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
-      return sse_data(chunk_body(std::move(delta), std::move(finish), std::move(logprobs)));
-    };
-    const std::string slot(SseTextChunk::kSlot);
-    const SseTextChunk content_chunk(chunk_body({{"content", slot}}, nullptr));
-    const SseTextChunk reasoning_chunk(chunk_body({{"reasoning_content", slot}}, nullptr));
-    SseBatch batch(sink);
-    batch.add(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-    batch.flush();  // the first byte goes out before the request is queued
-    EngineRequest er(s, prepared->gen, arrival);
-    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
-    ChatOutput out(*prepared);
-    size_t n_calls = 0;
-    std::string& buf = batch.buffer();
-    auto send_events = [&](const ChatOutput::Events& ev, const std::vector<TokenLogprob>& lps) {
-      json lp = want_logprobs && !lps.empty() ? chat_logprobs(engine, lps) : json();
-      bool sent_lp = false;
-      if (!ev.reasoning.empty()) reasoning_chunk.append(buf, ev.reasoning);
-      if (!ev.content.empty()) {
-        if (lp.is_null())
-          content_chunk.append(buf, ev.content);
-        else
-          buf += chunk({{"content", ev.content}}, nullptr, lp);
-        sent_lp = true;
-      }
-      if (!ev.calls.empty()) {
-        buf += chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}}, nullptr);
-        n_calls += ev.calls.size();
-      }
-      // Logprobs of tokens whose text was held back or went elsewhere still reach the client.
-      if (!sent_lp && !lp.is_null()) buf += chunk({{"content", ""}}, nullptr, lp);
-      return batch.ok();
-    };
-    GenerationResult result = pump(
-        er, &watch,
-        [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
-        [&] {
-          batch.add(": keep-alive\n\n");
-          return batch.flush();
-        },
-        [&] { return batch.flush(); });
-    if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
-      const int status = result.finish_reason == "error" && !s.stopping ? 500 : 503;
-      const std::string msg =
-          result.finish_reason == "error" ? result.error : "the request was cancelled";
-      batch.add(sse_data(error_body(ApiStyle::OpenAI, status, msg)));
-    } else {
-      send_events(out.finish(), {});
-      batch.add(chunk(json::object(), finish_reason(result, n_calls)));
-      if (include_usage)
-        batch.add(sse_data(usage_chunk(id, "chat.completion.chunk", created, s.model_id, result)));
-    }
-    batch.add("data: [DONE]\n\n");
-    batch.flush();
-    sink.done();
-    return true;
-  });
+  res.set_chunked_content_provider(
+      "text/event-stream", [&s, prepared, id, created, include_usage, want_logprobs, arrival, port,
+                            &req](size_t, httplib::DataSink& sink) {
+        const Engine& engine = *s.engine;
+        auto chunk_body = [&](json delta, json finish, json logprobs = nullptr) {
+          json c = {{"id", id},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created},
+                    {"model", s.model_id},
+                    {"choices", json::array({{{"index", 0},
+                                              {"delta", delta},
+                                              {"logprobs", logprobs},
+                                              {"finish_reason", finish}}})}};
+          if (include_usage) c["usage"] = nullptr;
+          return c;
+        };
+        auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
+          return sse_data(chunk_body(std::move(delta), std::move(finish), std::move(logprobs)));
+        };
+        const std::string slot(SseTextChunk::kSlot);
+        const SseTextChunk content_chunk(chunk_body({{"content", slot}}, nullptr));
+        const SseTextChunk reasoning_chunk(chunk_body({{"reasoning_content", slot}}, nullptr));
+        SseBatch batch(sink);
+        batch.add(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+        batch.flush();  // the first byte goes out before the request is queued
+        EngineRequest er(s, prepared->gen, arrival);
+        ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
+        ChatOutput out(*prepared);
+        size_t n_calls = 0;
+        std::string& buf = batch.buffer();
+        auto send_events = [&](const ChatOutput::Events& ev, const std::vector<TokenLogprob>& lps) {
+          json lp = want_logprobs && !lps.empty() ? chat_logprobs(engine, lps) : json();
+          bool sent_lp = false;
+          if (!ev.reasoning.empty()) reasoning_chunk.append(buf, ev.reasoning);
+          if (!ev.content.empty()) {
+            if (lp.is_null())
+              content_chunk.append(buf, ev.content);
+            else
+              buf += chunk({{"content", ev.content}}, nullptr, lp);
+            sent_lp = true;
+          }
+          if (!ev.calls.empty()) {
+            buf += chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}}, nullptr);
+            n_calls += ev.calls.size();
+          }
+          // Logprobs of tokens whose text was held back or went elsewhere still reach the client.
+          if (!sent_lp && !lp.is_null()) buf += chunk({{"content", ""}}, nullptr, lp);
+          return batch.ok();
+        };
+        GenerationResult result = pump(
+            er, &watch,
+            [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
+            [&] {
+              batch.add(": keep-alive\n\n");
+              return batch.flush();
+            },
+            [&] { return batch.flush(); });
+        if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
+          const int status = result.finish_reason == "error" && !s.stopping ? 500 : 503;
+          const std::string msg =
+              result.finish_reason == "error" ? result.error : "the request was cancelled";
+          batch.add(sse_data(error_body(ApiStyle::OpenAI, status, msg)));
+        } else {
+          send_events(out.finish(), {});
+          batch.add(chunk(json::object(), finish_reason(result, n_calls)));
+          if (include_usage)
+            batch.add(sse_data(usage_body(id, "chat.completion.chunk", created, s.model_id,
+                                          json::array(), result)));
+        }
+        batch.add("data: [DONE]\n\n");
+        batch.flush();
+        sink.done();
+        return true;
+      });
 }
 
 void completions(ServerState& s, const ojson& body, const httplib::Request& req,
@@ -262,13 +259,8 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
         {"logprobs",
          r.logprobs >= 0 ? completion_logprobs(engine, result.logprobs, echo.size()) : json()},
         {"finish_reason", result.finish_reason}};
-    send_json(res, {{"id", id},
-                    {"object", "text_completion"},
-                    {"created", created},
-                    {"model", s.model_id},
-                    {"choices", json::array({choice})},
-                    {"usage", usage_json(result.usage)},
-                    {"timings", timings_json(result.timings)}});
+    send_json(
+        res, usage_body(id, "text_completion", created, s.model_id, json::array({choice}), result));
     return;
   }
   const bool include_usage = r.include_usage;
@@ -325,7 +317,8 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
         } else {
           batch.add(chunk("", result.finish_reason));
           if (include_usage)
-            batch.add(sse_data(usage_chunk(id, "text_completion", created, s.model_id, result)));
+            batch.add(sse_data(
+                usage_body(id, "text_completion", created, s.model_id, json::array(), result)));
         }
         batch.add("data: [DONE]\n\n");
         batch.flush();
