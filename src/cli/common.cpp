@@ -12,13 +12,15 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)");
   app.add_flag("--no-mmap", o.no_mmap,
-               "CPU: copy weights into huge-page memory (slower load, faster decode) instead of reading the mapped file");
+               "CPU: copy weights into huge-page memory (slower load, faster decode) instead of "
+               "reading the mapped file");
 }
 
 std::string resolve_model_dir(const std::string& dir) {
   if (!dir.empty()) return dir;
   if (const char* env = std::getenv("HEARTH_MODEL")) return env;
-  const std::filesystem::path bundled = std::filesystem::path(HEARTH_SOURCE_ROOT) / "models/default";
+  const std::filesystem::path bundled =
+      std::filesystem::path(HEARTH_SOURCE_ROOT) / "models/default";
   if (std::filesystem::exists(bundled / "config.json")) return bundled.string();
   fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or set HEARTH_MODEL");
 }
@@ -62,28 +64,22 @@ std::vector<int32_t> parse_token_list(const std::string& text, const char* optio
 }
 
 void add_sampling_options(CLI::App& app, SamplingOptions& o) {
-  app.add_option("--temperature,--temp", o.temperature, "sampling temperature (0 = greedy)");
-  app.add_option("--top-k", o.top_k, "keep the k most likely tokens (0 = off)");
-  app.add_option("--top-p", o.top_p, "nucleus sampling threshold (1 = off)");
-  app.add_option("--min-p", o.min_p, "drop tokens below min_p × the top probability");
-  app.add_option("--repeat-penalty", o.repetition_penalty, "repetition penalty (1 = off)");
-  app.add_option("--presence-penalty", o.presence_penalty, "presence penalty");
-  app.add_option("--frequency-penalty", o.frequency_penalty, "frequency penalty");
-  app.add_option("--repeat-last-n", o.penalty_last_n, "tokens the penalties look back over (0 = all)");
+  SamplingOverrides& f = o.fields;
+  app.add_option("--temperature,--temp", f.temperature, "sampling temperature (0 = greedy)");
+  app.add_option("--top-k", f.top_k, "keep the k most likely tokens (0 = off)");
+  app.add_option("--top-p", f.top_p, "nucleus sampling threshold (1 = off)");
+  app.add_option("--min-p", f.min_p, "drop tokens below min_p × the top probability");
+  app.add_option("--repeat-penalty", f.repetition_penalty, "repetition penalty (1 = off)");
+  app.add_option("--presence-penalty", f.presence_penalty, "presence penalty");
+  app.add_option("--frequency-penalty", f.frequency_penalty, "frequency penalty");
+  app.add_option("--repeat-last-n", f.penalty_last_n,
+                 "tokens the penalties look back over (0 = all)");
   app.add_option("--logit-bias", o.logit_bias, "ID:BIAS, repeatable");
-  app.add_option("-s,--seed", o.seed, "random seed (same seed, same output)");
+  app.add_option("-s,--seed", f.seed, "random seed (same seed, same output)");
 }
 
-SamplingParams make_sampling_params(const SamplingOptions& o, SamplingParams p) {
-  if (o.temperature) p.temperature = *o.temperature;
-  if (o.top_k) p.top_k = *o.top_k;
-  if (o.top_p) p.top_p = *o.top_p;
-  if (o.min_p) p.min_p = *o.min_p;
-  if (o.repetition_penalty) p.repetition_penalty = *o.repetition_penalty;
-  if (o.presence_penalty) p.presence_penalty = *o.presence_penalty;
-  if (o.frequency_penalty) p.frequency_penalty = *o.frequency_penalty;
-  if (o.penalty_last_n) p.penalty_last_n = *o.penalty_last_n;
-  if (o.seed) p.seed = *o.seed;
+SamplingParams make_sampling_params(const SamplingOptions& o, SamplingParams defaults) {
+  SamplingOverrides f = o.fields;
   for (const auto& item : o.logit_bias) {
     size_t sep = item.find_first_of(":=");
     if (sep == std::string::npos) fail("--logit-bias: expected ID:BIAS, got '{}'", item);
@@ -97,9 +93,9 @@ SamplingParams make_sampling_params(const SamplingOptions& o, SamplingParams p) 
     } catch (const std::exception&) {
       fail("--logit-bias: '{}' is not a number in '{}'", item.substr(sep + 1), item);
     }
-    p.logit_bias[ids[0]] = bias;
+    f.logit_bias[ids[0]] = bias;
   }
-  return p;
+  return f.apply(defaults);
 }
 
 }  // namespace hearth::cli

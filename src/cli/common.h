@@ -31,10 +31,7 @@ std::vector<int32_t> parse_token_list(const std::string& text, const char* optio
 // --frequency-penalty, --repeat-last-n, --logit-bias, --seed. Values given on the command line
 // override the model's generation_config.json defaults.
 struct SamplingOptions {
-  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty,
-      frequency_penalty;
-  std::optional<int> top_k, penalty_last_n;
-  std::optional<uint64_t> seed;
+  SamplingOverrides fields;             // bound to the flags; logit_bias filled from the text
   std::vector<std::string> logit_bias;  // "ID:BIAS" or "ID=BIAS"
 };
 void add_sampling_options(CLI::App& app, SamplingOptions& options);

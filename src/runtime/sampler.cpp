@@ -29,6 +29,20 @@ void SamplingParams::validate(int64_t n_vocab) const {
   }
 }
 
+SamplingParams SamplingOverrides::apply(SamplingParams p) const {
+  if (temperature) p.temperature = *temperature;
+  if (top_p) p.top_p = *top_p;
+  if (top_k) p.top_k = *top_k;
+  if (min_p) p.min_p = *min_p;
+  if (repetition_penalty) p.repetition_penalty = *repetition_penalty;
+  if (presence_penalty) p.presence_penalty = *presence_penalty;
+  if (frequency_penalty) p.frequency_penalty = *frequency_penalty;
+  if (penalty_last_n) p.penalty_last_n = *penalty_last_n;
+  if (seed) p.seed = *seed;
+  for (auto [id, b] : logit_bias) p.logit_bias[id] = b;
+  return p;
+}
+
 Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
     : params_(params),
       n_vocab_(n_vocab),

@@ -30,6 +30,18 @@ struct SamplingParams {
   void validate(int64_t n_vocab) const;
 };
 
+// The sampling fields a request or command line gave; unset ones keep the defaults (the model's
+// generation_config.json). Shared by the CLI and the server.
+struct SamplingOverrides {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty,
+      frequency_penalty;
+  std::optional<int> top_k, penalty_last_n;
+  std::optional<uint64_t> seed;
+  std::map<int32_t, float> logit_bias;  // added to (replacing equal ids of) the defaults'
+
+  SamplingParams apply(SamplingParams defaults) const;
+};
+
 class Sampler {
  public:
   Sampler(const SamplingParams& params, int64_t n_vocab);

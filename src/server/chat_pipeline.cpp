@@ -37,7 +37,7 @@ void finish_generation_request(const ServerState& state, GenerationRequest& gen,
             n_ctx, n_prompt, *max_tokens, n_prompt + *max_tokens),
         "max_tokens", "context_length_exceeded");
   gen.max_tokens = max_tokens ? *max_tokens : n_ctx - n_prompt;
-  gen.sampling = apply_sampling(sampling, engine.default_sampling());
+  gen.sampling = sampling.apply(engine.default_sampling());
   try {
     engine.validate(gen);
   } catch (const ApiError&) {

@@ -175,19 +175,6 @@ SamplingFields parse_sampling(const ojson& body) {
   return s;
 }
 
-SamplingParams apply_sampling(const SamplingFields& f, SamplingParams p) {
-  if (f.temperature) p.temperature = *f.temperature;
-  if (f.top_p) p.top_p = *f.top_p;
-  if (f.top_k) p.top_k = *f.top_k;
-  if (f.min_p) p.min_p = *f.min_p;
-  if (f.repetition_penalty) p.repetition_penalty = *f.repetition_penalty;
-  if (f.presence_penalty) p.presence_penalty = *f.presence_penalty;
-  if (f.frequency_penalty) p.frequency_penalty = *f.frequency_penalty;
-  if (f.seed) p.seed = *f.seed;
-  for (auto [id, b] : f.logit_bias) p.logit_bias[id] = b;
-  return p;
-}
-
 std::vector<std::string> parse_stop(const ojson& body, const char* key) {
   std::vector<std::string> out;
   const ojson* v = field(body, key);

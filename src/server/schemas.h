@@ -24,15 +24,9 @@ std::optional<int64_t> get_int(const ojson& obj, const char* key, int64_t min, i
 std::optional<bool> get_bool(const ojson& obj, const char* key);
 std::optional<std::string> get_string(const ojson& obj, const char* key);
 
-struct SamplingFields {
-  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty,
-      frequency_penalty;
-  std::optional<int> top_k;
-  std::optional<uint64_t> seed;
-  std::map<int32_t, float> logit_bias;
-};
-// Fields the request gave override the model's generation_config.json defaults.
-SamplingParams apply_sampling(const SamplingFields& fields, SamplingParams defaults);
+// Fields the request gave override the model's generation_config.json defaults
+// (SamplingOverrides::apply).
+using SamplingFields = SamplingOverrides;
 // temperature, top_p, top_k, min_p, seed, penalties, logit_bias (shared by every endpoint).
 SamplingFields parse_sampling(const ojson& body);
 // "stop" / "stop_sequences": a string or a list of strings.
