@@ -4,9 +4,13 @@
 // 512 new tokens after 0, 512 and 1536 cached ones (and one 2048-token chunk). FLOPs:
 // 4 · head_dim · n_head · Σ keys each query sees (causal: past + i + 1 for query i), i.e. the
 // causal half only. Also prints max |out − out_SIMT| / rms(out_SIMT), a check that both agree.
+// Then decode (1 and 4 new tokens, the SIMT kernel with split-K) at cache capacities 256 to 32768
+// with the sequence near the end: microseconds per call, from a CUDA graph of `reps` calls (with
+// programmatic dependent launch on sm_90+, as the decode graph runs them), and GB/s of K/V read.
 // Usage: bench_cuda_attention [reps]   (built only with CUDA; times with CUDA events, L2 warm)
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +142,87 @@ void run(Ctx& ctx, const Shape& s, int reps) {
   cudaEventDestroy(e1);
 }
 
+struct Decode {
+  const char* name;
+  int n_head, n_head_kv, hd, n, len;
+  int64_t capacity;
+};
+
+// Decode steps as the decode graph runs them: the sequence holds `len` positions after this
+// step's n tokens, the cache `capacity` rows (the split count depends on it alone).
+void run_decode(Ctx& ctx, const Decode& s, int reps) {
+  const int64_t cap = s.capacity, row = int64_t(s.n_head_kv) * s.hd;
+  const size_t q_elems = size_t(s.n) * s.n_head * s.hd;
+  Dev k(size_t(cap * row) * 2), v(size_t(cap * row) * 2), q(q_elems * 2), o(q_elems * 2),
+      pos(size_t(s.n) * 4), first(4);
+  fill_bf16(k, size_t(cap * row), 11);
+  fill_bf16(v, size_t(cap * row), 12);
+  fill_bf16(q, q_elems, 13);
+  std::vector<int32_t> hpos(size_t(s.n));
+  for (int i = 0; i < s.n; ++i) hpos[size_t(i)] = s.len - s.n + i;
+  const int32_t first_pos = int32_t(std::max<int64_t>(0, s.len - cap));
+  HEARTH_CUDA_CHECK(cudaMemcpy(pos.p, hpos.data(), hpos.size() * 4, cudaMemcpyHostToDevice));
+  HEARTH_CUDA_CHECK(cudaMemcpy(first.p, &first_pos, 4, cudaMemcpyHostToDevice));
+  KvDev kv;
+  kv.k.p = k.p;
+  kv.v.p = v.p;
+  kv.k.dtype = kv.v.dtype = kBF16;
+  kv.k.ndim = kv.v.ndim = 2;
+  kv.k.d[0] = kv.v.d[0] = cap;
+  kv.k.d[1] = kv.v.d[1] = row;
+  kv.capacity = cap;
+  kv.first = static_cast<const int32_t*>(first.p);
+  Ten tq;
+  tq.p = q.p;
+  tq.dtype = kBF16;
+  tq.ndim = 3;
+  tq.d[0] = s.n;
+  tq.d[1] = s.n_head;
+  tq.d[2] = s.hd;
+  Ten to = tq;
+  to.p = o.p;
+  const AttentionParams p{s.n_head, s.n_head_kv, s.hd, 1.0f / std::sqrt(float(s.hd)), 0.0f, 0};
+  const size_t ws = attention_workspace_bytes(ctx, s.n, p, cap);
+  Dev wsd(std::max<size_t>(ws, 4));
+  HEARTH_CUDA_CHECK(cudaMemset(wsd.p, 0, std::max<size_t>(ws, 4)));
+  ctx.attn_ws = static_cast<float*>(wsd.p);
+  ctx.attn_ws_bytes = ws;
+  const auto* d_pos = static_cast<const int32_t*>(pos.p);
+  HEARTH_CUDA_CHECK(cudaMemsetAsync(o.p, 0xff, q_elems * 2, ctx.stream));  // NaN poison
+  attention(ctx, to, tq, kv, d_pos, p);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  HEARTH_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < reps; ++i) attention(ctx, to, tq, kv, d_pos, p);
+  HEARTH_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
+  HEARTH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));  // warm-up
+  cudaEvent_t e0, e1;
+  HEARTH_CUDA_CHECK(cudaEventCreate(&e0));
+  HEARTH_CUDA_CHECK(cudaEventCreate(&e1));
+  HEARTH_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
+  HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
+  HEARTH_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
+  HEARTH_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0.0f;
+  HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  const double us = 1e3 * ms / reps;
+  const int64_t keys = std::min<int64_t>(s.len, cap);
+  const double bytes = 2.0 * double(keys) * double(row) * 2.0;
+  const auto got = download_bf16(o, q_elems);
+  size_t nans = 0;
+  for (float x : got) nans += std::isnan(x) ? 1 : 0;
+  std::printf("%-9s %3d/%-2d hd %3d  decode n %d  len %5d cap %5lld  %7.2f us  %7.1f GB/s%s\n",
+              s.name, s.n_head, s.n_head_kv, s.hd, s.n, s.len, static_cast<long long>(cap), us,
+              bytes / (us * 1e-6) * 1e-9, nans ? "  NaN in output!" : "");
+  ctx.attn_ws = nullptr;
+  ctx.attn_ws_bytes = 0;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,6 +246,13 @@ int main(int argc, char** argv) {
                             {"qwen3.5", 16, 4, 256, 512, 0},     {"qwen3.5", 16, 4, 256, 512, 512},
                             {"qwen3.5", 16, 4, 256, 512, 1536}};
     for (const Shape& s : shapes) run(ctx, s, reps);
+    ctx.pdl = prop.major >= 9;
+    const Decode decodes[] = {
+        {"qwen3-8b", 32, 8, 128, 1, 130, 256},     {"qwen3-8b", 32, 8, 128, 1, 4000, 4096},
+        {"qwen3-8b", 32, 8, 128, 1, 30000, 32768}, {"qwen3-8b", 32, 8, 128, 4, 130, 256},
+        {"qwen3-8b", 32, 8, 128, 4, 4000, 4096},   {"qwen3.5", 16, 4, 256, 1, 130, 256},
+        {"qwen3.5", 16, 4, 256, 1, 4000, 4096},    {"qwen3.5", 16, 4, 256, 1, 30000, 32768}};
+    for (const Decode& d : decodes) run_decode(ctx, d, std::max(reps, 100));
     cudaStreamDestroy(ctx.stream);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_attention: %s\n", e.what());

@@ -8,21 +8,31 @@
 
 namespace hearth {
 
-void Backend::linear_many(const Tensor& x, const LinearOut* outs, int n_outs) {
+void Backend::linear_many(const Tensor& x, const LinearOut* outs, int n_outs,
+                          const InputNorm* norm) {
+  if (norm) {  // normalise into scratch, then this backend's own plain form
+    rms_norm(norm->scratch, x, norm->w, norm->eps, norm->offset);
+    return linear_many(norm->scratch, outs, n_outs, nullptr);
+  }
   for (int i = 0; i < n_outs; ++i) linear(outs[i].y, x, outs[i].w, outs[i].bias);
 }
 
 void Backend::linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x,
-                         const LinearOut& gate, const LinearOut& up, Activation act) {
+                         const LinearOut& gate, const LinearOut& up, Activation act,
+                         const InputNorm* norm) {
+  if (norm) {
+    rms_norm(norm->scratch, x, norm->w, norm->eps, norm->offset);
+    return linear_glu(y, up_scratch, norm->scratch, gate, up, act, nullptr);
+  }
   linear(y, x, gate.w, gate.bias);
   linear(up_scratch, x, up.w, up.bias);
   glu(y, y, up_scratch, act);
 }
 
-void Backend::add_rms_norm(const Tensor& y, const Tensor& x, const Tensor& b, float b_scale,
-                           const Tensor& w, float eps, float weight_offset) {
-  add(x, x, b, b_scale);
-  rms_norm(y, x, w, eps, weight_offset);
+void Backend::linear_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
+                              float scale) {
+  linear(proj.y, in, proj.w, proj.bias);
+  add(x, x, proj.y, scale);
 }
 
 void Backend::qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v,

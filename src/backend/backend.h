@@ -146,15 +146,29 @@ class Backend {
   struct LinearOut {
     Tensor y, w, bias;
   };
-  virtual void linear_many(const Tensor& x, const LinearOut* outs, int n_outs);
-  // y = act(x · gateᵀ + gate_bias) * (x · upᵀ + up_bias). up_scratch [n, n_ff] may be
-  // overwritten (the composed form needs it); y may not alias x.
+  // The RMSNorm a product's input still needs: the op reads x un-normalised and multiplies
+  // rms_norm(x) * (w + offset), row by row. The composed form writes the normalised rows to
+  // `scratch` (x's shape, activation dtype) first; a backend that folds the norm into the
+  // product (the CUDA GEMV) leaves scratch alone. Lets a block's residual add end in x and the
+  // next block's norm happen inside its first product, with no separate pass in between.
+  struct InputNorm {
+    Tensor w;
+    float eps = 0.0f;
+    float offset = 0.0f;
+    Tensor scratch;
+  };
+  virtual void linear_many(const Tensor& x, const LinearOut* outs, int n_outs,
+                           const InputNorm* norm);
+  // y = act(x · gateᵀ + gate_bias) * (x · upᵀ + up_bias), x normalised first when norm is set.
+  // up_scratch [n, n_ff] may be overwritten (the composed form needs it); y may not alias x.
   virtual void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x,
-                          const LinearOut& gate, const LinearOut& up, Activation act);
-  // x += b * b_scale, then y = rms_norm(x) * (w + weight_offset): the residual add that ends a
-  // block and the norm that starts the next. y may not alias x.
-  virtual void add_rms_norm(const Tensor& y, const Tensor& x, const Tensor& b, float b_scale,
-                            const Tensor& w, float eps, float weight_offset);
+                          const LinearOut& gate, const LinearOut& up, Activation act,
+                          const InputNorm* norm);
+  // x += (in · proj.wᵀ + proj.bias) * scale: the product that ends a residual block, added
+  // where the composed form would add proj.y (rounded to x's dtype first). proj.y ([n, out])
+  // receives the product in the composed form; a fusing backend may leave it unwritten.
+  virtual void linear_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
+                               float scale);
   // The attention input step: per-head RMSNorm of q and k (when q_norm/k_norm are non-empty),
   // rope on q and k (when rope is non-null), then k and v into the cache at their positions.
   virtual void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v,

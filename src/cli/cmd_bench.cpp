@@ -24,6 +24,7 @@ struct BenchOptions {
   std::vector<int64_t> n_gen{128};
   int repetitions = 3;
   int64_t prefill_chunk = 512;
+  bool sampled = false;  // decode samples (T 0.8, top-k 40, top-p 0.95, min-p 0.05) instead
 };
 
 double run_prompt(Model& model, int64_t n, int64_t chunk, std::mt19937& rng) {
@@ -37,16 +38,20 @@ double run_prompt(Model& model, int64_t n, int64_t chunk, std::mt19937& rng) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double run_gen(Model& model, int64_t n, std::mt19937& rng) {
+double run_gen(Model& model, int64_t n, bool sampled, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, int32_t(model.info().n_vocab - 1));
+  std::uniform_real_distribution<double> draw(0.0, 1.0);
   auto state = model.new_sequence();
   int32_t token = dist(rng);
-  // The greedy decode loop as generation runs it: each step's logits give the next input
-  // through the backend's argmax (on a GPU only the token id crosses to the host).
-  const TokenPick greedy;
+  // The decode loop as generation runs it: each step's logits give the next input through the
+  // backend's picker (on a GPU only the token id crosses to the host when it picks there).
+  TokenPick pick;
+  if (sampled) pick = {0.8f, 40, 0.95f, 0.05f, 0.0};
   auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < n; ++i)
-    token = model.forward_pick(*state, std::span<const int32_t>(&token, 1), greedy);
+  for (int64_t i = 0; i < n; ++i) {
+    pick.u = draw(rng);
+    token = model.forward_pick(*state, std::span<const int32_t>(&token, 1), pick);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -104,10 +109,11 @@ int run_bench(BenchOptions& o) {
   }
   for (int64_t n : o.n_gen) {
     if (n <= 0) continue;
-    run_gen(*model, std::min<int64_t>(n, 16), rng);
+    run_gen(*model, std::min<int64_t>(n, 16), o.sampled, rng);
     std::vector<double> rates;
-    for (int r = 0; r < o.repetitions; ++r) rates.push_back(double(n) / run_gen(*model, n, rng));
-    print_row(o, model->info(), "tg" + std::to_string(n), rates, true, 1);
+    for (int r = 0; r < o.repetitions; ++r)
+      rates.push_back(double(n) / run_gen(*model, n, o.sampled, rng));
+    print_row(o, model->info(), "tg" + std::to_string(n) + (o.sampled ? "s" : ""), rates, true, 1);
   }
   return 0;
 }
@@ -121,6 +127,9 @@ CommandRegistration reg(
       sub.add_option("-r,--repetitions", o->repetitions, "timed runs per test")
           ->capture_default_str();
       sub.add_option("--ubatch", o->prefill_chunk, "prefill chunk size")->capture_default_str();
+      sub.add_flag("--sampled", o->sampled,
+                   "decode with sampling (T 0.8, top-k 40, top-p 0.95, min-p 0.05; row tgNs) "
+                   "instead of greedy");
       return [o] { return run_bench(*o); };
     });
 

@@ -83,6 +83,8 @@ class LlamaModel final : public StepModel {
   void reserve_scratch(int64_t n_tokens);
   void attention_block(int layer, LlamaSequence& seq, int64_t n, const int32_t* positions);
   void ffn_block(int layer, int64_t n);
+  void residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj,
+                        const Tensor& post_norm);
 
   LlamaDescriptor d_;
   WeightStore weights_;
@@ -211,13 +213,11 @@ void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
   const Tensor o = o_.view(act_, {n, H});
   Backend& be = *backend_;
 
-  // h already holds this layer's normalised input when the previous block fused its residual
-  // add with this norm (add_rms_norm); only layer 0 normalises here.
-  const Tensor& in = d_.input_norm ? h : x;
-  if (d_.input_norm && il == 0) be.rms_norm(h, x, L.attn_norm, d_.norm_eps, d_.norm_offset);
+  // The input norm happens inside the q/k/v products (h is only the composed form's scratch).
+  const Backend::InputNorm norm{L.attn_norm, d_.norm_eps, d_.norm_offset, h};
   const Backend::LinearOut qkv[] = {
       {q, L.q.w, L.q.bias}, {k, L.k.w, L.k.bias}, {v, L.v.w, L.v.bias}};
-  be.linear_many(in, qkv, 3);
+  be.linear_many(x, qkv, 3, d_.input_norm ? &norm : nullptr);
   Tensor q_gain = L.q_norm, k_gain = L.k_norm;
   if (d_.qk_norm == QkNorm::Full) {  // olmo2: one norm over all heads together
     const Tensor q2 = q.reshaped({n, d_.n_head * hd}), k2 = k.reshaped({n, d_.n_head_kv * hd});
@@ -244,13 +244,18 @@ void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
   ap.softcap = d_.attn_softcap;
   ap.window = d_.window[size_t(il)];
   be.attention(attn, q, kv, pos, ap);
-  be.linear(o, attn.reshaped({n, d_.n_head * hd}), L.o.w, L.o.bias);
-  if (d_.post_attn_norm) be.rms_norm(o, o, L.post_attn_norm, d_.norm_eps, d_.norm_offset);
-  // The residual add, fused with the MLP's input norm when there is one.
-  if (d_.pre_ffn_norm)
-    be.add_rms_norm(h, x, o, d_.residual_scale, L.ffn_norm, d_.norm_eps, d_.norm_offset);
-  else
-    be.add(x, x, o, d_.residual_scale);
+  residual_product(x, attn.reshaped({n, d_.n_head * hd}), {o, L.o.w, L.o.bias}, L.post_attn_norm);
+}
+
+// x += out_proj(in) * residual_scale, with the gemma-style norm of the product in between
+// when the model has one (then the add cannot happen inside the product).
+void LlamaModel::residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj,
+                                  const Tensor& post_norm) {
+  Backend& be = *backend_;
+  if (post_norm.empty()) return be.linear_residual(x, in, proj, d_.residual_scale);
+  be.linear(proj.y, in, proj.w, proj.bias);
+  be.rms_norm(proj.y, proj.y, post_norm, d_.norm_eps, d_.norm_offset);
+  be.add(x, x, proj.y, d_.residual_scale);
 }
 
 void LlamaModel::ffn_block(int il, int64_t n) {
@@ -262,17 +267,10 @@ void LlamaModel::ffn_block(int il, int64_t n) {
   const Tensor gate = gate_.view(act_, {n, d_.n_ff});
   const Tensor up = up_.view(act_, {n, d_.n_ff});
   Backend& be = *backend_;
-  const Tensor& in = d_.pre_ffn_norm ? h : x;  // normalised by attention_block's add_rms_norm
-  be.linear_glu(gate, up, in, {gate, L.gate.w, L.gate.bias}, {up, L.up.w, L.up.bias}, d_.act);
-  be.linear(o, gate, L.down.w, L.down.bias);
-  if (d_.post_ffn_norm) be.rms_norm(o, o, L.post_ffn_norm, d_.norm_eps, d_.norm_offset);
-  // The residual add, fused with the next layer's input norm when there is one.
-  if (d_.input_norm && il + 1 < int(d_.n_layer)) {
-    const LlamaLayer& next = layers_[size_t(il + 1)];
-    be.add_rms_norm(h, x, o, d_.residual_scale, next.attn_norm, d_.norm_eps, d_.norm_offset);
-  } else {
-    be.add(x, x, o, d_.residual_scale);
-  }
+  const Backend::InputNorm norm{L.ffn_norm, d_.norm_eps, d_.norm_offset, h};
+  be.linear_glu(gate, up, x, {gate, L.gate.w, L.gate.bias}, {up, L.up.w, L.up.bias}, d_.act,
+                d_.pre_ffn_norm ? &norm : nullptr);
+  residual_product(x, gate, {o, L.down.w, L.down.bias}, L.post_ffn_norm);
 }
 
 void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
@@ -316,10 +314,11 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
   const int64_t first_row = rows == LogitsRows::Last ? n - 1 : 0;
   const int64_t n_rows = n - first_row;
   const Tensor h = h_.view(act_, {n, H}).slice_rows(first_row, n);
-  backend_->rms_norm(h, x.slice_rows(first_row, n), final_norm_, d_.norm_eps, d_.norm_offset);
   // Logits in the backend's memory as f32; then to the host, or only the picked token.
   const Tensor out = logits_rows(*backend_, n_rows, d_.n_vocab);
-  backend_->linear(out, h, lm_head_, Tensor());
+  const Backend::InputNorm norm{final_norm_, d_.norm_eps, d_.norm_offset, h};
+  const Backend::LinearOut head{out, lm_head_, Tensor()};
+  backend_->linear_many(x.slice_rows(first_row, n), &head, 1, &norm);
   if (d_.logits_scale != 1.0f) backend_->scale(out, d_.logits_scale);
   if (d_.final_softcap > 0.0f) backend_->softcap(out, d_.final_softcap);
   finish_step(*backend_, out, logits, pick, token);

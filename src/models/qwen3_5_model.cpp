@@ -153,18 +153,21 @@ void Qwen35Model::attention_block(int il, Qwen35Sequence& seq, int64_t n) {
   const Qwen35Layer& L = w_.layers[size_t(il)];
   const int64_t D = d_.head_dim, nq = d_.n_head * D;
   Backend& be = *backend_;
-  const Tensor h = h_.view(act_, {n, d_.n_embd});
+  const Tensor x = x_.view(act_, {n, d_.n_embd});
+  // The input norm happens inside the products (h is only the composed form's scratch).
+  const Backend::InputNorm norm{L.attn_norm, d_.norm_eps, w_.norm_offset,
+                                h_.view(act_, {n, d_.n_embd})};
   const Tensor q = q_.view(act_, {n, d_.n_head, D});
   const Tensor k = k_.view(act_, {n, d_.n_head_kv, D});
   const Tensor v = v_.view(act_, {n, d_.n_head_kv, D});
   const Tensor attn = attn_.view(act_, {n, d_.n_head, D});
   const Tensor gate = gate_.view(act_, {n, nq});
-  // q, k, v and the output gate: four products of h, one launch on a GPU.
+  // q, k, v and the output gate: four products of the normalised x, one launch on a GPU.
   const Backend::LinearOut proj[] = {{q, L.q.w, L.q.bias},
                                      {k, L.k.w, L.k.bias},
                                      {v, L.v.w, L.v.bias},
                                      {gate, L.gate.w, L.gate.bias}};
-  be.linear_many(h, proj, d_.attn_output_gate ? 4 : 3);
+  be.linear_many(x, proj, d_.attn_output_gate ? 4 : 3, &norm);
   const RopeParams rp{inv_freq_.data(), d_.rope.rotary_dim, rope_scale_};
   const KvView kv = seq.kv().view(seq.kv_index(il));
   be.qk_norm_rope_store(q, k, v, L.q_norm, L.k_norm, d_.norm_eps, w_.norm_offset, &rp, kv,
@@ -177,14 +180,16 @@ void Qwen35Model::attention_block(int il, Qwen35Sequence& seq, int64_t n) {
   be.attention(attn, q, kv, positions_.data(), ap);
   const Tensor attn2 = attn.reshaped({n, nq});
   if (d_.attn_output_gate) be.mul_sigmoid(attn2, attn2, gate);
-  be.linear(o_.view(act_, {n, d_.n_embd}), attn2, L.o.w, L.o.bias);
+  be.linear_residual(x, attn2, {o_.view(act_, {n, d_.n_embd}), L.o.w, L.o.bias}, 1.0f);
 }
 
 void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
   const Qwen35Layer& L = w_.layers[size_t(il)];
   const int64_t C = d_.conv_dim(), Hv = d_.lin_v_heads, Dv = d_.lin_v_dim;
   Backend& be = *backend_;
-  const Tensor h = h_.view(act_, {n, d_.n_embd});
+  const Tensor x = x_.view(act_, {n, d_.n_embd});
+  const Backend::InputNorm norm{L.attn_norm, d_.norm_eps, w_.norm_offset,
+                                h_.view(act_, {n, d_.n_embd})};
   const Tensor qkv = qkv_.view(DType::F32, {n, C});
   const Tensor conv = conv_.view(DType::F32, {n, C});
   const Tensor z = z_.view(DType::F32, {n, Hv * Dv});
@@ -198,7 +203,7 @@ void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
                                      {z, L.in_z, Tensor()},
                                      {b, L.in_b, Tensor()},
                                      {a, L.in_a, Tensor()}};
-  be.linear_many(h, proj, 4);
+  be.linear_many(x, proj, 4, &norm);
   const int li = seq.lin_index(il);
   be.conv1d_causal_silu(conv, qkv, seq.conv_state(li), L.conv_w);
   be.gated_delta_gates(g, beta, a, b, L.a_log, L.dt_bias);
@@ -210,22 +215,26 @@ void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
   p.chunked = chunked_prefill_ && n > 1;
   be.gated_delta(core, conv, g, beta, seq.recurrent_state(li), p);
   be.rms_norm_gated(normed, core, L.lin_norm, z, d_.norm_eps);
-  be.linear(o_.view(act_, {n, d_.n_embd}), normed, L.out_proj, Tensor());
+  be.linear_residual(x, normed, {o_.view(act_, {n, d_.n_embd}), L.out_proj, Tensor()}, 1.0f);
 }
 
 void Qwen35Model::mlp_block(int il, int64_t n) {
   const Qwen35Layer& L = w_.layers[size_t(il)];
   Backend& be = *backend_;
+  const Tensor x = x_.view(act_, {n, d_.n_embd});
   const Tensor h = h_.view(act_, {n, d_.n_embd});
   const Tensor o = o_.view(act_, {n, d_.n_embd});
   if (d_.moe_layer[size_t(il)]) {
+    be.rms_norm(h, x, L.ffn_norm, d_.norm_eps, w_.norm_offset);
     moe_.forward(be, o, h, L.moe, d_.moe);
+    be.add(x, x, o);
     return;
   }
   const Tensor gate = ff_gate_.view(act_, {n, d_.n_ff});
   const Tensor up = ff_up_.view(act_, {n, d_.n_ff});
-  be.linear_glu(gate, up, h, {gate, L.mlp_gate, Tensor()}, {up, L.mlp_up, Tensor()}, d_.act);
-  be.linear(o, gate, L.mlp_down, Tensor());
+  const Backend::InputNorm norm{L.ffn_norm, d_.norm_eps, w_.norm_offset, h};
+  be.linear_glu(gate, up, x, {gate, L.mlp_gate, Tensor()}, {up, L.mlp_up, Tensor()}, d_.act, &norm);
+  be.linear_residual(x, gate, {o, L.mlp_down, Tensor()}, 1.0f);
 }
 
 void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
@@ -241,24 +250,16 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
   const Tensor h = h_.view(act_, {n, H});
-  const Tensor o = o_.view(act_, {n, H});
   be.embedding(x, w_.embed, tokens.data(), 1.0f);
   seq.kv().reserve_batch(n);
-  // Each residual add is fused with the norm that follows it (the next block's input).
-  be.rms_norm(h, x, w_.layers[0].attn_norm, d_.norm_eps, w_.norm_offset);
+  // Each block's products end in a residual add into x (linear_residual), and the next block's
+  // input norm happens inside its first products (InputNorm): no pass over x in between.
   for (int il = 0; il < int(d_.n_layer); ++il) {
-    const Qwen35Layer& L = w_.layers[size_t(il)];
     if (d_.linear_layer[size_t(il)])
       linear_block(il, seq, n);
     else
       attention_block(il, seq, n);
-    be.add_rms_norm(h, x, o, 1.0f, L.ffn_norm, d_.norm_eps, w_.norm_offset);
     mlp_block(il, n);
-    if (il + 1 < int(d_.n_layer))
-      be.add_rms_norm(h, x, o, 1.0f, w_.layers[size_t(il + 1)].attn_norm, d_.norm_eps,
-                      w_.norm_offset);
-    else
-      be.add(x, x, o);
   }
   seq.kv().commit_batch();
   if (rows == LogitsRows::None) {
@@ -267,11 +268,11 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   }
   const int64_t first = rows == LogitsRows::Last ? n - 1 : 0;
   const int64_t n_rows = n - first;
-  const Tensor hl = h.slice_rows(first, n);
-  be.rms_norm(hl, x.slice_rows(first, n), w_.final_norm, d_.norm_eps, w_.norm_offset);
   // Logits in the backend's memory as f32; then to the host, or only the picked token.
   const Tensor out = logits_rows(be, n_rows, d_.n_vocab);
-  be.linear(out, hl, w_.lm_head, Tensor());
+  const Backend::InputNorm norm{w_.final_norm, d_.norm_eps, w_.norm_offset, h.slice_rows(first, n)};
+  const Backend::LinearOut head{out, w_.lm_head, Tensor()};
+  be.linear_many(x.slice_rows(first, n), &head, 1, &norm);
   finish_step(be, out, logits, pick, token);
 }
 

@@ -1,16 +1,24 @@
 // Causal softmax attention over the ring-addressed KV cache: GQA, sliding window, softcap, scale.
-// One kernel for prefill and decode, FlashAttention-style: a block owns NQ queries (the query
-// heads that share one KV head, times T consecutive tokens, so each K/V row read serves all of
-// them), walks its key range in 32-key chunks per warp with an online softmax in f32, and merges
-// its 4 warps at the end. Decode (n ≤ 8 tokens) also splits the key range across blocks
-// (split-K) so that a single token keeps every SM busy; a second kernel merges the splits.
-// Positions and the cache's first valid position are read from device memory, and the split
-// count depends only on the cache capacity, so a captured decode graph stays valid while the
-// sequence grows (until the cache reallocates). K/V are bf16; q and out any float dtype.
+// One SIMT kernel for decode (and for prefill shapes the tensor-core kernel does not take),
+// FlashAttention-style: a block owns NQ queries (the query heads that share one KV head, times T
+// consecutive tokens, so each K/V row read serves all of them), walks its key range in 32-key
+// steps per warp (one key per lane for Q·K, one slice of head dims per lane for P·V) with an
+// online softmax in f32, and merges its 4 warps at the end.
+// Decode (n ≤ 8 tokens) is latency-bound, so a step issues all of a lane's loads at once (its
+// whole K row in 16-byte words, V in 2- to 16-byte slices of many keys) instead of a chain of
+// small dependent ones, and the key range is split across blocks (split-K) in whole block
+// steps (128 keys) so that a single token keeps every SM busy. The last block of a group to
+// finish merges the splits' partials (an arrival counter per group in the workspace), so there
+// is no second launch. Positions and the cache's first valid position are read from device
+// memory, and the split count depends only on the cache capacity, so a captured decode graph
+// stays valid while the sequence grows (until the cache reallocates); splits past the current
+// length are empty (m = -inf, l = 0). K/V are bf16; q and out any float dtype.
 // attention() sends prefill (n_tokens > 8) to the tensor-core kernel of attention_mma.cu where
 // it applies (head dims 64/128/256, 16-byte aligned operands) and keeps this one for the rest.
 #include <algorithm>
 #include <atomic>
+#include <climits>
+#include <cstdint>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_util.cuh"
@@ -20,6 +28,15 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int kChunk = 32;                   // keys per warp step: one per lane
+constexpr int kBlockKeys = kWarps * kChunk;  // keys per block step; split lengths are multiples
+constexpr int kMaxSplits = 64;
+// The split-K arrival counters sit at the head of the workspace, one per group of blocks that
+// share outputs (token tile, KV head, head chunk). Their place is fixed so that no call's
+// partials overlap another call's counters (layers may differ in shape); a decode grid with
+// more groups than this fills the GPU without splitting anyway.
+constexpr int kMaxGroups = 1024;
+constexpr size_t kCounterBytes = size_t(kMaxGroups) * 4;
 
 struct AttnArgs {
   const void* q;
@@ -30,8 +47,9 @@ struct AttnArgs {
   const __nv_bfloat16* v;
   const int32_t* positions;
   const int32_t* first;
-  float* ws;  // split partials, or null when the block writes the output itself
-  int64_t capacity;
+  float* part;        // split partials [n_splits][n_tokens·n_head][2 + hd] (m, l, acc); null: one
+  unsigned* arrived;  // [blocks_x] splits finished per group; 0 between launches
+  int capacity;
   int n_tokens, n_head, n_head_kv, head_dim;
   int heads_per_block, tokens_per_block, head_chunks;
   int window;
@@ -39,10 +57,287 @@ struct AttnArgs {
   int split_len, n_splits;
 };
 
-// Shared memory: q [NQ][hd] f32, then per warp (m, l)[NQ] and acc [NQ][hd].
+// The fixed layout of a configuration: NQ queries per block, DPL head dims per lane in P·V
+// (head_dim ≤ 32·DPL). q and acc rows are padded to 32·DPL with zeros, so every loop over head
+// dims has a fixed trip count.
 template <int NQ, int DPL>
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
-  extern __shared__ float smem[];
+struct Cfg {
+  static constexpr int kHdp = 32 * DPL;
+  // The loads in flight are bounded by what the accumulators (NQ·DPL registers) leave of 255
+  // registers: a whole K row of head dim 128 (64 registers) up to NQ·DPL = 32, V slices of up
+  // to 64 registers up to NQ·DPL = 16; half beyond. Past these ptxas spills (nvcc 13); below
+  // them it hoists later pieces and batches by itself where registers allow.
+  static constexpr int kKBudget = NQ * DPL <= 32 ? 64 : 32;
+  static constexpr int kVBudget = NQ * DPL <= 16 ? 64 : 32;
+  // A lane's K row in 16-byte words (4 registers each), loaded in pieces.
+  static constexpr int kKWords = kHdp / 8;
+  static constexpr int kKPiece = kKWords < kKBudget / 4 ? kKWords : kKBudget / 4;
+  static constexpr int kKPieces = kKWords / kKPiece;
+  // V: a lane reads DPL contiguous bf16 of each key's row (DPL/2 registers, at least one), for
+  // a batch of keys at once.
+  static constexpr int kVRegs = DPL > 2 ? DPL / 2 : 1;
+  static constexpr int kVBatch = kVBudget / kVRegs < kChunk ? kVBudget / kVRegs : kChunk;
+  static constexpr int kVBatches = kChunk / kVBatch;
+  // The first V batch is requested together with K: a step then costs one round trip, not two.
+  static constexpr bool kVEarly = NQ * DPL <= 32;
+  // Shared memory, in floats: q [NQ][kHdp], p [kWarps][NQ][32], (m, l) [kWarps][NQ][2],
+  // acc [kWarps][NQ][kHdp], each query's key range (int lo, hi) [NQ]. The split merge reuses p
+  // for its weights [NQ][kMaxSplits].
+  static constexpr int kQ = 0;
+  static constexpr int kP = kQ + NQ * kHdp;
+  static constexpr int kMl = kP + kWarps * NQ * kChunk;
+  static constexpr int kAcc = kMl + kWarps * NQ * 2;
+  static constexpr int kRange = kAcc + kWarps * NQ * kHdp;
+  static constexpr int kFloats = kRange + 2 * NQ;
+  static_assert(kWarps * kChunk >= kMaxSplits, "the split weights must fit the p area");
+};
+
+// A lane's slice of a V row: DPL bf16 in one load.
+template <int DPL>
+struct VWord;
+template <>
+struct VWord<1> {
+  using T = unsigned short;
+};
+template <>
+struct VWord<2> {
+  using T = unsigned;
+};
+template <>
+struct VWord<4> {
+  using T = uint2;
+};
+template <>
+struct VWord<8> {
+  using T = uint4;
+};
+
+// bf16 → f32 is exact: a bf16 is the top half of an f32.
+__device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ void unpack(unsigned short w, float (&f)[1]) { f[0] = bf_lo(w); }
+__device__ __forceinline__ void unpack(unsigned w, float (&f)[2]) {
+  f[0] = bf_lo(w);
+  f[1] = bf_hi(w);
+}
+__device__ __forceinline__ void unpack(uint2 w, float (&f)[4]) {
+  f[0] = bf_lo(w.x);
+  f[1] = bf_hi(w.x);
+  f[2] = bf_lo(w.y);
+  f[3] = bf_hi(w.y);
+}
+__device__ __forceinline__ void unpack(uint4 w, float (&f)[8]) {
+  f[0] = bf_lo(w.x);
+  f[1] = bf_hi(w.x);
+  f[2] = bf_lo(w.y);
+  f[3] = bf_hi(w.y);
+  f[4] = bf_lo(w.z);
+  f[5] = bf_hi(w.z);
+  f[6] = bf_lo(w.w);
+  f[7] = bf_hi(w.w);
+}
+
+// One warp step over keys [base, base + 32): key base + j lives in ring slot slot0 + j (mod
+// capacity). Keys past the range's end (base + last) are clamped to it, so every lane reads a
+// row the block reads anyway; their scores are masked. A range never spans more than the ring
+// (it lies in [first, newest position]); lim keeps the reads inside it regardless.
+struct Step {
+  int last, lim, slot0, cap;
+  __device__ __forceinline__ Step(int base, int k_hi, int capacity)
+      : last(k_hi - base),
+        lim(min(k_hi - base, capacity - 1)),
+        slot0(base % capacity),
+        cap(capacity) {}
+  __device__ __forceinline__ int slot(int j) const {
+    const int s = slot0 + min(j, lim);
+    return s >= cap ? s - cap : s;
+  }
+};
+
+// Words [piece·N, piece·N + N) of a K row; words past the head dim read as zero.
+template <int N>
+__device__ __forceinline__ void load_k(uint4 (&k)[N], const __nv_bfloat16* krow, int piece,
+                                       int words) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    const int w = piece * N + u;
+    k[u] = w < words ? *reinterpret_cast<const uint4*>(krow + 8 * w) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The lane's V slices of keys [j0, j0 + N) of the step (zero for lanes past the head dim).
+template <typename V, int N>
+__device__ __forceinline__ void load_v(V (&v)[N], const __nv_bfloat16* vcol, int64_t row,
+                                       const Step& st, int j0, bool lane_ok) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    v[j] = lane_ok ? *reinterpret_cast<const V*>(vcol + int64_t(st.slot(j0 + j)) * row) : V{};
+}
+
+// s[i] += q_i · k over a piece of the lane's K row (q rows in shared memory, read as broadcasts).
+template <int NQ, int HDP, int N>
+__device__ __forceinline__ void dot_k(float (&s)[NQ], const uint4 (&k)[N], const float* qs,
+                                      int piece) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    float kf[8];
+    unpack(k[u], kf);
+    const int d = (piece * N + u) * 8;
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) {
+      const float4 q0 = *reinterpret_cast<const float4*>(qs + i * HDP + d);
+      const float4 q1 = *reinterpret_cast<const float4*>(qs + i * HDP + d + 4);
+      s[i] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] +
+              q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
+    }
+  }
+}
+
+// acc[i] += Σ_j p_i(j0 + j) · v_j over a batch of keys; pw is the warp's p [NQ][32].
+template <int NQ, int DPL, typename V, int N>
+__device__ __forceinline__ void add_pv(float (&acc)[NQ][DPL], const V (&v)[N], const float* pw,
+                                       int j0) {
+  static_assert(N % 4 == 0, "keys go four at a time");
+#pragma unroll
+  for (int j = 0; j < N; j += 4) {
+    float vf[4][DPL];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) unpack(v[j + t], vf[t]);
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) {
+      const float4 p = *reinterpret_cast<const float4*>(pw + i * kChunk + j0 + j);
+#pragma unroll
+      for (int e = 0; e < DPL; ++e)
+        acc[i][e] += p.x * vf[0][e] + p.y * vf[1][e] + p.z * vf[2][e] + p.w * vf[3][e];
+    }
+  }
+}
+
+// Element-wise fallbacks for head dims that are not a multiple of 8 or unaligned caches.
+template <int NQ, int HDP>
+__device__ __forceinline__ void dot_k_scalar(float (&s)[NQ], const __nv_bfloat16* krow,
+                                             const float* qs, int hd) {
+#pragma unroll 4
+  for (int d = 0; d < hd; ++d) {
+    const float kf = __bfloat162float(krow[d]);
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) s[i] += qs[i * HDP + d] * kf;
+  }
+}
+
+template <int NQ, int DPL>
+__device__ __forceinline__ void add_pv_scalar(float (&acc)[NQ][DPL], const __nv_bfloat16* vcol,
+                                              int64_t row, const Step& st, const float* pw,
+                                              int n_dims) {
+#pragma unroll 4
+  for (int j = 0; j < kChunk; ++j) {
+    const __nv_bfloat16* vrow = vcol + int64_t(st.slot(j)) * row;
+    float vf[DPL];
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) vf[e] = e < n_dims ? __bfloat162float(vrow[e]) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) {
+      const float p = pw[i * kChunk + j];
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) acc[i][e] += p * vf[e];
+    }
+  }
+}
+
+// Folds one step's scores into each query's running (m, l, acc) and leaves p in pw. m is the
+// warp's running max (uniform across lanes); l is a per-lane partial sum, reduced once at the
+// end, which saves a warp reduction per step.
+template <int NQ, int DPL>
+__device__ __forceinline__ void softmax_step(const float (&s)[NQ], float (&m)[NQ], float (&l)[NQ],
+                                             float (&acc)[NQ][DPL], const int2* range, int kp,
+                                             bool in_step, float softcap, float* pw, int lane) {
+#pragma unroll
+  for (int i = 0; i < NQ; ++i) {
+    float sc = s[i];
+    if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
+    const int2 r = range[i];
+    sc = in_step && kp >= r.x && kp <= r.y ? sc : -INFINITY;
+    const float m_new = fmaxf(m[i], warp_max(sc));
+    const float p = m_new == -INFINITY ? 0.0f : __expf(sc - m_new);
+    const float corr = m_new == -INFINITY ? 1.0f : __expf(m[i] - m_new);
+    l[i] = l[i] * corr + p;
+    m[i] = m_new;
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) acc[i][e] *= corr;
+    pw[i * kChunk + lane] = p;
+  }
+}
+
+// Query slot i of a block: token t0 + i / hpb, head h0 + i % hpb; slots from n_live on are idle.
+struct Queries {
+  int t0, h0, hpb, n_live;
+  __device__ __forceinline__ int token(int i) const { return t0 + i / hpb; }
+  __device__ __forceinline__ int64_t index(int i, int n_head) const {  // (token, head) row
+    return int64_t(token(i)) * n_head + h0 + i % hpb;
+  }
+};
+
+// Split-K: the last block of a group to finish merges every split's partial in split order (the
+// same result whichever block comes last) and rearms the group's counter for the next launch.
+// wts: shared [NQ][kMaxSplits], free by now.
+__device__ void merge_splits(const AttnArgs& a, const Queries& qs, float* wts, int ns) {
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible device-wide before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(a.arrived + blockIdx.x, 1u) == unsigned(ns - 1);
+    if (last) atomicExch(a.arrived + blockIdx.x, 0u);  // every split has arrived: rearm
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials are read after their arrival was seen
+  const int hd = a.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t stride = int64_t(a.n_tokens) * a.n_head * (hd + 2);
+  // Split s weighs exp(m_s - m) / Σ_s' l_s' exp(m_s' - m) for its query: one warp per query,
+  // a lane per split (at most 64). __ldcg: the partials were written by other blocks.
+  for (int i = warp; i < qs.n_live; i += kWarps) {
+    const float* pm = a.part + qs.index(i, a.n_head) * (hd + 2);
+    float ms[2], ls[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      ms[r] = s < ns ? __ldcg(pm + s * stride) : -INFINITY;
+      ls[r] = s < ns ? __ldcg(pm + s * stride + 1) : 0.0f;
+    }
+    const float mm = warp_max(fmaxf(ms[0], ms[1]));
+    float c[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) c[r] = mm == -INFINITY ? 0.0f : __expf(ms[r] - mm);
+    const float ll = warp_sum(ls[0] * c[0] + ls[1] * c[1]);
+    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (lane + 32 * r < ns) wts[i * kMaxSplits + lane + 32 * r] = c[r] * inv;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < qs.n_live * hd; x += blockDim.x) {
+    const int i = x / hd, d = x - i * hd;
+    const int64_t qi = qs.index(i, a.n_head);
+    const float* pa = a.part + qi * (hd + 2) + 2 + d;
+    const float* w = wts + i * kMaxSplits;
+    float o = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < ns; ++s) o += w[s] * __ldcg(pa + s * stride);
+    st(a.out, a.odt, qi * hd + d, o);
+  }
+}
+
+// VEC: 16-byte K words and V slices (head_dim % 8 == 0, aligned cache); otherwise element-wise.
+// The minimum of one block per SM is stated so that ptxas does not trade spills for occupancy
+// (left to itself, nvcc 13 squeezes some variants to 64-168 registers and spills); decode grids
+// run about two blocks per SM, which up to 255 registers still allow.
+template <int NQ, int DPL, bool VEC>
+__global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
+  using C = Cfg<NQ, DPL>;
+  using V = typename VWord<DPL>::T;
+  constexpr int HDP = C::kHdp;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
   pdl_trigger();  // launched with launch_pdl: q and the cache come from earlier kernels
   pdl_wait();
   const int hd = a.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -52,43 +347,71 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
   const int chunk = bx % a.head_chunks;
   bx /= a.head_chunks;
   const int g = bx % a.n_head_kv;
-  const int t0 = (bx / a.n_head_kv) * a.tokens_per_block;
-  const int h0 = g * group + chunk * a.heads_per_block;
-  const int hpb = min(a.heads_per_block, group - chunk * a.heads_per_block);
-  const int64_t row = int64_t(a.n_head_kv) * hd;
-  const int64_t first = *a.first;
+  Queries qy;
+  qy.t0 = (bx / a.n_head_kv) * a.tokens_per_block;
+  qy.h0 = g * group + chunk * a.heads_per_block;
+  qy.hpb = min(a.heads_per_block, group - chunk * a.heads_per_block);
+  qy.n_live = min(qy.hpb * a.tokens_per_block, (a.n_tokens - qy.t0) * qy.hpb);
 
-  float* qs = smem;  // [NQ][hd]
-  int lo[NQ], hi[NQ];
-  bool live[NQ];
+  // Each query sees positions [lo, hi] (shared memory: registers are for the K/V in flight);
+  // the block walks their union.
+  const int64_t first = *a.first;
+  int2* range = reinterpret_cast<int2*>(smem + C::kRange);
   int lo_b = INT_MAX, hi_b = INT_MIN;
 #pragma unroll
   for (int i = 0; i < NQ; ++i) {
-    const int t = t0 + i / hpb;
-    live[i] = i < hpb * a.tokens_per_block && t < a.n_tokens;
-    lo[i] = 0;
-    hi[i] = -1;
-    if (live[i]) {
-      const int pos = a.positions[t];
+    int2 r = make_int2(0, -1);  // idle: sees nothing
+    if (i < qy.n_live) {
+      const int pos = a.positions[qy.token(i)];
       int64_t l = first;
       if (a.window > 0) l = max(l, int64_t(pos) - a.window + 1);
-      lo[i] = int(l);
-      hi[i] = pos;
-      lo_b = min(lo_b, lo[i]);
-      hi_b = max(hi_b, hi[i]);
+      r = make_int2(int(l), pos);
+      lo_b = min(lo_b, r.x);
+      hi_b = max(hi_b, r.y);
+    }
+    if (int(threadIdx.x) == i) range[i] = r;
+  }
+  // The capacity fixes the grid (graph replays); the current length decides how many splits
+  // have keys. Splits past it leave at once without counting themselves, and a group whose keys
+  // fit one split writes its output directly: no partials, no merge (short contexts).
+  int n_used = 1;
+  if (a.part && lo_b <= hi_b) n_used = min(a.n_splits, (hi_b - lo_b) / a.split_len + 1);
+  if (int(blockIdx.y) >= n_used) return;  // uniform over the block
+  const bool split = a.part && n_used > 1;
+  // This split's keys, counted back from the newest: [k_lo, k_hi] (empty when k_lo > k_hi).
+  int k_hi = -1, k_lo = 0;
+  if (lo_b <= hi_b) {
+    k_hi = hi_b - int(blockIdx.y) * a.split_len;
+    k_lo = max(lo_b, k_hi - a.split_len + 1);
+  }
+
+  const int64_t row = int64_t(a.n_head_kv) * hd;
+  const __nv_bfloat16* kcol = a.k + int64_t(g) * hd;
+  const __nv_bfloat16* vcol = a.v + int64_t(g) * hd + lane * DPL;
+  const int words = hd / 8, v_dims = min(DPL, hd - lane * DPL);
+  float* qs = smem + C::kQ;
+  float* pw = smem + C::kP + warp * NQ * kChunk;
+
+  // The first step's loads go out before q is staged, so the two round trips overlap.
+  uint4 kr[C::kKPiece];
+  V vr[C::kVBatch];
+  const __nv_bfloat16* krow = kcol;
+  int base = k_lo + warp * kChunk;
+  if constexpr (VEC) {
+    if (base <= k_hi) {
+      const Step st(base, k_hi, a.capacity);
+      krow = kcol + int64_t(st.slot(lane)) * row;
+      load_k(kr, krow, 0, words);
+      if constexpr (C::kVEarly) load_v(vr, vcol, row, st, 0, v_dims > 0);
     }
   }
-  for (int x = threadIdx.x; x < NQ * hd; x += blockDim.x) {
-    const int i = x / hd, d = x - i * hd;
-    const int t = t0 + i / hpb, h = h0 + i % hpb;
-    const bool ok = i < hpb * a.tokens_per_block && t < a.n_tokens;
-    qs[x] = ok ? ld(a.q, a.qdt, (int64_t(t) * a.n_head + h) * hd + d) * a.scale : 0.0f;
+  for (int x = threadIdx.x; x < NQ * HDP; x += blockDim.x) {
+    const int i = x / HDP, d = x % HDP;
+    float qv = 0.0f;
+    if (i < qy.n_live && d < hd) qv = ld(a.q, a.qdt, qy.index(i, a.n_head) * hd + d) * a.scale;
+    qs[x] = qv;
   }
   __syncthreads();
-
-  // This split's keys, counted back from the newest: [k_lo, k_hi].
-  int k_hi = hi_b - blockIdx.y * a.split_len;
-  int k_lo = max(lo_b, k_hi - a.split_len + 1);
 
   float m[NQ], l[NQ], acc[NQ][DPL];
 #pragma unroll
@@ -98,123 +421,73 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
 #pragma unroll
     for (int e = 0; e < DPL; ++e) acc[i][e] = 0.0f;
   }
-  const bool vec = (hd % 8) == 0;
-  for (int base = k_lo + warp * 32; base <= k_hi; base += kWarps * 32) {
-    const int kp = base + lane;
-    const bool kvalid = kp <= k_hi;
-    const int64_t slot = kvalid ? int64_t(kp) % a.capacity : 0;
-    const __nv_bfloat16* krow = a.k + slot * row + int64_t(g) * hd;
+#pragma unroll 1
+  for (bool ahead = VEC; base <= k_hi; base += kBlockKeys, ahead = false) {
+    const Step st(base, k_hi, a.capacity);
     float s[NQ];
 #pragma unroll
     for (int i = 0; i < NQ; ++i) s[i] = 0.0f;
-    if (kvalid) {
-      if (vec) {
-#pragma unroll 4
-        for (int d = 0; d < hd; d += 8) {
-          const uint4 kv = *reinterpret_cast<const uint4*>(krow + d);
-          const __nv_bfloat162* kb = reinterpret_cast<const __nv_bfloat162*>(&kv);
-          float kf[8];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 f = __bfloat1622float2(kb[j]);
-            kf[2 * j] = f.x;
-            kf[2 * j + 1] = f.y;
-          }
-#pragma unroll
-          for (int i = 0; i < NQ; ++i) {
-            const float4 q0 = *reinterpret_cast<const float4*>(qs + i * hd + d);
-            const float4 q1 = *reinterpret_cast<const float4*>(qs + i * hd + d + 4);
-            s[i] += q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] +
-                    q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
-          }
-        }
-      } else {
-        for (int d = 0; d < hd; ++d) {
-          const float kf = __bfloat162float(krow[d]);
-#pragma unroll
-          for (int i = 0; i < NQ; ++i) s[i] += qs[i * hd + d] * kf;
-        }
+    if constexpr (VEC) {
+      if (!ahead) {
+        krow = kcol + int64_t(st.slot(lane)) * row;
+        load_k(kr, krow, 0, words);
+        if constexpr (C::kVEarly) load_v(vr, vcol, row, st, 0, v_dims > 0);
       }
-    }
-    const int n_keys = min(32, k_hi - base + 1);
+      dot_k<NQ, HDP>(s, kr, qs, 0);
 #pragma unroll
-    for (int i = 0; i < NQ; ++i) {
-      float sc = s[i];
-      if (a.softcap > 0.0f) sc = tanhf(sc / a.softcap) * a.softcap;
-      const bool ok = live[i] && kvalid && kp >= lo[i] && kp <= hi[i];
-      sc = ok ? sc : -INFINITY;
-      const float cmax = warp_max(sc);
-      const float m_new = fmaxf(m[i], cmax);
-      const float p = m_new == -INFINITY ? 0.0f : __expf(sc - m_new);
-      const float corr = m_new == -INFINITY ? 1.0f : __expf(m[i] - m_new);
-      l[i] = l[i] * corr + warp_sum(p);
-      m[i] = m_new;
-#pragma unroll
-      for (int e = 0; e < DPL; ++e) acc[i][e] *= corr;
-      s[i] = p;
-    }
-    // P·V: lane owns dims [lane*DPL, lane*DPL + DPL). V rows are loaded 8 keys at a time before
-    // use, so their latencies overlap instead of serialising the loop.
-    const bool full = lane * DPL + DPL <= hd;
-    constexpr int KB = DPL >= 8 ? 4 : 8;  // keys in flight, bounded by registers
-    for (int j0 = 0; j0 < n_keys; j0 += KB) {
-      float vf[KB][DPL];
-#pragma unroll
-      for (int jj = 0; jj < KB; ++jj) {
-        const int j = j0 + jj;
-        const int64_t vslot = int64_t(base + (j < n_keys ? j : 0)) % a.capacity;
-        const __nv_bfloat16* vrow = a.v + vslot * row + int64_t(g) * hd + lane * DPL;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e)
-          vf[jj][e] =
-              (j < n_keys && (full || lane * DPL + e < hd)) ? __bfloat162float(vrow[e]) : 0.0f;
+      for (int piece = 1; piece < C::kKPieces; ++piece) {
+        load_k(kr, krow, piece, words);
+        dot_k<NQ, HDP>(s, kr, qs, piece);
       }
-#pragma unroll
-      for (int jj = 0; jj < KB; ++jj) {
-#pragma unroll
-        for (int i = 0; i < NQ; ++i) {
-          const float pj = __shfl_sync(0xffffffffu, s[i], (j0 + jj) & 31);
-#pragma unroll
-          for (int e = 0; e < DPL; ++e) acc[i][e] += pj * vf[jj][e];
-        }
-      }
+    } else {
+      dot_k_scalar<NQ, HDP>(s, kcol + int64_t(st.slot(lane)) * row, qs, hd);
     }
+    softmax_step(s, m, l, acc, range, base + lane, lane <= st.last, a.softcap, pw, lane);
+    __syncwarp();  // p of every lane is in pw
+    if constexpr (VEC) {
+#pragma unroll
+      for (int b = 0; b < C::kVBatches; ++b) {
+        if (b > 0 || !C::kVEarly) load_v(vr, vcol, row, st, b * C::kVBatch, v_dims > 0);
+        add_pv<NQ, DPL>(acc, vr, pw, b * C::kVBatch);
+      }
+    } else {
+      add_pv_scalar<NQ, DPL>(acc, vcol, row, st, pw, v_dims);
+    }
+    __syncwarp();  // pw is rewritten by the next step
   }
 
   // Merge the warps: warp w publishes (m, l, acc); thread x then combines one (query, dim).
-  __syncthreads();
-  float* ml = smem + NQ * hd;          // [kWarps][NQ][2]
-  float* accs = ml + kWarps * NQ * 2;  // [kWarps][NQ][hd]
+  float* ml = smem + C::kMl;     // [kWarps][NQ][2]
+  float* accs = smem + C::kAcc;  // [kWarps][NQ][HDP]
 #pragma unroll
   for (int i = 0; i < NQ; ++i) {
+    const float lsum = warp_sum(l[i]);
     if (lane == 0) {
       ml[(warp * NQ + i) * 2] = m[i];
-      ml[(warp * NQ + i) * 2 + 1] = l[i];
+      ml[(warp * NQ + i) * 2 + 1] = lsum;
     }
 #pragma unroll
-    for (int e = 0; e < DPL; ++e) {
-      const int d = lane * DPL + e;
-      if (d < hd) accs[(warp * NQ + i) * hd + d] = acc[i][e];
-    }
+    for (int e = 0; e < DPL; ++e) accs[(warp * NQ + i) * HDP + lane * DPL + e] = acc[i][e];
   }
   __syncthreads();
-  for (int x = threadIdx.x; x < NQ * hd; x += blockDim.x) {
+  const int64_t n_q = int64_t(a.n_tokens) * a.n_head;
+  for (int x = threadIdx.x; x < qy.n_live * hd; x += blockDim.x) {
     const int i = x / hd, d = x - i * hd;
-    const int t = t0 + i / hpb, h = h0 + i % hpb;
-    if (!(i < hpb * a.tokens_per_block && t < a.n_tokens)) continue;
     float mm = -INFINITY;
+#pragma unroll
     for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, ml[(w * NQ + i) * 2]);
     float ll = 0.0f, o = 0.0f;
     if (mm != -INFINITY) {
+#pragma unroll
       for (int w = 0; w < kWarps; ++w) {
         const float c = __expf(ml[(w * NQ + i) * 2] - mm);
         ll += ml[(w * NQ + i) * 2 + 1] * c;
-        o += accs[(w * NQ + i) * hd + d] * c;
+        o += accs[(w * NQ + i) * HDP + d] * c;
       }
     }
-    const int64_t qi = int64_t(t) * a.n_head + h;
-    if (a.ws) {
-      float* part = a.ws + (int64_t(blockIdx.y) * a.n_tokens * a.n_head + qi) * (hd + 2);
+    const int64_t qi = qy.index(i, a.n_head);
+    if (split) {
+      float* part = a.part + (int64_t(blockIdx.y) * n_q + qi) * (hd + 2);
       part[2 + d] = o;
       if (d == 0) {
         part[0] = mm;
@@ -224,29 +497,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
       st(a.out, a.odt, qi * hd + d, ll > 0.0f ? o / ll : 0.0f);
     }
   }
-}
-
-// One block per (token, head): merges the splits' (m, l, acc).
-__global__ void attention_combine_kernel(void* out, int odt, const float* ws, int64_t n_queries,
-                                         int hd, int n_splits) {
-  pdl_trigger();
-  pdl_wait();
-  const int64_t qi = blockIdx.x;
-  const int64_t stride = n_queries * (hd + 2);
-  float mm = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) mm = fmaxf(mm, ws[s * stride + qi * (hd + 2)]);
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float ll = 0.0f, o = 0.0f;
-    if (mm != -INFINITY) {
-      for (int s = 0; s < n_splits; ++s) {
-        const float* part = ws + s * stride + qi * (hd + 2);
-        const float c = __expf(part[0] - mm);
-        ll += part[1] * c;
-        o += part[2 + d] * c;
-      }
-    }
-    st(out, odt, qi * hd + d, ll > 0.0f ? o / ll : 0.0f);
-  }
+  if (split) merge_splits(a, qy, smem + C::kP, n_used);
 }
 
 struct Shape {
@@ -269,13 +520,15 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
   s.blocks_x = int(tiles * p.n_head_kv * s.head_chunks);
   s.split_len = 1 << 30;
   s.n_splits = 1;
-  if (n_tokens <= 8) {
+  if (n_tokens <= 8 && s.blocks_x <= kMaxGroups) {
     int64_t keys = capacity;
     if (p.window > 0) keys = std::min<int64_t>(keys, p.window + n_tokens);
-    const int target = std::clamp((2 * sm_count + s.blocks_x - 1) / s.blocks_x, 1, 64);
+    // About two blocks per SM for long contexts.
+    const int target = std::clamp((2 * sm_count + s.blocks_x - 1) / s.blocks_x, 1, kMaxSplits);
     int64_t len = (keys + target - 1) / target;
-    // Splits of at least one 32-key chunk: short contexts still spread over many blocks.
-    len = std::max<int64_t>(32, (len + 31) / 32 * 32);
+    // Whole block steps, so that every warp of a split has keys: short contexts use few splits
+    // of 128 keys rather than many of 32 with three warps of four idle.
+    len = std::max<int64_t>(kBlockKeys, (len + kBlockKeys - 1) / kBlockKeys * kBlockKeys);
     s.split_len = int(len);
     s.n_splits = int((keys + len - 1) / len);
   }
@@ -284,14 +537,19 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
 
 template <int NQ, int DPL>
 void configure() {
-  HEARTH_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<NQ, DPL>,
+  static_assert(Cfg<NQ, DPL>::kFloats * 4 <= 96 * 1024, "shared memory");
+  HEARTH_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<NQ, DPL, true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+  HEARTH_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<NQ, DPL, false>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
 }
 
 template <int NQ, int DPL>
-void launch(Ctx& ctx, const AttnArgs& a, int blocks_x, size_t smem) {
-  launch_pdl(ctx, attention_kernel<NQ, DPL>, dim3(unsigned(blocks_x), unsigned(a.n_splits)),
-             dim3(kWarps * 32), smem, a);
+void launch(Ctx& ctx, const AttnArgs& a, int blocks_x, bool vec) {
+  void (*kernel)(AttnArgs) =
+      vec ? &attention_kernel<NQ, DPL, true> : &attention_kernel<NQ, DPL, false>;
+  launch_pdl(ctx, kernel, dim3(unsigned(blocks_x), unsigned(a.n_splits)), dim3(kWarps * 32),
+             size_t(Cfg<NQ, DPL>::kFloats) * 4, a);
 }
 
 void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
@@ -332,7 +590,8 @@ size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const Attenti
                                  int64_t capacity) {
   const Shape s = shape_for(ctx.sm_count, n_tokens, p, capacity);
   if (s.n_splits <= 1) return 0;
-  return size_t(s.n_splits) * size_t(n_tokens) * size_t(p.n_head) * size_t(p.head_dim + 2) * 4;
+  return kCounterBytes +
+         size_t(s.n_splits) * size_t(n_tokens) * size_t(p.n_head) * size_t(p.head_dim + 2) * 4;
 }
 
 void attention(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const int32_t* positions,
@@ -353,6 +612,10 @@ namespace {
 void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
                     const int32_t* positions, const AttentionParams& p) {
   const int64_t n_tokens = q.d[0];
+  if (p.head_dim < 1 || p.head_dim > 256)
+    cuda_fail("attention", "unsupported head shape", __FILE__, __LINE__);
+  if (kv.capacity < 1 || kv.capacity > INT32_MAX - 2 * kChunk)
+    cuda_fail("attention", "unsupported cache capacity", __FILE__, __LINE__);
   const Shape s = shape_for(ctx.sm_count, n_tokens, p, kv.capacity);
   AttnArgs a{};
   a.q = q.p;
@@ -363,8 +626,13 @@ void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
   a.v = static_cast<const __nv_bfloat16*>(kv.v.p);
   a.positions = positions;
   a.first = kv.first;
-  a.ws = s.n_splits > 1 ? ctx.attn_ws : nullptr;
-  a.capacity = kv.capacity;
+  if (s.n_splits > 1) {
+    if (ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, kv.capacity))
+      cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
+    a.arrived = reinterpret_cast<unsigned*>(ctx.attn_ws);
+    a.part = ctx.attn_ws + kCounterBytes / 4;
+  }
+  a.capacity = int(kv.capacity);
   a.n_tokens = int(n_tokens);
   a.n_head = p.n_head;
   a.n_head_kv = p.n_head_kv;
@@ -377,52 +645,47 @@ void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
   a.softcap = p.softcap;
   a.split_len = s.split_len;
   a.n_splits = s.n_splits;
-  const size_t smem = size_t(s.nq) * p.head_dim * 4 + size_t(kWarps) * s.nq * 2 * 4 +
-                      size_t(kWarps) * s.nq * p.head_dim * 4;
+  // 16-byte K words and V slices need the rows 16-byte aligned.
+  const bool vec = p.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k.p) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(kv.v.p) % 16 == 0;
   switch (s.nq * 100 + s.dpl) {
     case 401:
-      launch<4, 1>(ctx, a, s.blocks_x, smem);
+      launch<4, 1>(ctx, a, s.blocks_x, vec);
       break;
     case 801:
-      launch<8, 1>(ctx, a, s.blocks_x, smem);
+      launch<8, 1>(ctx, a, s.blocks_x, vec);
       break;
     case 1601:
-      launch<16, 1>(ctx, a, s.blocks_x, smem);
+      launch<16, 1>(ctx, a, s.blocks_x, vec);
       break;
     case 402:
-      launch<4, 2>(ctx, a, s.blocks_x, smem);
+      launch<4, 2>(ctx, a, s.blocks_x, vec);
       break;
     case 802:
-      launch<8, 2>(ctx, a, s.blocks_x, smem);
+      launch<8, 2>(ctx, a, s.blocks_x, vec);
       break;
     case 1602:
-      launch<16, 2>(ctx, a, s.blocks_x, smem);
+      launch<16, 2>(ctx, a, s.blocks_x, vec);
       break;
     case 404:
-      launch<4, 4>(ctx, a, s.blocks_x, smem);
+      launch<4, 4>(ctx, a, s.blocks_x, vec);
       break;
     case 804:
-      launch<8, 4>(ctx, a, s.blocks_x, smem);
+      launch<8, 4>(ctx, a, s.blocks_x, vec);
       break;
     case 1604:
-      launch<16, 4>(ctx, a, s.blocks_x, smem);
+      launch<16, 4>(ctx, a, s.blocks_x, vec);
       break;
     case 408:
-      launch<4, 8>(ctx, a, s.blocks_x, smem);
+      launch<4, 8>(ctx, a, s.blocks_x, vec);
       break;
     case 808:
-      launch<8, 8>(ctx, a, s.blocks_x, smem);
+      launch<8, 8>(ctx, a, s.blocks_x, vec);
       break;
     default:
       cuda_fail("attention", "unsupported head shape", __FILE__, __LINE__);
   }
   HEARTH_CUDA_LAUNCHED();
-  if (s.n_splits > 1) {
-    launch_pdl(ctx, attention_combine_kernel, dim3(unsigned(n_tokens * p.n_head)), dim3(128), 0,
-               out.p, out.dtype, static_cast<const float*>(ctx.attn_ws), n_tokens * p.n_head,
-               int(p.head_dim), int(s.n_splits));
-    HEARTH_CUDA_LAUNCHED();
-  }
 }
 
 }  // namespace

@@ -70,7 +70,8 @@ struct Ctx {
   int sm_count = 0;
   // Programmatic dependent launch for the decode kernels (sm_90+; HEARTH_CUDA_PDL=0 turns it off).
   bool pdl = false;
-  // Split-K attention partials (sized by attention_workspace_bytes before any launch).
+  // Split-K attention: arrival counters, then partials (sized by attention_workspace_bytes
+  // before any launch; zeroed when allocated, and every launch leaves the counters at zero).
   float* attn_ws = nullptr;
   size_t attn_ws_bytes = 0;
 };
@@ -80,19 +81,32 @@ struct Ctx {
 // linear.cu
 void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias);
 void linear_plans_clear();
+// x += (in · wᵀ) * scale for prefill shapes through the GEMM's own accumulate (beta = 1);
+// false when cuBLASLt does not take the shape (the caller composes it instead).
+bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale);
 // gemv.cu: decode products (≤ 8 rows, bf16, 16-byte aligned; gemv_fits says so).
 constexpr int kGemvMaxSegs = 4;
 struct GemvJobs {  // up to kGemvMaxSegs products of the same input, in one launch
   Ten y[kGemvMaxSegs], w[kGemvMaxSegs], bias[kGemvMaxSegs];
   int32_t n = 0, pad = 0;
 };
-// Measures each variant's occupancy once (outside any graph capture).
+// Allows the input-norm variants their shared memory (once, outside any graph capture).
 void gemv_init();
 bool gemv_fits(const Ten& x, const Ten& w);
-void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs);
-// y = act(x·gateᵀ + gate_bias) * (x·upᵀ + up_bias)
+// The input RMSNorm a GEMV can apply itself: rms_norm(x) * (w + offset) per row.
+struct GemvNorm {
+  Ten w;
+  float eps = 0.0f, offset = 0.0f;
+};
+bool gemv_norm_fits(const Ten& x, const Ten& norm_w);  // also needs gemv_fits
+// jobs' outputs from x (normalised first unless norm.w is empty).
+void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs, const GemvNorm& norm);
+// resid += rounded(x·wᵀ + bias to product_dtype) * scale: the product that ends a residual block.
+void gemv_residual(Ctx& ctx, const Ten& resid, float scale, const Ten& x, const Ten& w,
+                   const Ten& bias, int32_t product_dtype);
+// y = act(x·gateᵀ + gate_bias) * (x·upᵀ + up_bias), x normalised first unless norm.w is empty.
 void gemv_glu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate, const Ten& gate_bias,
-              const Ten& up, const Ten& up_bias, int32_t act);
+              const Ten& up, const Ten& up_bias, int32_t act, const GemvNorm& norm);
 // elementwise.cu
 void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, float scale);
 void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act);
@@ -109,9 +123,6 @@ void copy_bytes(Ctx& ctx, const Ten& dst, const Ten& src);
 // norm.cu
 void rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float offset);
 void rms_norm_gated(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& z, float eps);
-// x += b * b_scale; y = rms_norm(x) * (w + offset), one block per row.
-void add_rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& b, float b_scale, const Ten& w,
-                  float eps, float offset);
 // rope.cu
 void rope(Ctx& ctx, const Ten& x, const int32_t* positions, const float* inv_freq,
           int32_t rotary_dim, float attention_factor);
@@ -124,7 +135,7 @@ void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, cons
                         const Ten& k_norm, float eps, float offset, const KvDev& kv,
                         const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
                         float attention_factor);
-// attention.cu
+// attention.cu. The workspace (ctx.attn_ws) must hold this many bytes, zeroed once when allocated.
 size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
                                  int64_t capacity);
 // Raises the dynamic shared-memory limits once (outside any graph capture).
@@ -140,7 +151,11 @@ struct PickDyn {
   float min_p;
   double u;
 };
-void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn);
+// Allocates and zeroes the picker's scratch for ctx's stream (once, outside any graph capture;
+// the kernels leave it zeroed again after every pick, so graph replays need no memset).
+void pick_token_init(const Ctx& ctx);
+// greedy_only: the caller knows the pick is greedy, so only the argmax kernel is launched.
+void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only);
 // gated_delta.cu
 void gated_delta_init();
 void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w);

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/common.h"
@@ -119,6 +120,12 @@ class CudaBackend final : public Backend {
     ctx_.sm_count = prop.multiProcessorCount;
     const char* pdl = std::getenv("HEARTH_CUDA_PDL");
     ctx_.pdl = prop.major >= 9 && !(pdl && std::string(pdl) == "0");
+    // Measurement switches: sampled picks on the host instead of the device (=host), and
+    // prefill's residual add composed instead of in the GEMM's accumulate (=0).
+    const char* sampling = std::getenv("HEARTH_CUDA_SAMPLING");
+    device_sampling_ = !(sampling && std::string(sampling) == "host");
+    const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
+    gemm_accumulate_ = !(accumulate && std::string(accumulate) == "0");
     HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     HEARTH_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
     HEARTH_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, kLtWorkspace));
@@ -130,6 +137,7 @@ class CudaBackend final : public Backend {
     ring_ = kGraphDynInts;
     attention_init();
     gemv_init();
+    pick_token_init(ctx_);
     gated_delta_init();
   }
 
@@ -223,12 +231,13 @@ class CudaBackend final : public Backend {
     submit<&cuda::linear>(Ten(y), Ten(x), Ten(w), Ten(bias));
   }
 
-  void linear_many(const Tensor& x, const LinearOut* outs, int n_outs) override {
+  void linear_many(const Tensor& x, const LinearOut* outs, int n_outs,
+                   const InputNorm* norm) override {
     bind();
-    bool fits = n_outs <= kGemvMaxSegs;
+    bool fits = n_outs <= kGemvMaxSegs && gemv_takes_norm(x, norm);
     for (int i = 0; i < n_outs; ++i)
       fits = fits && outs[i].y.device == Device::CUDA && gemv_fits(Ten(x), Ten(outs[i].w));
-    if (!fits) return Backend::linear_many(x, outs, n_outs);
+    if (!fits) return Backend::linear_many(x, outs, n_outs, norm);
     GemvJobs jobs;
     for (int i = 0; i < n_outs; ++i) {
       const LinearOut& o = outs[i];
@@ -237,22 +246,46 @@ class CudaBackend final : public Backend {
       jobs.bias[jobs.n] = Ten(o.bias);
       ++jobs.n;
     }
-    submit<&cuda::gemv_many>(Ten(x), jobs);
+    submit<&cuda::gemv_many>(Ten(x), jobs, gemv_norm(norm));
   }
 
   void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x, const LinearOut& gate,
-                  const LinearOut& up, Activation act) override {
+                  const LinearOut& up, Activation act, const InputNorm* norm) override {
     bind();
-    if (!gemv_fits(Ten(x), Ten(gate.w)) || !gemv_fits(Ten(x), Ten(up.w)))
-      return Backend::linear_glu(y, up_scratch, x, gate, up, act);
+    if (!gemv_fits(Ten(x), Ten(gate.w)) || !gemv_fits(Ten(x), Ten(up.w)) ||
+        !gemv_takes_norm(x, norm))
+      return Backend::linear_glu(y, up_scratch, x, gate, up, act, norm);
     submit<&cuda::gemv_glu>(Ten(y), Ten(x), Ten(gate.w), Ten(gate.bias), Ten(up.w), Ten(up.bias),
-                            int32_t(act));
+                            int32_t(act), gemv_norm(norm));
   }
 
-  void add_rms_norm(const Tensor& y, const Tensor& x, const Tensor& b, float b_scale,
-                    const Tensor& w, float eps, float off) override {
+  void linear_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
+                       float scale) override {
     bind();
-    submit<&cuda::add_rms_norm>(Ten(y), Ten(x), Ten(b), b_scale, Ten(w), eps, off);
+    const bool same = x.dtype == proj.y.dtype && x.numel() == proj.y.numel();
+    if (same && gemv_fits(Ten(in), Ten(proj.w)))
+      return submit<&cuda::gemv_residual>(Ten(x), scale, Ten(in), Ten(proj.w), Ten(proj.bias),
+                                          int32_t(proj.y.dtype));
+    // Prefill: the add rides in the GEMM (not recorded: graphs hold decode steps only).
+    if (same && proj.bias.empty() && !recording_ && gemm_accumulate_ &&
+        cuda::linear_accumulate(ctx_, Ten(x), Ten(in), Ten(proj.w), scale))
+      return;
+    Backend::linear_residual(x, in, proj, scale);
+  }
+
+  // Whether the GEMV can apply `norm` (none, or a per-row gain of x's width within its
+  // shared-memory budget), and the norm as the launcher's plain record.
+  static bool gemv_takes_norm(const Tensor& x, const InputNorm* norm) {
+    return !norm || (norm->w.device == Device::CUDA && gemv_norm_fits(Ten(x), Ten(norm->w)));
+  }
+  static GemvNorm gemv_norm(const InputNorm* norm) {
+    GemvNorm g;
+    if (norm) {
+      g.w = Ten(norm->w);
+      g.eps = norm->eps;
+      g.offset = norm->offset;
+    }
+    return g;
   }
 
   void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
@@ -309,7 +342,12 @@ class CudaBackend final : public Backend {
       HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
       cudaFree(ctx_.attn_ws);
       ctx_.attn_ws = nullptr;
-      grow_device(reinterpret_cast<void**>(&ctx_.attn_ws), ctx_.attn_ws_bytes, ws);
+      size_t have = ctx_.attn_ws_bytes;
+      ctx_.attn_ws_bytes = 0;  // none until the new one exists (grow_device may throw)
+      grow_device(reinterpret_cast<void**>(&ctx_.attn_ws), have, ws);
+      ctx_.attn_ws_bytes = have;
+      // The split-K arrival counters in it start at zero; every launch leaves them so.
+      HEARTH_CUDA_CHECK(cudaMemsetAsync(ctx_.attn_ws, 0, have, ctx_.stream));
       invalidate_graph();  // the captured graph holds the old workspace address
     }
     const int32_t* d_pos = upload_ints(positions, q.dim(0), 1);
@@ -381,10 +419,10 @@ class CudaBackend final : public Backend {
 
   void pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) override {
     bind();
-    // Greedy picks on the device. Sampling does not yet: the picker runs on one SM, and its
-    // radix passes over a 152k vocabulary took ~12 ms a pick on the H200, more than copying the
-    // row to the host and sampling there (docs/cuda.md). Tests reach it with the hook below.
-    const bool on_device = pick.temperature <= 0.0f || device_sampling_;
+    // Greedy and sampled picks on the device (multi-block, sampling.cu): a sampled 8B decode
+    // step is 12 % faster than bringing the row to the host (docs/PERFORMANCE.md).
+    const bool greedy = pick.temperature <= 0.0f;
+    const bool on_device = greedy || device_sampling_;
     if (logits.device != Device::CUDA || logits.dtype != DType::F32 || !on_device)
       return Backend::pick_token(dst, logits, pick);
     const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
@@ -396,7 +434,10 @@ class CudaBackend final : public Backend {
       HEARTH_CUDA_CHECK(cudaMalloc(&token_dev_, 16));
       invalidate_graph();
     }
-    submit<&cuda::pick_token>(static_cast<int32_t*>(token_dev_), Ten(logits), d_dyn);
+    submit<&cuda::pick_token>(static_cast<int32_t*>(token_dev_), Ten(logits), d_dyn, greedy);
+    // Greedy steps launch only the picker's first kernel, so they keep a graph of their own
+    // (sampled ones the next set of slots) and alternating requests do not recapture.
+    if (recording_) slot_ += size_t(greedy ? 1 : 2) * kGraphTokens;
     // The token leaves as the step's host output (4 bytes instead of the logits row).
     if (out_.p) deliver_or_queue_output();
     ensure_out_host(4);
@@ -480,7 +521,7 @@ class CudaBackend final : public Backend {
   // Test hooks: graphs off (every step eager), sampling picks on the device too, and how many
   // graphs were captured / replayed.
   void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
-  void set_device_sampling(bool on) { device_sampling_ = on; }
+  bool set_device_sampling(bool on) { return std::exchange(device_sampling_, on); }
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graphs_replayed() const { return graphs_replayed_; }
 
@@ -771,6 +812,7 @@ class CudaBackend final : public Backend {
   std::vector<DedupEntry> dedup_;
 
   bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
+  bool gemm_accumulate_ = true;
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
   // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
@@ -781,7 +823,8 @@ class CudaBackend final : public Backend {
     int64_t cursor = 0;
   };
   static constexpr int64_t kGraphTokens = 8;
-  std::array<GraphSlot, kGraphTokens + 1> graphs_;
+  // Slots: n (logits to the host), n + kGraphTokens (greedy pick), n + 2·kGraphTokens (sampled).
+  std::array<GraphSlot, 3 * kGraphTokens + 1> graphs_;
   size_t slot_ = 0;
   cudaEvent_t graph_done_ = nullptr;
   int64_t graphs_captured_ = 0, graphs_replayed_ = 0;
@@ -820,8 +863,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 void cuda_backend_set_graphs(Backend& b, bool on) {
   if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) c->set_graphs_enabled(on);
 }
-void cuda_backend_set_device_sampling(Backend& b, bool on) {
-  if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) c->set_device_sampling(on);
+bool cuda_backend_set_device_sampling(Backend& b, bool on) {
+  if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) return c->set_device_sampling(on);
+  return false;
 }
 int64_t cuda_backend_graphs_replayed(const Backend& b) {
   auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);

@@ -81,6 +81,8 @@ __global__ void convert_kernel(void* y, int ydt, const void* x, int xdt, int64_t
 
 __global__ void mul_sigmoid_kernel(void* y, int ydt, const void* x, int xdt, const void* g, int gdt,
                                    int64_t n, int64_t cols, bool broadcast) {
+  pdl_trigger();  // launched with launch_pdl: the attention output gate of a decode step
+  pdl_wait();
   GRID_STRIDE(i, n) {
     const float gv = ld(g, gdt, broadcast ? i / cols : i);
     st(y, ydt, i, ld(x, xdt, i) * sigmoid_f(gv));
@@ -165,8 +167,8 @@ void convert(Ctx& ctx, const Ten& dst, const Ten& src) {
 void mul_sigmoid(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate) {
   const int64_t rows = x.rows(), cols = x.cols();
   const bool broadcast = gate.numel() == rows && cols != 1;
-  mul_sigmoid_kernel<<<grid_for(x.numel(), kThreads), kThreads, 0, ctx.stream>>>(
-      y.p, y.dtype, x.p, x.dtype, gate.p, gate.dtype, x.numel(), cols, broadcast);
+  launch_pdl(ctx, mul_sigmoid_kernel, dim3(grid_for(x.numel(), kThreads)), dim3(kThreads), 0, y.p,
+             y.dtype, x.p, x.dtype, gate.p, gate.dtype, x.numel(), cols, broadcast);
   HEARTH_CUDA_LAUNCHED();
 }
 

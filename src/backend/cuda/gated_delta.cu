@@ -5,16 +5,24 @@
 // result within f32 rounding). One block owns a value head's 32-column slab of the state
 // [Dk, 32] f32 in shared memory for the whole call; every value column evolves independently,
 // so slabs never communicate. State, g and beta are f32 (any float dtype is read); q | k | v
-// come in the activation dtype.
+// come in the activation dtype. Launched with programmatic dependent launch (decode steps run
+// these once per linear layer): each kernel waits for its inputs before touching anything.
 #include "backend/cuda/device_util.cuh"
 
 namespace hearth::cuda {
 
 namespace {
 
+// Decode-sized calls let the next kernel start early (programmatic dependent launch). A prefill
+// call runs long, and the next kernel's thousands of blocks waiting beside it slowed the 9B
+// hybrid's pp512 from 9.1k to 5.9k t/s on the H200: there the next kernel starts at the end.
+constexpr int64_t kDecodeTokens = 8;
+
 // One thread per channel; tokens in order, so the state update needs no synchronisation.
 __global__ void conv1d_kernel(void* y, int ydt, const void* x, int xdt, void* state, int sdt,
                               const void* w, int wdt, int64_t n, int64_t C, int K) {
+  if (n <= kDecodeTokens) pdl_trigger();  // see kDecodeTokens
+  pdl_wait();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   for (int64_t t = 0; t < n; ++t) {
@@ -37,6 +45,8 @@ __global__ void conv1d_kernel(void* y, int ydt, const void* x, int xdt, void* st
 __global__ void gates_kernel(void* g, int gdt, void* beta, int bdt, const void* a, int adt,
                              const void* b, int bbdt, const void* a_log, int ldt,
                              const void* dt_bias, int ddt, int64_t n, int64_t h) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n * h;
        x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = x % h;
@@ -56,6 +66,8 @@ __global__ void __launch_bounds__(kCols* kRowGroups)
                        const void* beta, int bdt, float* state, int n, int hk, int hv, int dk,
                        int dv) {
   extern __shared__ float sm[];
+  if (n <= kDecodeTokens) pdl_trigger();  // see kDecodeTokens
+  pdl_wait();
   float* S = sm;
   float* qs = S + dk * kCols;
   float* ks = qs + dk;
@@ -134,17 +146,17 @@ void gated_delta_init() {
 void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w) {
   const int64_t n = x.rows(), C = x.cols();
   const int K = int(w.rows());
-  conv1d_kernel<<<unsigned((C + 127) / 128), 128, 0, ctx.stream>>>(
-      y.p, y.dtype, x.p, x.dtype, state.p, state.dtype, w.p, w.dtype, n, C, K);
+  launch_pdl(ctx, conv1d_kernel, dim3(unsigned((C + 127) / 128)), dim3(128), 0, y.p, y.dtype, x.p,
+             x.dtype, state.p, state.dtype, w.p, w.dtype, n, C, K);
   HEARTH_CUDA_LAUNCHED();
 }
 
 void gated_delta_gates(Ctx& ctx, const Ten& g, const Ten& beta, const Ten& a, const Ten& b,
                        const Ten& a_log, const Ten& dt_bias) {
   const int64_t n = a.rows(), h = a.cols();
-  gates_kernel<<<grid_for(n * h, 256), 256, 0, ctx.stream>>>(
-      g.p, g.dtype, beta.p, beta.dtype, a.p, a.dtype, b.p, b.dtype, a_log.p, a_log.dtype, dt_bias.p,
-      dt_bias.dtype, n, h);
+  launch_pdl(ctx, gates_kernel, dim3(grid_for(n * h, 256)), dim3(256), 0, g.p, g.dtype, beta.p,
+             beta.dtype, a.p, a.dtype, b.p, b.dtype, a_log.p, a_log.dtype, dt_bias.p, dt_bias.dtype,
+             n, h);
   HEARTH_CUDA_LAUNCHED();
 }
 
@@ -155,9 +167,9 @@ void gated_delta(Ctx& ctx, const Ten& out, const Ten& qkv, const Ten& g, const T
   const int n = int(qkv.rows());
   const size_t smem = (size_t(p.k_dim) * kCols + 2 * size_t(p.k_dim) + kRowGroups * kCols) * 4;
   dim3 grid(unsigned(p.n_v_heads), unsigned((p.v_dim + kCols - 1) / kCols));
-  gated_delta_kernel<<<grid, kCols * kRowGroups, smem, ctx.stream>>>(
-      out.p, out.dtype, qkv.p, qkv.dtype, g.p, g.dtype, beta.p, beta.dtype,
-      static_cast<float*>(state.p), n, p.n_k_heads, p.n_v_heads, p.k_dim, p.v_dim);
+  launch_pdl(ctx, gated_delta_kernel, grid, dim3(kCols * kRowGroups), smem, out.p, out.dtype, qkv.p,
+             qkv.dtype, g.p, g.dtype, beta.p, beta.dtype, static_cast<float*>(state.p), n,
+             p.n_k_heads, p.n_v_heads, p.k_dim, p.v_dim);
   HEARTH_CUDA_LAUNCHED();
 }
 

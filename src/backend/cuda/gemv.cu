@@ -4,7 +4,13 @@
 //
 // One launch serves several matrices that share the input (q, k and v; or gate and up with the
 // GLU applied before the store), so a layer's attention inputs cost one launch and its MLP
-// input one launch, and small matrices ride in the same wave as big ones.
+// input one launch, and small matrices ride in the same wave as big ones. The launches that
+// begin and end a residual block absorb the work around them, so a decode layer has no
+// separate norm or add pass:
+// - input norm: x arrives un-normalised; every block computes rms_norm(x) * gain itself into
+//   shared memory (x is a few KB, read from L2) while its first weights are already in flight;
+// - residual: instead of storing y, the owner of an output row adds it into the residual
+//   stream (x += rounded(y) * scale), exactly what the separate add would have computed.
 //
 // Work split: a block of 8 warps owns 8/W output rows; W warps share a row, each taking a
 // contiguous 1/W of its columns, and their partial sums meet in shared memory. W (1, 2, 4 or 8)
@@ -13,7 +19,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/device_util.cuh"
 
@@ -22,21 +31,20 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-// 16-byte loads per lane in flight (per matrix), and the warps per SM the row split aims for:
+// 16-byte loads per lane in flight per matrix, and the warps per SM the row split aims for:
 // 4 loads with 64 warps beat 8 loads with 32 on the H200 (8B and 0.6B decode, PERFORMANCE.md).
-// HEARTH_GEMV_TUNE="U_plain,U_glu,warps_per_sm" overrides them for measurements (read once).
-struct Tune {
-  int unroll_plain = 4, unroll_glu = 4, warps_per_sm = 64;  // best on the H200 (PERFORMANCE.md)
-};
-const Tune& tune() {
-  static const Tune t = [] {
-    Tune t;
-    if (const char* e = std::getenv("HEARTH_GEMV_TUNE"))
-      std::sscanf(e, "%d,%d,%d", &t.unroll_plain, &t.unroll_glu, &t.warps_per_sm);
-    return t;
+// HEARTH_GEMV_WARPS_PER_SM overrides the latter for measurements (read once).
+constexpr int kUnroll = 4;
+int warps_per_sm() {
+  static const int w = [] {
+    const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
+    const int v = e ? std::atoi(e) : 0;
+    return v > 0 ? v : 64;
   }();
-  return t;
+  return w;
 }
+// The largest normalised input a block stages in shared memory (n rows × in × 2 bytes).
+constexpr size_t kMaxNormBytes = 96 * 1024;
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 r;
@@ -71,12 +79,15 @@ __device__ __forceinline__ float act_f(int act, float x) {
 struct Seg {
   const uint4* w;   // [rows, in8]
   const uint4* w2;  // GLU: the up matrix, same shape
-  void* y;          // [n, rows]
+  void* y;          // [n, rows]; unused when resid is set
   const void* bias;
   const void* bias2;
+  void* resid;  // set: resid[n, rows] += rounded(x·wᵀ + bias) * rscale instead of storing y
   int64_t rows;
   int64_t first_block;
-  int32_t ydt, bdt, bdt2, pad;
+  int32_t ydt, bdt, bdt2, rdt;
+  float rscale;
+  int32_t pad;
 };
 
 struct Args {
@@ -87,10 +98,63 @@ struct Args {
   int32_t pad;
   const uint4* x;  // [n, in8]
   int64_t in8;
+  // NORM kernels: x is un-normalised; the product's input is rms_norm(x) * (norm_w + offset).
+  const void* norm_w;
+  int32_t norm_wdt;
+  float norm_eps, norm_offset;
+  int32_t pad2;
 };
 
-template <int N, bool GLU, int kUnroll>
+// The segment (matrix) that owns row group `group`.
+__device__ __forceinline__ int seg_of(const Args& a, int64_t group) {
+  int s = 0;
+#pragma unroll
+  for (int i = 1; i < kGemvMaxSegs; ++i)
+    if (i < a.n_seg && group >= a.seg[i].first_block) s = i;
+  return s;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// xs[r][i] = bf16(x[r][i] * inv_rms(x[r]) * (w[i] + offset)) for the block's N rows; the same
+// arithmetic as rms_norm (norm.cu), so the product sees the values the norm would have stored.
+template <int N>
+__device__ void normalise_input(const Args& a, uint4* xs) {
+  const float len = float(a.in8 * 8);
+  for (int r = 0; r < N; ++r) {
+    const uint4* xr = a.x + r * a.in8;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) {
+      const uint4 v = xr[i];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(h[j]);
+        ss = fmaf(f.x, f.x, ss);
+        ss = fmaf(f.y, f.y, ss);
+      }
+    }
+    const float inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) {
+      uint4 v = xr[i];
+      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(h[j]);
+        const float g0 = ld(a.norm_w, a.norm_wdt, i * 8 + 2 * j) + a.norm_offset;
+        const float g1 = ld(a.norm_w, a.norm_wdt, i * 8 + 2 * j + 1) + a.norm_offset;
+        h[j] = __floats2bfloat162_rn(f.x * inv * g0, f.y * inv * g1);
+      }
+      xs[r * a.in8 + i] = v;
+    }
+  }
+}
+
+template <int N, bool GLU, bool NORM>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t n_groups) {
+  extern __shared__ uint4 xs[];  // NORM: the normalised input [N][in8]
   __shared__ float part[kWarps][GLU ? 2 * N : N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows_per_block = kWarps / a.split;
@@ -100,14 +164,30 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   const int64_t c_lo = piece * len, c_hi = min(a.in8, c_lo + len);
   pdl_trigger();
   bool waited = false;
+  if constexpr (NORM) {
+    // The whole block normalises x before any product, so the first weights can only be
+    // requested ahead (into L2) while the previous kernel finishes; then wait, normalise.
+    const Seg& g = a.seg[seg_of(a, blockIdx.x)];
+    const int64_t row = (blockIdx.x - g.first_block) * rows_per_block + slot;
+    if (row < g.rows) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c_lo + lane + u * 32;
+        if (c < c_hi) {
+          prefetch_l2(g.w + row * a.in8 + c);
+          if constexpr (GLU) prefetch_l2(g.w2 + row * a.in8 + c);
+        }
+      }
+    }
+    pdl_wait();
+    waited = true;
+    normalise_input<N>(a, xs);
+    __syncthreads();
+  }
   // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
   // partial last wave leaves SMs idle (a 6144-row matrix is 1.45 waves of one-shot blocks).
   for (int64_t group = blockIdx.x; group < n_groups; group += gridDim.x) {
-    int s = 0;
-#pragma unroll
-    for (int i = 1; i < kGemvMaxSegs; ++i)
-      if (i < a.n_seg && group >= a.seg[i].first_block) s = i;
-    const Seg& g = a.seg[s];
+    const Seg& g = a.seg[seg_of(a, group)];
     const int64_t row = (group - g.first_block) * rows_per_block + slot;
     const bool live = row < g.rows;
     float acc[N], acc2[N];
@@ -135,7 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
         if (c < c_hi) {
 #pragma unroll
           for (int r = 0; r < N; ++r) {
-            const uint4 xv = a.x[r * a.in8 + c];
+            const uint4 xv = NORM ? xs[r * a.in8 + c] : a.x[r * a.in8 + c];
             acc[r] += dot8(wv[u], xv);
             if constexpr (GLU) acc2[r] += dot8(uv[u], xv);
           }
@@ -178,6 +258,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
 #pragma unroll
         for (int r = 0; r < N; ++r)
           st(g.y, g.ydt, r * g.rows + row, act_f(a.act, acc[r] + b) * (acc2[r] + b2));
+      } else if (g.resid) {
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+          const int64_t i = r * g.rows + row;
+          st(g.resid, g.rdt, i, ld(g.resid, g.rdt, i) + rounded(g.ydt, acc[r] + b) * g.rscale);
+        }
       } else {
 #pragma unroll
         for (int r = 0; r < N; ++r) st(g.y, g.ydt, r * g.rows + row, acc[r] + b);
@@ -187,31 +273,34 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   if (!waited) pdl_wait();
 }
 
-// Blocks of each kernel variant that fit on one SM at once, [GLU][unroll 4/8][N - 1]; filled
-// by gemv_init() outside any graph capture.
-int g_blocks_per_sm[2][2][8];
-
-template <int N, bool GLU, int U>
-void query_occupancy() {
-  int b = 0;
-  HEARTH_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<N, GLU, U>, kWarps * 32, 0));
-  g_blocks_per_sm[GLU][U == 8][N - 1] = std::max(b, 1);
+// Blocks of one kernel variant that fit on an SM with `smem` bytes of dynamic shared memory,
+// measured once per (kernel, smem) — outside the hot path, and allowed during graph capture.
+int blocks_per_sm(const void* kernel, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = known.try_emplace({kernel, smem}, 1);
+  if (fresh) {
+    int b = 0;
+    HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32, smem));
+    it->second = std::max(b, 1);
+  }
+  return it->second;
 }
 
 template <int N>
-void query_all() {
-  query_occupancy<N, false, 4>();
-  query_occupancy<N, false, 8>();
-  query_occupancy<N, true, 4>();
-  query_occupancy<N, true, 8>();
+void allow_norm_smem() {
+  for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true>),
+                        reinterpret_cast<const void*>(gemv_kernel<N, true, true>)})
+    HEARTH_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxNormBytes)));
 }
 
 template <bool GLU>
 void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   // Warps per row: enough warps in flight to cover the memory latency on every SM (about
   // 32 per SM), while each lane still gets at least a few 16-byte loads.
-  const int64_t target = int64_t(ctx.sm_count) * tune().warps_per_sm;
+  const int64_t target = int64_t(ctx.sm_count) * warps_per_sm();
   int split = 1;
   while (split < kWarps && total_rows * split < target && a.in8 / (split * 2) >= 32 * 2) split *= 2;
   a.split = split;
@@ -221,44 +310,45 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
     a.seg[i].first_block = blocks;
     blocks += (a.seg[i].rows + rows_per_block - 1) / rows_per_block;
   }
-  const int unroll = GLU ? tune().unroll_glu : tune().unroll_plain;
+  const bool norm = a.norm_w != nullptr;
+  const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
   auto go = [&](auto kernel) {
     const int64_t resident =
-        int64_t(ctx.sm_count) * g_blocks_per_sm[GLU][unroll == 8][std::clamp<int64_t>(n, 1, 8) - 1];
+        int64_t(ctx.sm_count) * blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
     const unsigned grid = unsigned(std::min(blocks, resident));
-    launch_pdl(ctx, kernel, dim3(grid), dim3(kWarps * 32), 0, a, blocks);
+    launch_pdl(ctx, kernel, dim3(grid), dim3(kWarps * 32), smem, a, blocks);
   };
-  auto by_unroll = [&](auto n_rows) {
+  auto by_norm = [&](auto n_rows) {
     constexpr int N = decltype(n_rows)::value;
-    if (unroll == 4)
-      go(gemv_kernel<N, GLU, 4>);
+    if (norm)
+      go(gemv_kernel<N, GLU, true>);
     else
-      go(gemv_kernel<N, GLU, 8>);
+      go(gemv_kernel<N, GLU, false>);
   };
   switch (n) {
     case 1:
-      by_unroll(std::integral_constant<int, 1>());
+      by_norm(std::integral_constant<int, 1>());
       break;
     case 2:
-      by_unroll(std::integral_constant<int, 2>());
+      by_norm(std::integral_constant<int, 2>());
       break;
     case 3:
-      by_unroll(std::integral_constant<int, 3>());
+      by_norm(std::integral_constant<int, 3>());
       break;
     case 4:
-      by_unroll(std::integral_constant<int, 4>());
+      by_norm(std::integral_constant<int, 4>());
       break;
     case 5:
-      by_unroll(std::integral_constant<int, 5>());
+      by_norm(std::integral_constant<int, 5>());
       break;
     case 6:
-      by_unroll(std::integral_constant<int, 6>());
+      by_norm(std::integral_constant<int, 6>());
       break;
     case 7:
-      by_unroll(std::integral_constant<int, 7>());
+      by_norm(std::integral_constant<int, 7>());
       break;
     case 8:
-      by_unroll(std::integral_constant<int, 8>());
+      by_norm(std::integral_constant<int, 8>());
       break;
     default:
       cuda_fail("gemv", "more than 8 activation rows", __FILE__, __LINE__);
@@ -268,17 +358,25 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+void set_norm(Args& a, const GemvNorm& norm) {
+  if (norm.w.empty()) return;
+  a.norm_w = norm.w.p;
+  a.norm_wdt = norm.w.dtype;
+  a.norm_eps = norm.eps;
+  a.norm_offset = norm.offset;
+}
+
 }  // namespace
 
 void gemv_init() {
-  query_all<1>();
-  query_all<2>();
-  query_all<3>();
-  query_all<4>();
-  query_all<5>();
-  query_all<6>();
-  query_all<7>();
-  query_all<8>();
+  allow_norm_smem<1>();
+  allow_norm_smem<2>();
+  allow_norm_smem<3>();
+  allow_norm_smem<4>();
+  allow_norm_smem<5>();
+  allow_norm_smem<6>();
+  allow_norm_smem<7>();
+  allow_norm_smem<8>();
 }
 
 bool gemv_fits(const Ten& x, const Ten& w) {
@@ -286,11 +384,16 @@ bool gemv_fits(const Ten& x, const Ten& w) {
          x.cols() == w.d[1] && x.cols() % 8 == 0 && aligned16(x.p) && aligned16(w.p);
 }
 
-void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs) {
+bool gemv_norm_fits(const Ten& x, const Ten& norm_w) {
+  return norm_w.numel() == x.cols() && size_t(x.numel()) * 2 <= kMaxNormBytes;
+}
+
+void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs, const GemvNorm& norm) {
   Args a{};
   a.x = static_cast<const uint4*>(x.p);
   a.in8 = x.cols() / 8;
   a.n_seg = jobs.n;
+  set_norm(a, norm);
   int64_t total = 0;
   for (int i = 0; i < jobs.n; ++i) {
     Seg& s = a.seg[i];
@@ -305,13 +408,32 @@ void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs) {
   launch<false>(ctx, a, x.rows(), total);
 }
 
+void gemv_residual(Ctx& ctx, const Ten& resid, float scale, const Ten& x, const Ten& w,
+                   const Ten& bias, int32_t product_dtype) {
+  Args a{};
+  a.x = static_cast<const uint4*>(x.p);
+  a.in8 = x.cols() / 8;
+  a.n_seg = 1;
+  Seg& s = a.seg[0];
+  s.w = static_cast<const uint4*>(w.p);
+  s.ydt = product_dtype;
+  s.bias = bias.p;
+  s.bdt = bias.dtype;
+  s.resid = resid.p;
+  s.rdt = resid.dtype;
+  s.rscale = scale;
+  s.rows = w.d[0];
+  launch<false>(ctx, a, x.rows(), s.rows);
+}
+
 void gemv_glu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate, const Ten& gate_bias,
-              const Ten& up, const Ten& up_bias, int32_t act) {
+              const Ten& up, const Ten& up_bias, int32_t act, const GemvNorm& norm) {
   Args a{};
   a.x = static_cast<const uint4*>(x.p);
   a.in8 = x.cols() / 8;
   a.n_seg = 1;
   a.act = act;
+  set_norm(a, norm);
   Seg& s = a.seg[0];
   s.w = static_cast<const uint4*>(gate.p);
   s.w2 = static_cast<const uint4*>(up.p);

@@ -133,6 +133,21 @@ void linear_plans_clear() {
   plans().clear();
 }
 
+bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale) {
+  const int64_t n = in.rows(), k = in.cols(), out = w.d[0];
+  if (n <= 8 || in.dtype != kBF16 || w.dtype != kBF16 || x.dtype != kBF16) return false;
+  const int align = std::min({alignment_of(x.p), alignment_of(in.p), alignment_of(w.p)});
+  const Plan& p = plan_for(ctx, n, out, k, x.dtype, align);
+  if (!p.ok) return false;
+  // D = scale · (W·in) + 1 · C with C = D = x: the residual add rides in the GEMM's epilogue.
+  // The product is added before rounding to bf16 (the composed form rounds it first).
+  const float beta = 1.0f;
+  HEARTH_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, p.op, &scale, w.p, p.a, in.p, p.b, &beta, x.p, p.c,
+                                     x.p, p.c, &p.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
+                                     ctx.stream));
+  return true;
+}
+
 void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias) {
   const int64_t n = x.rows(), in = x.cols(), out = w.d[0];
   const bool bf16 = x.dtype == kBF16 && w.dtype == kBF16;
@@ -145,7 +160,7 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
       jobs.w[0] = w;
       jobs.bias[0] = bias;
       jobs.n = 1;
-      gemv_many(ctx, x, jobs);
+      gemv_many(ctx, x, jobs, GemvNorm{});
       return;
     } else {
       gemv_generic_kernel<<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(

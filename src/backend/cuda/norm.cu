@@ -55,6 +55,8 @@ constexpr int kRowsPerBlock = 4;
 __global__ void rms_norm_warp_kernel(void* y, int ydt, const void* x, int xdt, const void* w,
                                      int wdt, int64_t rows, int len, float eps, float offset,
                                      const void* z, int zdt) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (r >= rows) return;
   norm_row(y, ydt, x, xdt, w, wdt, r * len, len, eps, offset, z, zdt, threadIdx.x & 31, 32, false);
@@ -64,42 +66,10 @@ __global__ void rms_norm_warp_kernel(void* y, int ydt, const void* x, int xdt, c
 __global__ void rms_norm_block_kernel(void* y, int ydt, const void* x, int xdt, const void* w,
                                       int wdt, int len, float eps, float offset, const void* z,
                                       int zdt) {
+  pdl_trigger();
+  pdl_wait();
   norm_row(y, ydt, x, xdt, w, wdt, int64_t(blockIdx.x) * len, len, eps, offset, z, zdt, threadIdx.x,
            blockDim.x, true);
-}
-
-// One block per row: x += b * s (written back), then y = norm(x) * (w + offset).
-__global__ void add_rms_norm_kernel(void* y, int ydt, void* x, int xdt, const void* b, int bdt,
-                                    float s, const void* w, int wdt, int len, float eps,
-                                    float offset) {
-  pdl_trigger();
-  // The gains are weights (never written in a step): fetched before waiting for x and b.
-  float g[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    g[k] = i < len ? ld(w, wdt, i) + offset : 0.0f;
-  }
-  pdl_wait();
-  const int64_t base = int64_t(blockIdx.x) * len;
-  float v[kPer];
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    v[k] = 0.0f;
-    if (i < len) {
-      v[k] = rounded(xdt, ld(x, xdt, base + i) + ld(b, bdt, base + i) * s);
-      st(x, xdt, base + i, v[k]);
-    }
-    ss += v[k] * v[k];
-  }
-  const float inv = rsqrtf(block_sum(ss) / float(len) + eps);
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    if (i < len) st(y, ydt, base + i, v[k] * inv * g[k]);
-  }
 }
 
 int threads_for(int len) { return std::min(1024, std::max(64, (len / 4 + 31) / 32 * 32)); }
@@ -111,13 +81,13 @@ void launch(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float
   const void* zp = z ? z->p : nullptr;
   const int zdt = z ? z->dtype : 0;
   if (len <= 512) {
-    rms_norm_warp_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock,
-                           0, ctx.stream>>>(y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, rows, len,
-                                            eps, offset, zp, zdt);
+    launch_pdl(ctx, rms_norm_warp_kernel,
+               dim3(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock)), dim3(32 * kRowsPerBlock),
+               0, y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, rows, len, eps, offset, zp, zdt);
   } else {
     const int threads = threads_for(len);
-    rms_norm_block_kernel<<<unsigned(rows), threads, 0, ctx.stream>>>(
-        y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, len, eps, offset, zp, zdt);
+    launch_pdl(ctx, rms_norm_block_kernel, dim3(unsigned(rows)), dim3(threads), 0, y.p, y.dtype,
+               x.p, x.dtype, w.p, w.dtype, len, eps, offset, zp, zdt);
   }
   HEARTH_CUDA_LAUNCHED();
 }
@@ -131,16 +101,6 @@ void rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, flo
 // transformers' gated norm: weight * normalised(x), then * silu(z); no weight offset.
 void rms_norm_gated(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& z, float eps) {
   launch(ctx, y, x, w, eps, 0.0f, &z);
-}
-
-void add_rms_norm(Ctx& ctx, const Ten& y, const Ten& x, const Ten& b, float b_scale, const Ten& w,
-                  float eps, float offset) {
-  const int len = int(w.numel());
-  const int threads = threads_for(len);
-  if (len > kPer * threads) cuda_fail("add_rms_norm", "row too long", __FILE__, __LINE__);
-  launch_pdl(ctx, add_rms_norm_kernel, dim3(unsigned(x.numel() / len)), dim3(threads), 0, y.p,
-             y.dtype, x.p, x.dtype, b.p, b.dtype, b_scale, w.p, w.dtype, len, eps, offset);
-  HEARTH_CUDA_LAUNCHED();
 }
 
 }  // namespace hearth::cuda
