@@ -50,6 +50,32 @@ std::vector<float> download_bf16(const Dev& d, size_t n) {
   return f;
 }
 
+// The cache as the kernels see it: bf16 rows of n_head_kv · head_dim, `first` in device memory.
+KvDev cache_view(const Dev& k, const Dev& v, const Dev& first, int64_t cap, int64_t row) {
+  KvDev kv;
+  kv.k.p = k.p;
+  kv.v.p = v.p;
+  kv.k.dtype = kv.v.dtype = kBF16;
+  kv.k.ndim = kv.v.ndim = 2;
+  kv.k.d[0] = kv.v.d[0] = cap;
+  kv.k.d[1] = kv.v.d[1] = row;
+  kv.capacity = cap;
+  kv.first = static_cast<const int32_t*>(first.p);
+  return kv;
+}
+
+// A bf16 [n, heads, hd] tensor (q or the output).
+Ten heads_view(void* p, int64_t n, int heads, int hd) {
+  Ten t;
+  t.p = p;
+  t.dtype = kBF16;
+  t.ndim = 3;
+  t.d[0] = n;
+  t.d[1] = heads;
+  t.d[2] = hd;
+  return t;
+}
+
 struct Shape {
   const char* name;
   int n_head, n_head_kv, hd, n, past;
@@ -69,23 +95,9 @@ void run(Ctx& ctx, const Shape& s, int reps) {
   HEARTH_CUDA_CHECK(cudaMemcpy(pos.p, hpos.data(), hpos.size() * 4, cudaMemcpyHostToDevice));
   HEARTH_CUDA_CHECK(cudaMemcpy(first.p, &zero, 4, cudaMemcpyHostToDevice));
 
-  KvDev kv;
-  kv.k.p = k.p;
-  kv.v.p = v.p;
-  kv.k.dtype = kv.v.dtype = kBF16;
-  kv.k.ndim = kv.v.ndim = 2;
-  kv.k.d[0] = kv.v.d[0] = cap;
-  kv.k.d[1] = kv.v.d[1] = row;
-  kv.capacity = cap;
-  kv.first = static_cast<const int32_t*>(first.p);
-  Ten tq, to;
-  tq.p = q.p;
-  tq.dtype = kBF16;
-  tq.ndim = 3;
-  tq.d[0] = s.n;
-  tq.d[1] = s.n_head;
-  tq.d[2] = s.hd;
-  to = tq;
+  const KvDev kv = cache_view(k, v, first, cap, row);
+  const Ten tq = heads_view(q.p, s.n, s.n_head, s.hd);
+  Ten to = tq;
   const AttentionParams p{s.n_head, s.n_head_kv, s.hd, 1.0f / std::sqrt(float(s.hd)), 0.0f, 0};
   const double keys = double(s.n) * s.past + double(s.n) * (s.n + 1) / 2.0;
   const double flops = 4.0 * s.hd * s.n_head * keys;
@@ -163,24 +175,9 @@ void run_decode(Ctx& ctx, const Decode& s, int reps) {
   const int32_t first_pos = int32_t(std::max<int64_t>(0, s.len - cap));
   HEARTH_CUDA_CHECK(cudaMemcpy(pos.p, hpos.data(), hpos.size() * 4, cudaMemcpyHostToDevice));
   HEARTH_CUDA_CHECK(cudaMemcpy(first.p, &first_pos, 4, cudaMemcpyHostToDevice));
-  KvDev kv;
-  kv.k.p = k.p;
-  kv.v.p = v.p;
-  kv.k.dtype = kv.v.dtype = kBF16;
-  kv.k.ndim = kv.v.ndim = 2;
-  kv.k.d[0] = kv.v.d[0] = cap;
-  kv.k.d[1] = kv.v.d[1] = row;
-  kv.capacity = cap;
-  kv.first = static_cast<const int32_t*>(first.p);
-  Ten tq;
-  tq.p = q.p;
-  tq.dtype = kBF16;
-  tq.ndim = 3;
-  tq.d[0] = s.n;
-  tq.d[1] = s.n_head;
-  tq.d[2] = s.hd;
-  Ten to = tq;
-  to.p = o.p;
+  const KvDev kv = cache_view(k, v, first, cap, row);
+  const Ten tq = heads_view(q.p, s.n, s.n_head, s.hd);
+  const Ten to = heads_view(o.p, s.n, s.n_head, s.hd);
   const AttentionParams p{s.n_head, s.n_head_kv, s.hd, 1.0f / std::sqrt(float(s.hd)), 0.0f, 0};
   const size_t ws = attention_workspace_bytes(ctx, s.n, p, cap);
   Dev wsd(std::max<size_t>(ws, 4));
