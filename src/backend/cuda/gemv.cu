@@ -32,14 +32,16 @@ namespace {
 
 constexpr int kWarps = 8;
 // 16-byte loads per lane in flight per matrix, and the warps per SM the row split aims for:
-// 4 loads with 64 warps beat 8 loads with 32 on the H200 (8B and 0.6B decode, PERFORMANCE.md).
-// HEARTH_GEMV_WARPS_PER_SM overrides the latter for measurements (read once).
+// 4 loads beat 8 on the H200 (session 2), and with the input norm and residual folded in, a
+// split aiming at 48 warps per SM beat 32, 64, 96 and 128 on the 8B (211.6 t/s against
+// 206.4 at 64) and matched 64 on the 0.6B and the 9B (PERFORMANCE.md, session 3).
+// HEARTH_GEMV_WARPS_PER_SM overrides it for measurements (read once).
 constexpr int kUnroll = 4;
 int warps_per_sm() {
   static const int w = [] {
     const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
     const int v = e ? std::atoi(e) : 0;
-    return v > 0 ? v : 64;
+    return v > 0 ? v : 48;
   }();
   return w;
 }
