@@ -92,18 +92,9 @@ GDN_INLINE void norm_rows(const NormArgs& a, int64_t r0, int64_t r1) {
     const float* xr = a.x + r * len;
     const float* zr = a.z + r * len;
     float* yr = a.y + r * len;
-    v16 sq{};
-    int64_t i = 0;
-    for (; i + 16 <= len; i += 16) {
-      const v16 v = gdn::load16(xr + i);
-      sq += v * v;
-    }
-    float sum = 0.0f;
-    for (int l = 0; l < 16; ++l) sum += sq[l];
-    for (; i < len; ++i) sum += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(sum / float(len) + a.eps);
+    const float inv = 1.0f / std::sqrt(gdn::sum_squares(xr, len) / float(len) + a.eps);
     // transformers: weight * normalised, then * silu(z).
-    i = 0;
+    int64_t i = 0;
     for (; i + 16 <= len; i += 16)
       gdn::store16(yr + i, gdn::load16(a.gain + i) * (gdn::load16(xr + i) * inv) *
                                gdn::silu16(gdn::load16(zr + i)));

@@ -278,20 +278,10 @@ GDN_INLINE void head_chunked(const HeadIo& io, int C, const ChunkScratch& s) {
 }
 
 // x · rsqrt(Σx² + 1e-6) in f32, as transformers' l2norm (FLA's convention), times `scale`.
-// The sum runs in 16 lanes: an in-order scalar sum is a 4-cycle add chain per element, which
-// made this gather a sixth of the chunked op.
+// (The 16-lane sum: an in-order scalar one made this gather a sixth of the chunked op.)
 GDN_INLINE void l2_normalise(float* dst, const float* src, int n, float scale) {
-  v16 sq{};
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const v16 x = gdn::load16(src + i);
-    sq += x * x;
-  }
-  float sum = 0.0f;
-  for (int l = 0; l < 16; ++l) sum += sq[l];
-  for (; i < n; ++i) sum += src[i] * src[i];
-  const float inv = 1.0f / std::sqrt(sum + 1e-6f) * scale;
-  for (i = 0; i < n; ++i) dst[i] = src[i] * inv;
+  const float inv = 1.0f / std::sqrt(gdn::sum_squares(src, n) + 1e-6f) * scale;
+  for (int i = 0; i < n; ++i) dst[i] = src[i] * inv;
 }
 
 // Everything one thread needs for its heads.

@@ -53,6 +53,21 @@ GDN_INLINE v16 exp16(v16 x) {
 // x · sigmoid(x), as transformers' silu.
 GDN_INLINE v16 silu16(v16 x) { return x / (1.0f + exp16(-x)); }
 
+// Σ x[i]² in 16 lanes, then the lanes in order, then the tail: an in-order scalar sum is a
+// 4-cycle add chain per element. One order for every caller, so their results agree bitwise.
+GDN_INLINE float sum_squares(const float* x, int64_t n) {
+  v16 sq{};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v16 v = load16(x + i);
+    sq += v * v;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < 16; ++l) sum += sq[l];
+  for (; i < n; ++i) sum += x[i] * x[i];
+  return sum;
+}
+
 enum class Isa { Baseline, Avx2, Avx512 };
 
 inline Isa isa() {
