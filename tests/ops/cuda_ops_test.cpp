@@ -30,7 +30,36 @@ using test::kBf16Tol;
 using test::kF32Tol;
 using test::randn;
 using test::rel_err;
-using CudaOps = test::CudaTest;
+class CudaOps : public test::CudaTest {
+ protected:
+  // A cache of `capacity` rows (0: past + n) holding random past positions, the batch's k and v
+  // stored into it through kv_store on both backends (both caches compared), and its q.
+  struct Batch {
+    Pair kcache, vcache, k, v, q;
+    std::vector<int32_t> pos;
+    KvView gv, cv;
+  };
+  Batch stored_batch(int64_t past, int64_t n, int n_head, int n_head_kv, int hd, int64_t capacity,
+                     DType qdt, uint32_t& seed) {
+    const int64_t end = past + n, cap = capacity ? capacity : end;
+    const int64_t row = int64_t(n_head_kv) * hd;
+    Batch b;
+    b.kcache = make({cap, row}, randn(size_t(cap * row), seed++));
+    b.vcache = make({cap, row}, randn(size_t(cap * row), seed++));
+    b.k = make({n, n_head_kv, hd}, randn(size_t(n * row), seed++));
+    b.v = make({n, n_head_kv, hd}, randn(size_t(n * row), seed++));
+    b.q = make({n, n_head, hd}, randn(size_t(n * n_head * hd), seed++), qdt);
+    b.pos.resize(size_t(n));
+    std::iota(b.pos.begin(), b.pos.end(), int32_t(past));
+    b.gv = {b.kcache.g, b.vcache.g, cap, std::max<int64_t>(0, end - cap), end};
+    b.cv = {b.kcache.c, b.vcache.c, cap, b.gv.first, end};
+    gpu_->kv_store(b.gv, b.k.g, b.v.g, b.pos.data());
+    cpu_->kv_store(b.cv, b.k.c, b.v.c, b.pos.data());
+    expect_close(b.kcache, kBf16Tol, "kv_store k");
+    expect_close(b.vcache, kBf16Tol, "kv_store v");
+    return b;
+  }
+};
 
 TEST_F(CudaOps, Linear) {
   struct Case {
@@ -134,24 +163,12 @@ TEST_F(CudaOps, KvStoreAndAttention) {
       {150, 1, 4, 2, 20, 0, 0.0f, 512},     {2000, 8, 64, 8, 128, 0, 0.0f, 4096}};
   uint32_t seed = 100;
   for (const auto& c : cases) {
-    const int64_t end = c.past + c.n, cap = c.capacity ? c.capacity : end;
-    const int64_t row = int64_t(c.n_head_kv) * c.hd;
-    // Fill the cache with the past positions, then store the batch through kv_store.
-    std::vector<float> kc(size_t(cap * row)), vc(size_t(cap * row));
-    auto kr = randn(size_t(cap * row), seed++), vr = randn(size_t(cap * row), seed++);
-    kc = kr;
-    vc = vr;
-    auto kcache = make({cap, row}, kc), vcache = make({cap, row}, vc);
-    auto k = make({c.n, c.n_head_kv, c.hd}, randn(size_t(c.n * row), seed++));
-    auto v = make({c.n, c.n_head_kv, c.hd}, randn(size_t(c.n * row), seed++));
-    auto q = make({c.n, c.n_head, c.hd}, randn(size_t(c.n * c.n_head * c.hd), seed++));
-    std::vector<int32_t> pos(size_t(c.n));
-    std::iota(pos.begin(), pos.end(), int32_t(c.past));
-    KvView gv{kcache.g, vcache.g, cap, std::max<int64_t>(0, end - cap), end};
-    KvView cv{kcache.c, vcache.c, cap, gv.first, end};
-    gpu_->kv_store(gv, k.g, v.g, pos.data());
-    cpu_->kv_store(cv, k.c, v.c, pos.data());
-    expect_close(kcache, kBf16Tol, "kv_store k");
+    const int64_t cap = c.capacity ? c.capacity : c.past + c.n;
+    const Batch b =
+        stored_batch(c.past, c.n, c.n_head, c.n_head_kv, c.hd, c.capacity, DType::BF16, seed);
+    const KvView &gv = b.gv, &cv = b.cv;
+    const Pair& q = b.q;
+    const std::vector<int32_t>& pos = b.pos;
     AttentionParams p{c.n_head,  c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
                       c.softcap, c.window};
     auto o = out({c.n, c.n_head, c.hd});
@@ -198,20 +215,11 @@ TEST_F(CudaOps, AttentionPrefill) {
   } reset;
   uint32_t seed = 500;
   for (const auto& c : cases) {
-    const int64_t end = c.past + c.n, cap = c.capacity ? c.capacity : end;
-    const int64_t row = int64_t(c.n_head_kv) * c.hd;
-    auto kcache = make({cap, row}, randn(size_t(cap * row), seed++));
-    auto vcache = make({cap, row}, randn(size_t(cap * row), seed++));
-    auto k = make({c.n, c.n_head_kv, c.hd}, randn(size_t(c.n * row), seed++));
-    auto v = make({c.n, c.n_head_kv, c.hd}, randn(size_t(c.n * row), seed++));
-    auto q = make({c.n, c.n_head, c.hd}, randn(size_t(c.n * c.n_head * c.hd), seed++), c.qdt);
-    std::vector<int32_t> pos(size_t(c.n));
-    std::iota(pos.begin(), pos.end(), int32_t(c.past));
-    KvView gv{kcache.g, vcache.g, cap, std::max<int64_t>(0, end - cap), end};
-    KvView cv{kcache.c, vcache.c, cap, gv.first, end};
-    gpu_->kv_store(gv, k.g, v.g, pos.data());
-    cpu_->kv_store(cv, k.c, v.c, pos.data());
-    expect_close(vcache, kBf16Tol, "kv_store v");
+    const int64_t cap = c.capacity ? c.capacity : c.past + c.n;
+    const Batch b = stored_batch(c.past, c.n, c.n_head, c.n_head_kv, c.hd, c.capacity, c.qdt, seed);
+    const KvView &gv = b.gv, &cv = b.cv;
+    const Pair& q = b.q;
+    const std::vector<int32_t>& pos = b.pos;
     const AttentionParams p{c.n_head,  c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
                             c.softcap, c.window};
     auto want = out({c.n, c.n_head, c.hd});
