@@ -23,8 +23,8 @@ struct BenchOptions {
   std::vector<int64_t> n_prompt{512};
   std::vector<int64_t> n_gen{128};
   int repetitions = 3;
-  int64_t prefill_chunk = 512;
-  bool sampled = false;  // decode samples (T 0.8, top-k 40, top-p 0.95, min-p 0.05) instead
+  int64_t prefill_chunk = 0;  // 0: the model's default (512 CPU, 2048 CUDA)
+  bool sampled = false;       // decode samples (T 0.8, top-k 40, top-p 0.95, min-p 0.05) instead
 };
 
 double run_prompt(Model& model, int64_t n, int64_t chunk, std::mt19937& rng) {
@@ -126,7 +126,9 @@ CommandRegistration reg(
       sub.add_option("-n,--n-gen", o->n_gen, "tokens to generate (0 = skip)")->delimiter(',');
       sub.add_option("-r,--repetitions", o->repetitions, "timed runs per test")
           ->capture_default_str();
-      sub.add_option("--ubatch", o->prefill_chunk, "prefill chunk size")->capture_default_str();
+      sub.add_option("--ubatch", o->prefill_chunk,
+                     "prefill chunk size (0: the device's default, 512 on the CPU, 2048 on CUDA)")
+          ->capture_default_str();
       sub.add_flag("--sampled", o->sampled,
                    "decode with sampling (T 0.8, top-k 40, top-p 0.95, min-p 0.05; row tgNs) "
                    "instead of greedy");

@@ -50,6 +50,9 @@ class SequenceState {
   // Asks the state to remember the current position so truncate() can return to it later
   // (recurrent layers snapshot their state; attention KV needs nothing). Cheap to call.
   virtual void keep_checkpoint() {}
+  // True when truncate() needs checkpoints (recurrent layers): a chunked prefill then ends its
+  // chunks on checkpoint boundaries so a later prompt can resume there.
+  virtual bool needs_checkpoints() const { return false; }
   virtual size_t bytes() const = 0;
 };
 
@@ -69,9 +72,15 @@ class Model {
   // only the token id crosses to the host); the default picks on the host.
   virtual int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
                                const TokenPick& pick);
+  // Tokens per prefill forward when the caller leaves it to the model (a prefill_chunk of 0):
+  // 512 on the CPU, 2048 on a GPU, where cuBLAS needs the larger products to reach its peak
+  // (docs/design-notes.md). load_model sets it from the backend.
+  int64_t default_prefill_chunk() const { return default_prefill_chunk_; }
+  void set_default_prefill_chunk(int64_t n) { default_prefill_chunk_ = n; }
 
  private:
   std::vector<float> pick_logits_;  // the default forward_pick's host row
+  int64_t default_prefill_chunk_ = 512;
 };
 
 struct LoadOptions {

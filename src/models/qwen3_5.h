@@ -77,6 +77,7 @@ class Qwen35Sequence final : public SequenceState {
   // (oldest dropped).
   void keep_snapshot(size_t max_kept = 8);
   void keep_checkpoint() override { keep_snapshot(); }
+  bool needs_checkpoints() const override { return !conv_.empty(); }
   size_t kept_snapshots() const { return kept_.size(); }
 
   KvCache& kv() { return kv_; }

@@ -35,7 +35,8 @@ const std::map<std::string, Factory>& factories() {
 std::unique_ptr<Backend> make_backend(const std::string& device, bool mmap) {
   if (device == "cpu") return make_cpu_backend(mmap);
 #ifdef HEARTH_HAVE_CUDA
-  if (device == "auto") return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend(mmap);
+  if (device == "auto")
+    return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend(mmap);
   if (device == "cuda") return make_cuda_backend(0);
   if (device.rfind("cuda:", 0) == 0) {
     const std::string index = device.substr(5);
@@ -70,8 +71,11 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOp
          config.model_type(), list);
   }
   auto backend = make_backend(options.device, options.mmap);
+  const bool gpu = backend->device() == Device::CUDA;
   WeightStore weights = WeightStore::open(dir);
-  return it->second(config, std::move(weights), std::move(backend));
+  auto model = it->second(config, std::move(weights), std::move(backend));
+  model->set_default_prefill_chunk(gpu ? 2048 : 512);
+  return model;
 }
 
 }  // namespace hearth

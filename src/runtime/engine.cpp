@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
+#include <limits>
 
 #include "core/error.h"
 #include "runtime/generate.h"
@@ -254,10 +255,14 @@ GenerationResult Engine::run(Job& job) {
                    std::move(checkpoints));
   };
 
-  // Prefill in chunks that end on checkpoint boundaries, so hybrid states can resume there.
+  // Prefill in chunks; states with recurrent layers end them on checkpoint boundaries, so a later
+  // prompt can resume there (attention-only states go back anywhere: their chunks stay whole).
   std::vector<float> logits(static_cast<size_t>(n_vocab));
-  const int64_t interval = std::max<int64_t>(options_.checkpoint_interval, 1);
-  const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
+  const int64_t interval = state->needs_checkpoints()
+                               ? std::max<int64_t>(options_.checkpoint_interval, 1)
+                               : std::numeric_limits<int64_t>::max() / 2;
+  const int64_t chunk =
+      options_.prefill_chunk > 0 ? options_.prefill_chunk : model_->default_prefill_chunk();
   for (int64_t pos = state->n_past(); pos < n_prompt;) {
     if (req.cancel->load()) {
       result.finish_reason = "cancelled";

@@ -34,7 +34,7 @@ struct EngineOptions {
   std::string device = "cpu";
   int64_t n_ctx = 0;                        // 0: the model's max_position_embeddings
   size_t cache_bytes = size_t{8192} << 20;  // prompt cache cap; 0 disables it
-  int64_t prefill_chunk = 512;              // tokens per prefill forward
+  int64_t prefill_chunk = 0;                // tokens per prefill forward; 0: the model's default
   int64_t checkpoint_interval = 256;        // keep_checkpoint() every N prompt positions
 };
 

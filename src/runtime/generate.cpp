@@ -16,7 +16,7 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 
 void prefill(Model& model, SequenceState& state, std::span<const int32_t> tokens, int64_t chunk,
              std::vector<float>* last_logits) {
-  chunk = std::max<int64_t>(chunk, 1);
+  chunk = chunk > 0 ? chunk : model.default_prefill_chunk();
   const int64_t n = int64_t(tokens.size());
   if (last_logits) last_logits->resize(size_t(model.info().n_vocab));
   for (int64_t begin = 0; begin < n; begin += chunk) {
@@ -57,7 +57,8 @@ GenerateResult generate(Model& model, SequenceState& state, std::span<const int3
   auto t0 = std::chrono::steady_clock::now();
   // Prefill in chunks; the last chunk's forward also yields the first token.
   const auto rest = prompt.subspan(size_t(state.n_past()));
-  const int64_t chunk = std::max<int64_t>(params.prefill_chunk, 1);
+  const int64_t chunk =
+      params.prefill_chunk > 0 ? params.prefill_chunk : model.default_prefill_chunk();
   const int64_t last_begin =
       params.max_tokens > 0 ? (int64_t(rest.size()) - 1) / chunk * chunk : int64_t(rest.size());
   prefill(model, state, rest.first(size_t(last_begin)), chunk, nullptr);

@@ -19,7 +19,8 @@ struct GenerateParams {
   SamplingParams sampling;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
-  int64_t prefill_chunk = 512;          // tokens per prefill forward (bounds scratch memory)
+  int64_t prefill_chunk = 0;  // tokens per prefill forward (bounds scratch memory); 0: the model's
+                              // default (Model::default_prefill_chunk)
 };
 
 struct GenerateTimings {
@@ -42,9 +43,10 @@ struct GenerateResult {
 // Called with each new token; return false to stop (finish_reason "cancelled").
 using TokenCallback = std::function<bool(int32_t token)>;
 
-// Runs tokens through the model in chunks; returns the logits of the last token if asked.
-void prefill(Model& model, SequenceState& state, std::span<const int32_t> tokens,
-             int64_t chunk, std::vector<float>* last_logits);
+// Runs tokens through the model in chunks of `chunk` tokens (0: the model's default); returns
+// the logits of the last token if asked.
+void prefill(Model& model, SequenceState& state, std::span<const int32_t> tokens, int64_t chunk,
+             std::vector<float>* last_logits);
 
 // Generates after `prompt` (which must be non-empty) on a state whose n_past() is 0 or a prefix
 // of the prompt already processed (the prompt cache).

@@ -27,18 +27,32 @@ __device__ __forceinline__ float gelu_tanh_f(float x) {
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+__device__ __forceinline__ float activate(int act, float x) {
+  if (act == int(Activation::Silu)) return silu_f(x);
+  if (act == int(Activation::GeluTanh)) return gelu_tanh_f(x);
+  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
 __global__ void glu_kernel(void* y, int ydt, const void* g, int gdt, const void* u, int udt,
                            int64_t n, int act) {
-  GRID_STRIDE(i, n) {
-    const float x = ld(g, gdt, i);
-    float a;
-    if (act == int(Activation::Silu))
-      a = silu_f(x);
-    else if (act == int(Activation::GeluTanh))
-      a = gelu_tanh_f(x);
-    else
-      a = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-    st(y, ydt, i, a * ld(u, udt, i));
+  GRID_STRIDE(i, n) { st(y, ydt, i, activate(act, ld(g, gdt, i)) * ld(u, udt, i)); }
+}
+
+// bf16 GLU through 16-byte accesses: a prefill chunk's GLU moves three [tokens, n_ff] matrices,
+// and the per-element kernel reached a quarter of the memory bandwidth on them.
+__global__ void glu_bf16x8_kernel(uint4* y, const uint4* g, const uint4* u, int64_t n8, int act) {
+  GRID_STRIDE(i, n8) {
+    const uint4 vg = g[i], vu = u[i];
+    uint4 vy;
+    const __nv_bfloat162* pg = reinterpret_cast<const __nv_bfloat162*>(&vg);
+    const __nv_bfloat162* pu = reinterpret_cast<const __nv_bfloat162*>(&vu);
+    __nv_bfloat162* py = reinterpret_cast<__nv_bfloat162*>(&vy);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 fg = __bfloat1622float2(pg[j]), fu = __bfloat1622float2(pu[j]);
+      py[j] = __floats2bfloat162_rn(activate(act, fg.x) * fu.x, activate(act, fg.y) * fu.y);
+    }
+    y[i] = vy;
   }
 }
 
@@ -121,6 +135,14 @@ void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, flo
 
 void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act) {
   const int64_t n = y.numel();
+  if (y.dtype == kBF16 && gate.dtype == kBF16 && up.dtype == kBF16 && n % 8 == 0 &&
+      aligned16(y.p) && aligned16(gate.p) && aligned16(up.p)) {
+    glu_bf16x8_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, ctx.stream>>>(
+        static_cast<uint4*>(y.p), static_cast<const uint4*>(gate.p),
+        static_cast<const uint4*>(up.p), n / 8, act);
+    HEARTH_CUDA_LAUNCHED();
+    return;
+  }
   glu_kernel<<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(y.p, y.dtype, gate.p, gate.dtype,
                                                                  up.p, up.dtype, n, act);
   HEARTH_CUDA_LAUNCHED();

@@ -4,6 +4,7 @@
 // step's single row still spreads over many threads. y may alias x: each row is read completely
 // (into registers) before it is written.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/device_util.cuh"
 
@@ -72,6 +73,70 @@ __global__ void rms_norm_block_kernel(void* y, int ydt, const void* x, int xdt, 
            blockDim.x, true);
 }
 
+// Rows of bf16 (x, y and z) whose length is a multiple of 8, up to 8192: a thread owns 8
+// consecutive elements, moved by one 16-byte access each way, instead of the generic kernel's
+// per-element dtype dispatch. A prefill chunk normalises hundreds of hidden-size rows per call,
+// and the generic form ran at a fifth of the memory bandwidth there. Same arithmetic as
+// norm_row (f32 sum of squares, one rounding at the store); only the summation order differs.
+template <typename Gain>
+__global__ void rms_norm_bf16x8_kernel(uint4* y, const uint4* x, const Gain* w, int len8, float eps,
+                                       float offset, const uint4* z) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t i = int64_t(blockIdx.x) * len8 + threadIdx.x;
+  const bool mine = int(threadIdx.x) < len8;
+  float v[8];
+  float ss = 0.0f;
+  if (mine) {
+    const uint4 raw = x[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      v[2 * j] = f.x;
+      v[2 * j + 1] = f.y;
+      ss += f.x * f.x + f.y * f.y;
+    }
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(len8 * 8) + eps);
+  if (!mine) return;
+  float gate[8];
+  if (z) {
+    const uint4 raw = z[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      gate[2 * j] = silu_f(f.x);
+      gate[2 * j + 1] = silu_f(f.y);
+    }
+  }
+  uint4 out;
+  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+  const Gain* wr = w + int64_t(threadIdx.x) * 8;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float a = v[2 * j] * inv * (float(wr[2 * j]) + offset);
+    float b = v[2 * j + 1] * inv * (float(wr[2 * j + 1]) + offset);
+    if (z) {
+      a *= gate[2 * j];
+      b *= gate[2 * j + 1];
+    }
+    o[j] = __floats2bfloat162_rn(a, b);
+  }
+  y[i] = out;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The 8-wide kernel applies: bf16 rows of a multiple of 8 up to 8192, 16-byte aligned, gains
+// f32 or bf16, and the gains one row long (not per head).
+bool fits_bf16x8(const Ten& y, const Ten& x, const Ten& w, const Ten* z, int len) {
+  return len > 512 && len % 8 == 0 && len <= 8192 && y.dtype == kBF16 && x.dtype == kBF16 &&
+         (w.dtype == kF32 || w.dtype == kBF16) && aligned16(y.p) && aligned16(x.p) &&
+         (!z || (z->dtype == kBF16 && aligned16(z->p)));
+}
+
 int threads_for(int len) { return std::min(1024, std::max(64, (len / 4 + 31) / 32 * 32)); }
 
 void launch(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float offset,
@@ -80,7 +145,19 @@ void launch(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, float eps, float
   const int64_t rows = x.numel() / len;
   const void* zp = z ? z->p : nullptr;
   const int zdt = z ? z->dtype : 0;
-  if (len <= 512) {
+  if (fits_bf16x8(y, x, w, z, len)) {
+    const int len8 = len / 8, threads = (len8 + 31) / 32 * 32;
+    auto go = [&](auto gain) {
+      launch_pdl(
+          ctx, rms_norm_bf16x8_kernel<std::remove_cv_t<std::remove_pointer_t<decltype(gain)>>>,
+          dim3(unsigned(rows)), dim3(threads), 0, static_cast<uint4*>(y.p),
+          static_cast<const uint4*>(x.p), gain, len8, eps, offset, static_cast<const uint4*>(zp));
+    };
+    if (w.dtype == kF32)
+      go(static_cast<const float*>(w.p));
+    else
+      go(static_cast<const __nv_bfloat16*>(w.p));
+  } else if (len <= 512) {
     launch_pdl(ctx, rms_norm_warp_kernel,
                dim3(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock)), dim3(32 * kRowsPerBlock),
                0, y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, rows, len, eps, offset, zp, zdt);
