@@ -138,6 +138,38 @@ class Backend {
   virtual void scatter_add_rows(const Tensor& y, const Tensor& x, const int32_t* rows,
                                 const float* weights) = 0;
 
+  // --- mixture of experts (optional; the default composes the ops above, backend.cpp) ---
+  // One MoE layer's routed experts: n_expert matrices each (views; separate allocations or
+  // slices of one stacked tensor), gate/up [I, H], down [H, I].
+  struct MoeExperts {
+    const Tensor* gate = nullptr;
+    const Tensor* up = nullptr;
+    const Tensor* down = nullptr;
+    int64_t n_expert = 0, n_used = 0;  // E, k (k ≤ E)
+    bool norm_topk_prob = false;
+    Activation act = Activation::Silu;
+  };
+  // Working memory for moe_experts, owned by the caller, for n tokens routed to k experts each.
+  // Row buffers are in the activation dtype and hold n·k rows: every (token, slot) pair gets its
+  // own row, grouped by expert (the composed form uses the first rows of one expert at a time).
+  struct MoeScratch {
+    Tensor xg;    // [n·k, H] routed input rows
+    Tensor gate;  // [n·k, I] gate products, then act(gate) ⊙ up
+    Tensor up;    // [n·k, I]
+    Tensor out;   // [n·k, H] expert outputs
+    // Where a backend routes on the device it leaves the routing here (the composed form
+    // routes on the host and does not touch them):
+    Tensor ids;      // [n, k] I32: the chosen experts, best first
+    Tensor weights;  // [n, k] F32: their routing weights
+  };
+  // y[t] = Σ_j w_tj · down_e(act(gate_e · x_t) ⊙ (up_e · x_t)) over the k experts e = e_tj with
+  // the highest softmax(router_logits[t]) (f32 [n, E]; ties → lower expert index), w_tj their
+  // probabilities, divided by the k probabilities' sum when norm_topk_prob. y [n, H] is written
+  // (not accumulated) and must not alias x. Returns how many distinct experts ran; a backend
+  // that routes on the device without telling the host returns min(E, n·k) (an upper bound).
+  virtual int64_t moe_experts(const Tensor& y, const Tensor& x, const Tensor& router_logits,
+                              const MoeExperts& experts, const MoeScratch& scratch);
+
   // --- fused ops (optional): the defaults compose the ops above (backend.cpp); a backend
   // overrides one where doing it in one pass saves launches or memory traffic (CUDA decode). ---
   // outs[i].y = x · outs[i].wᵀ + outs[i].bias for i < n_outs: several products of one input

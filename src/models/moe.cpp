@@ -1,11 +1,10 @@
-// MoE block: loading the three expert layouts as views, and the grouped forward. Routing (softmax,
-// top-k, renormalisation) runs on the host in f32 over the router logits: it decides which
-// matmuls run, so it is control flow, not math a backend could keep on the device.
+// MoE block: loading the three expert layouts as views, and the forward: router logits (f32),
+// then the backend's moe_experts (routing: softmax, top-k, renormalisation; the routed experts),
+// then the shared expert. The CPU composes moe_experts from plain ops with host routing; the
+// CUDA backend routes on the device so a decode step needs no host round trip.
 #include "models/moe.h"
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 
@@ -101,21 +100,24 @@ MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeS
 
 void MoeBlock::reserve(Backend& be, int64_t n, const MoeShape& s) {
   if (n <= capacity_) return;
-  auto rows = [&](int64_t cols) {
-    return be.alloc(size_t(n * cols) * dtype_size(be.activation_dtype()));
+  auto rows = [&](int64_t count, int64_t cols) {
+    return be.alloc(size_t(count * cols) * dtype_size(be.activation_dtype()));
   };
+  const int64_t routed = n * std::min(s.n_expert_used, s.n_expert);  // (token, slot) pairs
   // Router logits in f32 whatever the activation dtype: the top-k choice is a comparison, and
   // a bf16 rounding could swap two close experts against the reference.
   logits_ = be.alloc(size_t(n * s.n_expert) * sizeof(float));
-  xg_ = (rows(s.n_embd));
-  gate_ = (rows(s.n_ff_expert));
-  up_ = (rows(s.n_ff_expert));
-  eo_ = (rows(s.n_embd));
+  xg_ = rows(routed, s.n_embd);
+  gate_ = rows(routed, s.n_ff_expert);
+  up_ = rows(routed, s.n_ff_expert);
+  eo_ = rows(routed, s.n_embd);
+  ids_ = be.alloc(size_t(routed) * sizeof(int32_t));
+  wts_ = be.alloc(size_t(routed) * sizeof(float));
   if (s.n_ff_shared > 0) {
-    sh_gate_ = (rows(s.n_ff_shared));
-    sh_up_ = (rows(s.n_ff_shared));
-    sh_out_ = (rows(s.n_embd));
-    sh_logit_ = (rows(1));
+    sh_gate_ = rows(n, s.n_ff_shared);
+    sh_up_ = rows(n, s.n_ff_shared);
+    sh_out_ = rows(n, s.n_embd);
+    sh_logit_ = rows(n, 1);
   }
   capacity_ = n;
 }
@@ -127,51 +129,13 @@ void MoeBlock::forward(Backend& be, const Tensor& y, const Tensor& x, const MoeW
   reserve(be, n, s);
   const Tensor logits = logits_.view(DType::F32, {n, E});
   be.linear(logits, x, w.router, Tensor());
-  probs_.resize(size_t(n * E));
-  be.to_host_f32(probs_.data(), logits);
-
-  rows_.resize(size_t(E));
-  weights_.resize(size_t(E));
-  for (auto& r : rows_) r.clear();
-  for (auto& r : weights_) r.clear();
-  std::vector<int32_t> order(static_cast<size_t>(E));
-  for (int64_t t = 0; t < n; ++t) {
-    float* p = probs_.data() + t * E;
-    const float mx = *std::max_element(p, p + E);
-    float sum = 0.0f;
-    for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
-    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
-    // Top-k by probability; ties go to the lower expert index.
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float top_sum = 0.0f;
-    for (int64_t i = 0; i < k; ++i) top_sum += p[order[size_t(i)]];
-    for (int64_t i = 0; i < k; ++i) {
-      const int32_t e = order[size_t(i)];
-      rows_[size_t(e)].push_back(int32_t(t));
-      weights_[size_t(e)].push_back(s.norm_topk_prob ? p[e] / top_sum : p[e]);
-    }
-  }
-
-  be.fill(y, 0.0f);
-  last_active_ = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& rows = rows_[size_t(e)];
-    const int64_t m = int64_t(rows.size());
-    if (m == 0) continue;
-    ++last_active_;
-    const Tensor xg = xg_.view(be.activation_dtype(), {m, H});
-    const Tensor g = gate_.view(be.activation_dtype(), {m, I});
-    const Tensor u = up_.view(be.activation_dtype(), {m, I});
-    const Tensor o = eo_.view(be.activation_dtype(), {m, H});
-    be.gather_rows(xg, x, rows.data());
-    be.linear(g, xg, w.gate[size_t(e)], Tensor());
-    be.linear(u, xg, w.up[size_t(e)], Tensor());
-    be.glu(g, g, u, s.act);
-    be.linear(o, g, w.down[size_t(e)], Tensor());
-    be.scatter_add_rows(y, o, rows.data(), weights_[size_t(e)].data());
-  }
+  const DType adt = be.activation_dtype();
+  const Backend::MoeExperts experts{w.gate.data(),    w.up.data(), w.down.data(), E, k,
+                                    s.norm_topk_prob, s.act};
+  const Backend::MoeScratch scratch{xg_.view(adt, {n * k, H}),     gate_.view(adt, {n * k, I}),
+                                    up_.view(adt, {n * k, I}),     eo_.view(adt, {n * k, H}),
+                                    ids_.view(DType::I32, {n, k}), wts_.view(DType::F32, {n, k})};
+  last_active_ = be.moe_experts(y, x, logits, experts, scratch);
   if (s.n_ff_shared > 0) {
     const Tensor g = sh_gate_.view(be.activation_dtype(), {n, s.n_ff_shared});
     const Tensor u = sh_up_.view(be.activation_dtype(), {n, s.n_ff_shared});

@@ -31,8 +31,8 @@ struct MoeShape {
 };
 
 struct MoeWeights {
-  Tensor router;                       // [E, H]
-  std::vector<Tensor> gate, up, down;  // per expert: [I, H], [I, H], [H, I]
+  Tensor router;                               // [E, H]
+  std::vector<Tensor> gate, up, down;          // per expert: [I, H], [I, H], [H, I]
   Tensor shared_gate, shared_up, shared_down;  // [Is, H], [Is, H], [H, Is]
   Tensor shared_expert_gate;                   // [1, H]
   std::string layout;                          // "per-expert", "fused", "switch_mlp"
@@ -42,23 +42,23 @@ struct MoeWeights {
 // the checkpoint uses; fails naming the missing tensor or the layouts looked for.
 MoeWeights moe_take_weights(WeightStore& store, const std::string& prefix, const MoeShape& shape);
 
-// Scratch and routing state for running MoE layers; one per model (forward is not re-entrant).
+// Scratch for running MoE layers; one per model (forward is not re-entrant). Routing and the
+// routed experts are the backend's moe_experts (composed on the CPU, on the device on a GPU).
 class MoeBlock {
  public:
   // y[n, H] = MoE(x[n, H]); y is written (not accumulated) and must not alias x.
   void forward(Backend& be, const Tensor& y, const Tensor& x, const MoeWeights& w,
                const MoeShape& shape);
-  // Experts computed by the last forward (for bytes-per-token accounting).
+  // Experts computed by the last forward (for bytes-per-token accounting). Exact where the host
+  // routes (CPU, GPU prefill); min(E, n·k) where the GPU routes a decode step on the device.
   int64_t last_active_experts() const { return last_active_; }
 
  private:
   void reserve(Backend& be, int64_t n_tokens, const MoeShape& shape);
 
   int64_t capacity_ = 0;
-  DeviceBuffer logits_, xg_, gate_, up_, eo_, sh_gate_, sh_up_, sh_out_, sh_logit_;
-  std::vector<float> probs_;
-  std::vector<std::vector<int32_t>> rows_;    // per expert: token rows routed to it
-  std::vector<std::vector<float>> weights_;   // per expert: their routing weights
+  // Routed-expert scratch holds n·k rows (Backend::MoeScratch); the shared expert's, n rows.
+  DeviceBuffer logits_, xg_, gate_, up_, eo_, ids_, wts_, sh_gate_, sh_up_, sh_out_, sh_logit_;
   int64_t last_active_ = 0;
 };
 

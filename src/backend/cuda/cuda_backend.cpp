@@ -23,11 +23,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/common.h"
+#include "backend/cuda/moe.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -147,6 +149,7 @@ class CudaBackend final : public Backend {
     for (GraphSlot& g : graphs_)
       if (g.exec) cudaGraphExecDestroy(g.exec);
     weights_.clear();
+    moe_tables_.clear();
     linear_plans_clear();
     cudaFree(ctx_.attn_ws);
     cudaFree(ctx_.lt_workspace);
@@ -155,6 +158,7 @@ class CudaBackend final : public Backend {
     cudaFree(token_dev_);
     cudaFreeHost(out_host_);
     cudaFreeHost(dyn_host_);
+    cudaFreeHost(moe_ids_host_);
     cudaFree(dyn_dev_);
     for (void* p : staging_) cudaFreeHost(p);
     cudaEventDestroy(graph_done_);
@@ -497,6 +501,26 @@ class CudaBackend final : public Backend {
     submit<&cuda::scatter_add_rows>(Ten(y), Ten(x), d_rows, d_w);
   }
 
+  // Routing on the device. Decode-sized batches then run the experts from device memory
+  // (moe_decode: no host round trip, so the step stays one graph); larger ones (and decode
+  // shapes moe_decode does not take) bring the routing to the host and run grouped products.
+  // Weights other than bf16, or more experts than a routing warp holds: the composed default.
+  int64_t moe_experts(const Tensor& y, const Tensor& x, const Tensor& logits, const MoeExperts& ex,
+                      const MoeScratch& s) override {
+    bind();
+    if (!moe_supported(y, x, logits, ex, s)) return Backend::moe_experts(y, x, logits, ex, s);
+    const int64_t n = x.rows(), E = ex.n_expert, k = s.ids.cols();
+    if (n == 0) return 0;
+    if (moe_decode_fits(Ten(x), Ten(s.gate), k) && moe_aligned(ex)) {
+      const MoeMats m = moe_mats(ex);  // may run the step so far eagerly (first use of a table)
+      submit<&cuda::moe_route>(Ten(logits), Ten(s.ids), Ten(s.weights), int32_t(ex.norm_topk_prob));
+      submit<&cuda::moe_decode>(Ten(y), Ten(x), Ten(s.ids), Ten(s.weights), m.gate, m.up, m.down,
+                                Ten(s.gate), int32_t(ex.act));
+      return std::min(E, n * k);  // the host does not see which experts ran
+    }
+    return moe_grouped(y, x, logits, ex, s);
+  }
+
   void begin_step(int64_t n_tokens) override {
     bind();
     recs_.clear();
@@ -545,6 +569,157 @@ class CudaBackend final : public Backend {
     (put(blob_, a), ...);
     r.size = blob_.size() - r.offset;
     recs_.push_back(r);
+  }
+
+  // --- mixture of experts ---
+
+  // Whether the device paths take this layer: f32 logits [n, E] and bf16 expert matrices of
+  // the shapes moe_experts documents, x and y on the device, E and k within a routing warp,
+  // ids/weights [n, k].
+  static bool moe_supported(const Tensor& y, const Tensor& x, const Tensor& logits,
+                            const MoeExperts& ex, const MoeScratch& s) {
+    const int64_t n = x.rows(), H = x.cols(), E = ex.n_expert, k = std::min(ex.n_used, E);
+    if (!moe_route_fits(E, k) || x.device != Device::CUDA || y.device != Device::CUDA ||
+        y.rows() != n || y.cols() != H || logits.device != Device::CUDA ||
+        logits.dtype != DType::F32 || logits.rows() != n || logits.cols() != E ||
+        s.ids.cols() != k || s.ids.rows() != n || s.weights.numel() != n * k)
+      return false;
+    const int64_t I = ex.gate[0].rows();
+    auto ok = [](const Tensor& w, int64_t rows, int64_t cols) {
+      return w.device == Device::CUDA && w.dtype == DType::BF16 && w.ndim == 2 &&
+             w.rows() == rows && w.cols() == cols;
+    };
+    for (int64_t e = 0; e < E; ++e)
+      if (!ok(ex.gate[e], I, H) || !ok(ex.up[e], I, H) || !ok(ex.down[e], H, I)) return false;
+    return true;
+  }
+
+  static bool moe_aligned(const MoeExperts& ex) {
+    auto a16 = [](const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.data) & 15) == 0; };
+    for (int64_t e = 0; e < ex.n_expert; ++e)
+      if (!a16(ex.gate[e]) || !a16(ex.up[e]) || !a16(ex.down[e])) return false;
+    return true;
+  }
+
+  struct MoeMats {
+    MoeMat gate, up, down;
+  };
+
+  // Experts that are equally strided slices of one tensor (the fused and MLX layouts) are
+  // addressed as base + e·stride; any other arrangement through a device pointer table.
+  MoeMats moe_mats(const MoeExperts& ex) {
+    MoeMats m;
+    if (moe_strided(ex.gate, ex.n_expert, m.gate) && moe_strided(ex.up, ex.n_expert, m.up) &&
+        moe_strided(ex.down, ex.n_expert, m.down))
+      return m;
+    const void* const* table = moe_table(ex);
+    m = MoeMats{};
+    m.gate.table = table;
+    m.up.table = table + ex.n_expert;
+    m.down.table = table + 2 * ex.n_expert;
+    return m;
+  }
+
+  static bool moe_strided(const Tensor* mats, int64_t E, MoeMat& m) {
+    const char* base = static_cast<const char*>(mats[0].data);
+    const int64_t stride = E > 1 ? static_cast<const char*>(mats[1].data) - base : 0;
+    for (int64_t e = 0; e < E; ++e)
+      if (static_cast<const char*>(mats[e].data) != base + e * stride) return false;
+    m.base = base;
+    m.stride = stride;
+    return true;
+  }
+
+  // The device table of a layer's 3·E matrix addresses (gate, up, down), kept per layer (keyed
+  // by its first gate matrix) and rebuilt when the addresses change. Building it copies from
+  // the host, so a recorded step runs eagerly up to here (once per layer).
+  const void* const* moe_table(const MoeExperts& ex) {
+    const int64_t E = ex.n_expert;
+    std::vector<const void*> want(size_t(3 * E));
+    for (int64_t e = 0; e < E; ++e) {
+      want[size_t(e)] = ex.gate[e].data;
+      want[size_t(E + e)] = ex.up[e].data;
+      want[size_t(2 * E + e)] = ex.down[e].data;
+    }
+    MoeTable& t = moe_tables_[ex.gate[0].data];
+    if (t.host != want) {
+      t.dev = DeviceBuffer();
+      t.dev = alloc(want.size() * sizeof(void*));
+      t.host = std::move(want);
+      copy_from_host(Tensor(t.dev.data(), DType::U64, {3 * E}, Device::CUDA), t.host.data());
+    }
+    return static_cast<const void* const*>(t.dev.data());
+  }
+
+  // The routing brought to the host (one sync per layer), the routed rows gathered in expert
+  // order, per-expert products on row slices of the scratch (GEMV or cuBLASLt by rows), one GLU
+  // over all rows, and a combine in slot order. Returns the number of active experts.
+  int64_t moe_grouped(const Tensor& y, const Tensor& x, const Tensor& logits, const MoeExperts& ex,
+                      const MoeScratch& s) {
+    const int64_t n = x.rows(), E = ex.n_expert, k = s.ids.cols(), P = n * k;
+    submit<&cuda::moe_route>(Ten(logits), Ten(s.ids), Ten(s.weights), int32_t(ex.norm_topk_prob));
+    stop_recording();
+    if (size_t(P) > moe_ids_host_n_) {
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+      cudaFreeHost(moe_ids_host_);
+      moe_ids_host_ = nullptr;
+      moe_ids_host_n_ = 0;
+      HEARTH_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&moe_ids_host_),
+                                      size_t(P) * sizeof(int32_t), cudaHostAllocDefault));
+      moe_ids_host_n_ = size_t(P);
+    }
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(moe_ids_host_, s.ids.data, size_t(P) * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, ctx_.stream));
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    const int64_t active = moe_group_rows(moe_ids_host_, n, k, E);
+    const int32_t* d_src = upload_ints(moe_src_.data(), P, 7);
+    const int32_t* d_pos = upload_ints(moe_pos_.data(), P, 8);
+    const Tensor xg = s.xg.slice_rows(0, P), g = s.gate.slice_rows(0, P), u = s.up.slice_rows(0, P),
+                 o = s.out.slice_rows(0, P);
+    submit<&cuda::gather_rows>(Ten(xg), Ten(x), d_src);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t lo = moe_offset_[size_t(e)], hi = moe_offset_[size_t(e + 1)];
+      if (hi == lo) continue;
+      submit<&cuda::linear>(Ten(g.slice_rows(lo, hi)), Ten(xg.slice_rows(lo, hi)), Ten(ex.gate[e]),
+                            Ten());
+      submit<&cuda::linear>(Ten(u.slice_rows(lo, hi)), Ten(xg.slice_rows(lo, hi)), Ten(ex.up[e]),
+                            Ten());
+    }
+    submit<&cuda::glu>(Ten(g), Ten(g), Ten(u), int32_t(ex.act));
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t lo = moe_offset_[size_t(e)], hi = moe_offset_[size_t(e + 1)];
+      if (hi == lo) continue;
+      submit<&cuda::linear>(Ten(o.slice_rows(lo, hi)), Ten(g.slice_rows(lo, hi)), Ten(ex.down[e]),
+                            Ten());
+    }
+    submit<&cuda::moe_combine>(Ten(y), Ten(o), d_pos, Ten(s.weights));
+    return active;
+  }
+
+  // Counting sort of the (token, slot) pairs by expert: moe_offset_[e] is where expert e's rows
+  // start, moe_src_[q] the token of row q (ascending within an expert, as the host path orders
+  // them), moe_pos_[t·k + j] the row of pair (t, j). Returns the number of experts with rows.
+  int64_t moe_group_rows(const int32_t* ids, int64_t n, int64_t k, int64_t E) {
+    const int64_t P = n * k;
+    moe_offset_.assign(size_t(E + 1), 0);
+    for (int64_t p = 0; p < P; ++p) {
+      if (ids[p] < 0 || ids[p] >= E) fail("CUDA MoE routing chose expert {} of {}", ids[p], E);
+      ++moe_offset_[size_t(ids[p]) + 1];
+    }
+    int64_t active = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      active += moe_offset_[size_t(e + 1)] > 0;
+      moe_offset_[size_t(e + 1)] += moe_offset_[size_t(e)];
+    }
+    moe_cursor_.assign(moe_offset_.begin(), moe_offset_.end() - 1);
+    moe_src_.resize(size_t(P));
+    moe_pos_.resize(size_t(P));
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t q = moe_cursor_[size_t(ids[p])]++;
+      moe_src_[size_t(q)] = int32_t(p / k);
+      moe_pos_[size_t(p)] = int32_t(q);
+    }
+    return active;
   }
 
   KvDev kv_dev(const KvView& kv) {
@@ -841,6 +1016,18 @@ class CudaBackend final : public Backend {
   void* tmp_dev_ = nullptr;
   size_t tmp_bytes_ = 0;
   void* token_dev_ = nullptr;  // pick_token's result
+
+  // MoE: per-layer expert address tables, the grouped path's host copy of the routing (pinned)
+  // and its row bookkeeping (moe_group_rows).
+  struct MoeTable {
+    std::vector<const void*> host;
+    DeviceBuffer dev;
+  };
+  std::map<const void*, MoeTable> moe_tables_;
+  int32_t* moe_ids_host_ = nullptr;
+  size_t moe_ids_host_n_ = 0;
+  std::vector<int64_t> moe_offset_, moe_cursor_;
+  std::vector<int32_t> moe_src_, moe_pos_;
 };
 
 }  // namespace

@@ -1,22 +1,21 @@
 // Gated DeltaNet (Qwen3.5 / Qwen3-Next linear attention) on the GPU: the causal depthwise conv1d
 // + SiLU with its carried state, the decay / write-strength gates, and the gated delta rule.
-// The delta rule runs in its recurrent form for decode and prefill alike (the chunked form is
-// the same recurrence reassociated; GatedDeltaParams::chunked is accepted and gives the same
-// result within f32 rounding). One block owns a value head's 32-column slab of the state
-// [Dk, 32] f32 in shared memory for the whole call; every value column evolves independently,
-// so slabs never communicate. State, g and beta are f32 (any float dtype is read); q | k | v
-// come in the activation dtype. Launched with programmatic dependent launch (decode steps run
-// these once per linear layer): each kernel waits for its inputs before touching anything.
-#include "backend/cuda/device_util.cuh"
+// The delta rule has two kernels. The recurrent one (decode, short calls, and prefill when
+// GatedDeltaParams::chunked is off): one block owns a value head's 32-column slab of the state
+// [Dk, 32] f32 in shared memory for the whole call and walks the tokens one by one; every value
+// column evolves independently, so slabs never communicate. The chunked one (prefill with
+// `chunked`): the same split, but the slab advances a chunk of tokens at a time through small
+// f32 products (see "chunked form" below). State, g and beta are f32 (any float dtype is read);
+// q | k | v come in the activation dtype (or f32). Launched with programmatic dependent launch
+// (decode steps run these once per linear layer): each kernel waits for its inputs before
+// touching anything.
+#include <algorithm>
+
+#include "backend/cuda/gated_delta.cuh"
 
 namespace hearth::cuda {
 
 namespace {
-
-// Decode-sized calls let the next kernel start early (programmatic dependent launch). A prefill
-// call runs long, and the next kernel's thousands of blocks waiting beside it slowed the 9B
-// hybrid's pp512 from 9.1k to 5.9k t/s on the H200: there the next kernel starts at the end.
-constexpr int64_t kDecodeTokens = 8;
 
 // One thread per channel; tokens in order, so the state update needs no synchronisation.
 __global__ void conv1d_kernel(void* y, int ydt, const void* x, int xdt, void* state, int sdt,
@@ -42,6 +41,39 @@ __global__ void conv1d_kernel(void* y, int ydt, const void* x, int xdt, void* st
   }
 }
 
+// Prefill form of the conv: a thread per (token, channel), so a 2048-token chunk is not 2048
+// dependent steps of one thread per channel (that walk took 2 ms per layer on the 9B shape).
+// The state is not touched here; conv1d_state_kernel updates it after every output is written.
+__global__ void conv1d_tokens_kernel(void* y, int ydt, const void* x, int xdt, const void* state,
+                                     int sdt, const void* w, int wdt, int64_t n, int64_t C, int K) {
+  pdl_wait();  // a prefill-sized call: the next kernel is not let in early (see kDecodeTokens)
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
+    float acc = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const int64_t p = t - (K - 1) + j;
+      const float in = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
+      acc += ld(w, wdt, int64_t(j) * C + c) * in;
+    }
+    st(y, ydt, t * C + c, acc * sigmoid_f(acc));
+  }
+}
+
+// New state after conv1d_tokens_kernel: the last K-1 rows of [state ‖ x], a thread per channel
+// (ascending rows only read rows not yet written).
+__global__ void conv1d_state_kernel(const void* x, int xdt, void* state, int sdt, int64_t n,
+                                    int64_t C, int K) {
+  pdl_wait();
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int r = 0; r < K - 1; ++r) {
+    const int64_t p = n - (K - 1) + r;
+    const float v = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
+    st(state, sdt, int64_t(r) * C + c, v);
+  }
+}
+
 __global__ void gates_kernel(void* g, int gdt, void* beta, int bdt, const void* a, int adt,
                              const void* b, int bbdt, const void* a_log, int ldt,
                              const void* dt_bias, int ddt, int64_t n, int64_t h) {
@@ -57,7 +89,7 @@ __global__ void gates_kernel(void* g, int gdt, void* beta, int bdt, const void* 
   }
 }
 
-constexpr int kCols = 32, kRowGroups = 8;
+constexpr int kRowGroups = 8;
 
 // Block (value head h, slab c0 = 32·blockIdx.y); dynamic smem: S [dk][32], q [dk], k [dk],
 // red [8][32].
@@ -139,15 +171,31 @@ __global__ void __launch_bounds__(kCols* kRowGroups)
 }  // namespace
 
 void gated_delta_init() {
+  int dev = 0, optin = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&dev));
+  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  // The recurrent kernel needs at most ~36 KiB (Dk = 256); the cap keeps sm_89 (99 KiB) valid.
   HEARTH_CUDA_CHECK(cudaFuncSetAttribute(gated_delta_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         std::min(160 * 1024, optin)));
+  gated_delta_chunked_init(optin);
 }
 
 void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w) {
   const int64_t n = x.rows(), C = x.cols();
   const int K = int(w.rows());
-  launch_pdl(ctx, conv1d_kernel, dim3(unsigned((C + 127) / 128)), dim3(128), 0, y.p, y.dtype, x.p,
-             x.dtype, state.p, state.dtype, w.p, w.dtype, n, C, K);
+  const unsigned channel_blocks = unsigned((C + 127) / 128);
+  if (n <= kDecodeTokens) {  // one thread per channel walks the few tokens and the state
+    launch_pdl(ctx, conv1d_kernel, dim3(channel_blocks), dim3(128), 0, y.p, y.dtype, x.p, x.dtype,
+               state.p, state.dtype, w.p, w.dtype, n, C, K);
+  } else {
+    launch_pdl(ctx, conv1d_tokens_kernel,
+               dim3(channel_blocks, unsigned(std::min<int64_t>(n, 65535))), dim3(128), 0, y.p,
+               y.dtype, x.p, x.dtype, state.p, state.dtype, w.p, w.dtype, n, C, K);
+    HEARTH_CUDA_LAUNCHED();
+    launch_pdl(ctx, conv1d_state_kernel, dim3(channel_blocks), dim3(128), 0, x.p, x.dtype, state.p,
+               state.dtype, n, C, K);
+  }
   HEARTH_CUDA_LAUNCHED();
 }
 
@@ -164,6 +212,9 @@ void gated_delta(Ctx& ctx, const Ten& out, const Ten& qkv, const Ten& g, const T
                  const Ten& state, const GatedDeltaParams& p) {
   if (state.dtype != kF32)
     cuda_fail("gated_delta", "the recurrent state must be F32", __FILE__, __LINE__);
+  if (p.chunked && qkv.rows() > kDecodeTokens &&
+      gated_delta_chunked(ctx, out, qkv, g, beta, state, p))
+    return;
   const int n = int(qkv.rows());
   const size_t smem = (size_t(p.k_dim) * kCols + 2 * size_t(p.k_dim) + kRowGroups * kCols) * 4;
   dim3 grid(unsigned(p.n_v_heads), unsigned((p.v_dim + kCols - 1) / kCols));
