@@ -78,6 +78,39 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// The GLU activations as the CPU computes them: silu, gelu with the tanh approximation, gelu.
+__device__ __forceinline__ float activation_f(int act, float x) {
+  if (act == int(Activation::Silu)) return silu_f(x);
+  if (act == int(Activation::GeluTanh)) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+  }
+  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+// A 16-byte weight load that streams past L1 (decode reads each weight once per step).
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// Dot product of two 16-byte words of 8 bf16 each, in f32, in a fixed order.
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
+  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
+    s = fmaf(fa.x, fb.x, s);
+    s = fmaf(fa.y, fb.y, s);
+  }
+  return s;
+}
+
 // Launches kernel<<<grid, block, smem, ctx.stream>>>(args...) allowing programmatic overlap
 // with the previous kernel when the device supports it (ctx.pdl). Only for kernels that call
 // pdl_wait() as described above.

@@ -22,20 +22,9 @@ __global__ void embedding_kernel(void* y, int ydt, const void* table, int tdt, c
   }
 }
 
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-  const float k = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
-__device__ __forceinline__ float activate(int act, float x) {
-  if (act == int(Activation::Silu)) return silu_f(x);
-  if (act == int(Activation::GeluTanh)) return gelu_tanh_f(x);
-  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
-
 __global__ void glu_kernel(void* y, int ydt, const void* g, int gdt, const void* u, int udt,
                            int64_t n, int act) {
-  GRID_STRIDE(i, n) { st(y, ydt, i, activate(act, ld(g, gdt, i)) * ld(u, udt, i)); }
+  GRID_STRIDE(i, n) { st(y, ydt, i, activation_f(act, ld(g, gdt, i)) * ld(u, udt, i)); }
 }
 
 // bf16 GLU through 16-byte accesses: a prefill chunk's GLU moves three [tokens, n_ff] matrices,
@@ -50,7 +39,7 @@ __global__ void glu_bf16x8_kernel(uint4* y, const uint4* g, const uint4* u, int6
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float2 fg = __bfloat1622float2(pg[j]), fu = __bfloat1622float2(pu[j]);
-      py[j] = __floats2bfloat162_rn(activate(act, fg.x) * fu.x, activate(act, fg.y) * fu.y);
+      py[j] = __floats2bfloat162_rn(activation_f(act, fg.x) * fu.x, activation_f(act, fg.y) * fu.y);
     }
     y[i] = vy;
   }

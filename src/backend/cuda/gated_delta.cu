@@ -17,6 +17,31 @@ namespace hearth::cuda {
 
 namespace {
 
+// Token t of channel c: silu(Σ_j w[j, c] · [state ‖ x][t + j, c]), the state holding the K-1
+// inputs before the call's first token.
+__device__ __forceinline__ void conv_token(void* y, int ydt, const void* x, int xdt,
+                                           const void* state, int sdt, const void* w, int wdt,
+                                           int64_t t, int64_t c, int64_t C, int K) {
+  float acc = 0.0f;
+  for (int j = 0; j < K; ++j) {
+    const int64_t p = t - (K - 1) + j;
+    const float in = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
+    acc += ld(w, wdt, int64_t(j) * C + c) * in;
+  }
+  st(y, ydt, t * C + c, acc * sigmoid_f(acc));
+}
+
+// Channel c's new state: the last K-1 rows of [state ‖ x]; ascending rows only read rows not
+// yet written.
+__device__ __forceinline__ void conv_new_state(const void* x, int xdt, void* state, int sdt,
+                                               int64_t n, int64_t c, int64_t C, int K) {
+  for (int r = 0; r < K - 1; ++r) {
+    const int64_t p = n - (K - 1) + r;
+    const float v = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
+    st(state, sdt, int64_t(r) * C + c, v);
+  }
+}
+
 // One thread per channel; tokens in order, so the state update needs no synchronisation.
 __global__ void conv1d_kernel(void* y, int ydt, const void* x, int xdt, void* state, int sdt,
                               const void* w, int wdt, int64_t n, int64_t C, int K) {
@@ -24,21 +49,8 @@ __global__ void conv1d_kernel(void* y, int ydt, const void* x, int xdt, void* st
   pdl_wait();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int64_t t = 0; t < n; ++t) {
-    float acc = 0.0f;
-    for (int j = 0; j < K; ++j) {
-      const int64_t p = t - (K - 1) + j;
-      const float in = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
-      acc += ld(w, wdt, int64_t(j) * C + c) * in;
-    }
-    st(y, ydt, t * C + c, acc * sigmoid_f(acc));
-  }
-  // New state: the last K-1 rows of [state ‖ x]; ascending rows only read rows not yet written.
-  for (int r = 0; r < K - 1; ++r) {
-    const int64_t p = n - (K - 1) + r;
-    const float v = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
-    st(state, sdt, int64_t(r) * C + c, v);
-  }
+  for (int64_t t = 0; t < n; ++t) conv_token(y, ydt, x, xdt, state, sdt, w, wdt, t, c, C, K);
+  conv_new_state(x, xdt, state, sdt, n, c, C, K);
 }
 
 // Prefill form of the conv: a thread per (token, channel), so a 2048-token chunk is not 2048
@@ -49,29 +61,17 @@ __global__ void conv1d_tokens_kernel(void* y, int ydt, const void* x, int xdt, c
   pdl_wait();  // a prefill-sized call: the next kernel is not let in early (see kDecodeTokens)
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
-    float acc = 0.0f;
-    for (int j = 0; j < K; ++j) {
-      const int64_t p = t - (K - 1) + j;
-      const float in = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
-      acc += ld(w, wdt, int64_t(j) * C + c) * in;
-    }
-    st(y, ydt, t * C + c, acc * sigmoid_f(acc));
-  }
+  for (int64_t t = blockIdx.y; t < n; t += gridDim.y)
+    conv_token(y, ydt, x, xdt, state, sdt, w, wdt, t, c, C, K);
 }
 
-// New state after conv1d_tokens_kernel: the last K-1 rows of [state ‖ x], a thread per channel
-// (ascending rows only read rows not yet written).
+// The state update after conv1d_tokens_kernel, a thread per channel.
 __global__ void conv1d_state_kernel(const void* x, int xdt, void* state, int sdt, int64_t n,
                                     int64_t C, int K) {
   pdl_wait();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int r = 0; r < K - 1; ++r) {
-    const int64_t p = n - (K - 1) + r;
-    const float v = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
-    st(state, sdt, int64_t(r) * C + c, v);
-  }
+  conv_new_state(x, xdt, state, sdt, n, c, C, K);
 }
 
 __global__ void gates_kernel(void* g, int gdt, void* beta, int bdt, const void* a, int adt,

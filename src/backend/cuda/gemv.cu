@@ -48,36 +48,6 @@ int warps_per_sm() {
 // The largest normalised input a block stages in shared memory (n rows × in × 2 bytes).
 constexpr size_t kMaxNormBytes = 96 * 1024;
 
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
-  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
-    s = fmaf(fa.x, fb.x, s);
-    s = fmaf(fa.y, fb.y, s);
-  }
-  return s;
-}
-
-__device__ __forceinline__ float act_f(int act, float x) {
-  if (act == int(Activation::Silu)) return silu_f(x);
-  if (act == int(Activation::GeluTanh)) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-  }
-  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
-
 struct Seg {
   const uint4* w;   // [rows, in8]
   const uint4* w2;  // GLU: the up matrix, same shape
@@ -259,7 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
         const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
 #pragma unroll
         for (int r = 0; r < N; ++r)
-          st(g.y, g.ydt, r * g.rows + row, act_f(a.act, acc[r] + b) * (acc2[r] + b2));
+          st(g.y, g.ydt, r * g.rows + row, activation_f(a.act, acc[r] + b) * (acc2[r] + b2));
       } else if (g.resid) {
 #pragma unroll
         for (int r = 0; r < N; ++r) {

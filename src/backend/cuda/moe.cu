@@ -38,38 +38,6 @@ constexpr int kMaxPairs = int(kMoeDecodeTokens * kMoeDecodeUsed);
 constexpr int kUnroll = 4;
 constexpr int kWarpsPerSm = 48;
 
-// The next three mirror gemv.cu's (file-local there): a streaming 16-byte weight load that does
-// not displace L1, an 8-wide bf16 dot product in f32, and the GLU activations.
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
-  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
-    s = fmaf(fa.x, fb.x, s);
-    s = fmaf(fa.y, fb.y, s);
-  }
-  return s;
-}
-
-__device__ __forceinline__ float act_f(int act, float x) {
-  if (act == int(Activation::Silu)) return silu_f(x);
-  if (act == int(Activation::GeluTanh)) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-  }
-  return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-}
-
 __device__ __forceinline__ const uint4* expert_mat(const MoeMat& m, int32_t e) {
   if (m.table) return static_cast<const uint4*>(m.table[e]);
   return reinterpret_cast<const uint4*>(static_cast<const char*>(m.base) + int64_t(e) * m.stride);
@@ -260,7 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32) up_kernel(const UpArgs a, int64_t
     v[1] = warp_sum(v[1]);
     combine_pieces<2>(v, s, a.split);
     if (live && s.lane == 0 && s.piece == 0)
-      a.h[p * a.rows + row] = __float2bfloat16(act_f(a.act, v[0]) * v[1]);
+      a.h[p * a.rows + row] = __float2bfloat16(activation_f(a.act, v[0]) * v[1]);
   }
 }
 
