@@ -150,13 +150,12 @@ class Backend {
     Activation act = Activation::Silu;
   };
   // Working memory for moe_experts, owned by the caller, for n tokens routed to k experts each.
-  // Row buffers are in the activation dtype and hold n·k rows: every (token, slot) pair gets its
-  // own row, grouped by expert (the composed form uses the first rows of one expert at a time).
+  // Row buffers are in the activation dtype and hold moe_scratch_rows(n, k) rows.
   struct MoeScratch {
-    Tensor xg;    // [n·k, H] routed input rows
-    Tensor gate;  // [n·k, I] gate products, then act(gate) ⊙ up
-    Tensor up;    // [n·k, I]
-    Tensor out;   // [n·k, H] expert outputs
+    Tensor xg;    // [rows, H] routed input rows
+    Tensor gate;  // [rows, I] gate products, then act(gate) ⊙ up
+    Tensor up;    // [rows, I]
+    Tensor out;   // [rows, H] expert outputs
     // Where a backend routes on the device it leaves the routing here (the composed form
     // routes on the host and does not touch them):
     Tensor ids;      // [n, k] I32: the chosen experts, best first
@@ -169,6 +168,13 @@ class Backend {
   // that routes on the device without telling the host returns min(E, n·k) (an upper bound).
   virtual int64_t moe_experts(const Tensor& y, const Tensor& x, const Tensor& router_logits,
                               const MoeExperts& experts, const MoeScratch& scratch);
+  // Rows moe_experts needs in the scratch's row buffers for n tokens and k experts each: n for
+  // the composed form (one expert's rows at a time); a backend that gives every (token, slot)
+  // pair its own row (the CUDA grouped path) says n·k.
+  virtual int64_t moe_scratch_rows(int64_t n_tokens, int64_t k) const {
+    (void)k;
+    return n_tokens;
+  }
 
   // --- fused ops (optional): the defaults compose the ops above (backend.cpp); a backend
   // overrides one where doing it in one pass saves launches or memory traffic (CUDA decode). ---

@@ -103,7 +103,8 @@ void MoeBlock::reserve(Backend& be, int64_t n, const MoeShape& s) {
   auto rows = [&](int64_t count, int64_t cols) {
     return be.alloc(size_t(count * cols) * dtype_size(be.activation_dtype()));
   };
-  const int64_t routed = n * std::min(s.n_expert_used, s.n_expert);  // (token, slot) pairs
+  const int64_t k = std::min(s.n_expert_used, s.n_expert);
+  const int64_t routed = be.moe_scratch_rows(n, k);
   // Router logits in f32 whatever the activation dtype: the top-k choice is a comparison, and
   // a bf16 rounding could swap two close experts against the reference.
   logits_ = be.alloc(size_t(n * s.n_expert) * sizeof(float));
@@ -111,8 +112,8 @@ void MoeBlock::reserve(Backend& be, int64_t n, const MoeShape& s) {
   gate_ = rows(routed, s.n_ff_expert);
   up_ = rows(routed, s.n_ff_expert);
   eo_ = rows(routed, s.n_embd);
-  ids_ = be.alloc(size_t(routed) * sizeof(int32_t));
-  wts_ = be.alloc(size_t(routed) * sizeof(float));
+  ids_ = be.alloc(size_t(n * k) * sizeof(int32_t));
+  wts_ = be.alloc(size_t(n * k) * sizeof(float));
   if (s.n_ff_shared > 0) {
     sh_gate_ = rows(n, s.n_ff_shared);
     sh_up_ = rows(n, s.n_ff_shared);
@@ -132,8 +133,9 @@ void MoeBlock::forward(Backend& be, const Tensor& y, const Tensor& x, const MoeW
   const DType adt = be.activation_dtype();
   const Backend::MoeExperts experts{w.gate.data(),    w.up.data(), w.down.data(), E, k,
                                     s.norm_topk_prob, s.act};
-  const Backend::MoeScratch scratch{xg_.view(adt, {n * k, H}),     gate_.view(adt, {n * k, I}),
-                                    up_.view(adt, {n * k, I}),     eo_.view(adt, {n * k, H}),
+  const int64_t rows = be.moe_scratch_rows(n, k);
+  const Backend::MoeScratch scratch{xg_.view(adt, {rows, H}),      gate_.view(adt, {rows, I}),
+                                    up_.view(adt, {rows, I}),      eo_.view(adt, {rows, H}),
                                     ids_.view(DType::I32, {n, k}), wts_.view(DType::F32, {n, k})};
   last_active_ = be.moe_experts(y, x, logits, experts, scratch);
   if (s.n_ff_shared > 0) {

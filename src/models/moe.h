@@ -57,7 +57,7 @@ class MoeBlock {
   void reserve(Backend& be, int64_t n_tokens, const MoeShape& shape);
 
   int64_t capacity_ = 0;
-  // Routed-expert scratch holds n·k rows (Backend::MoeScratch); the shared expert's, n rows.
+  // Routed-expert scratch holds Backend::moe_scratch_rows(n, k) rows; the shared expert's, n rows.
   DeviceBuffer logits_, xg_, gate_, up_, eo_, ids_, wts_, sh_gate_, sh_up_, sh_out_, sh_logit_;
   int64_t last_active_ = 0;
 };

@@ -521,6 +521,9 @@ class CudaBackend final : public Backend {
     return moe_grouped(y, x, logits, ex, s);
   }
 
+  // The grouped path gives every (token, slot) pair its own row.
+  int64_t moe_scratch_rows(int64_t n_tokens, int64_t k) const override { return n_tokens * k; }
+
   void begin_step(int64_t n_tokens) override {
     bind();
     recs_.clear();
