@@ -106,10 +106,16 @@ TEST_F(CudaOps, Embedding) {
 }
 
 TEST_F(CudaOps, RmsNorm) {
-  for (auto [rows, len, wlen, offset] : std::vector<std::tuple<int64_t, int64_t, int64_t, float>>{
-           {1, 4097, 4097, 0.0f}, {17, 64, 64, 1.0f}, {33, 64, 16, 0.0f}, {2, 1024, 1024, 1.0f}}) {
+  // Rows of a multiple of 8 above 512 take the 16-byte kernel (f32 or bf16 gains).
+  for (auto [rows, len, wlen, offset, wdt] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, float, DType>>{
+           {1, 4097, 4097, 0.0f, DType::F32},
+           {17, 64, 64, 1.0f, DType::F32},
+           {33, 64, 16, 0.0f, DType::F32},
+           {2, 1024, 1024, 1.0f, DType::F32},
+           {37, 2056, 2056, 0.0f, DType::BF16}}) {
     auto x = make({rows, len}, randn(size_t(rows * len), 11));
-    auto w = make({wlen}, randn(size_t(wlen), 12, 0.1f), DType::F32);
+    auto w = make({wlen}, randn(size_t(wlen), 12, 0.1f), wdt);
     auto y = out({rows, len});
     gpu_->rms_norm(y.g, x.g, w.g, 1e-6f, offset);
     cpu_->rms_norm(y.c, x.c, w.c, 1e-6f, offset);
@@ -240,7 +246,8 @@ TEST_F(CudaOps, AttentionPrefill) {
 }
 
 TEST_F(CudaOps, Elementwise) {
-  for (int64_t n : {1, 17, 33, 4097}) {
+  // Multiples of 8 take the 16-byte bf16 kernels of glu and add.
+  for (int64_t n : {1, 17, 33, 4096, 4097}) {
     auto a = make({n}, randn(size_t(n), 31)), b = make({n}, randn(size_t(n), 32));
     for (Activation act : {Activation::Silu, Activation::GeluTanh, Activation::Gelu}) {
       auto y = out({n});
