@@ -30,6 +30,7 @@
 
 #include "backend/cuda/common.h"
 #include "backend/cuda/moe.h"
+#include "backend/expert_rows.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -674,14 +675,14 @@ class CudaBackend final : public Backend {
     HEARTH_CUDA_CHECK(cudaMemcpyAsync(moe_ids_host_, s.ids.data, size_t(P) * sizeof(int32_t),
                                       cudaMemcpyDeviceToHost, ctx_.stream));
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    const int64_t active = moe_group_rows(moe_ids_host_, n, k, E);
-    const int32_t* d_src = upload_ints(moe_src_.data(), P, 7);
-    const int32_t* d_pos = upload_ints(moe_pos_.data(), P, 8);
+    moe_rows_.group(moe_ids_host_, n, k, E);
+    const int32_t* d_src = upload_ints(moe_rows_.src.data(), P, 7);
+    const int32_t* d_pos = upload_ints(moe_rows_.pos.data(), P, 8);
     const Tensor xg = s.xg.slice_rows(0, P), g = s.gate.slice_rows(0, P), u = s.up.slice_rows(0, P),
                  o = s.out.slice_rows(0, P);
     submit<&cuda::gather_rows>(Ten(xg), Ten(x), d_src);
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t lo = moe_offset_[size_t(e)], hi = moe_offset_[size_t(e + 1)];
+      const int64_t lo = moe_rows_.offset[size_t(e)], hi = moe_rows_.offset[size_t(e + 1)];
       if (hi == lo) continue;
       submit<&cuda::linear>(Ten(g.slice_rows(lo, hi)), Ten(xg.slice_rows(lo, hi)), Ten(ex.gate[e]),
                             Ten());
@@ -690,39 +691,13 @@ class CudaBackend final : public Backend {
     }
     submit<&cuda::glu>(Ten(g), Ten(g), Ten(u), int32_t(ex.act));
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t lo = moe_offset_[size_t(e)], hi = moe_offset_[size_t(e + 1)];
+      const int64_t lo = moe_rows_.offset[size_t(e)], hi = moe_rows_.offset[size_t(e + 1)];
       if (hi == lo) continue;
       submit<&cuda::linear>(Ten(o.slice_rows(lo, hi)), Ten(g.slice_rows(lo, hi)), Ten(ex.down[e]),
                             Ten());
     }
     submit<&cuda::moe_combine>(Ten(y), Ten(o), d_pos, Ten(s.weights));
-    return active;
-  }
-
-  // Counting sort of the (token, slot) pairs by expert: moe_offset_[e] is where expert e's rows
-  // start, moe_src_[q] the token of row q (ascending within an expert, as the host path orders
-  // them), moe_pos_[t·k + j] the row of pair (t, j). Returns the number of experts with rows.
-  int64_t moe_group_rows(const int32_t* ids, int64_t n, int64_t k, int64_t E) {
-    const int64_t P = n * k;
-    moe_offset_.assign(size_t(E + 1), 0);
-    for (int64_t p = 0; p < P; ++p) {
-      if (ids[p] < 0 || ids[p] >= E) fail("CUDA MoE routing chose expert {} of {}", ids[p], E);
-      ++moe_offset_[size_t(ids[p]) + 1];
-    }
-    int64_t active = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      active += moe_offset_[size_t(e + 1)] > 0;
-      moe_offset_[size_t(e + 1)] += moe_offset_[size_t(e)];
-    }
-    moe_cursor_.assign(moe_offset_.begin(), moe_offset_.end() - 1);
-    moe_src_.resize(size_t(P));
-    moe_pos_.resize(size_t(P));
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t q = moe_cursor_[size_t(ids[p])]++;
-      moe_src_[size_t(q)] = int32_t(p / k);
-      moe_pos_[size_t(p)] = int32_t(q);
-    }
-    return active;
+    return moe_rows_.active;
   }
 
   KvDev kv_dev(const KvView& kv) {
@@ -1021,7 +996,7 @@ class CudaBackend final : public Backend {
   void* token_dev_ = nullptr;  // pick_token's result
 
   // MoE: per-layer expert address tables, the grouped path's host copy of the routing (pinned)
-  // and its row bookkeeping (moe_group_rows).
+  // and its rows grouped by expert.
   struct MoeTable {
     std::vector<const void*> host;
     DeviceBuffer dev;
@@ -1029,8 +1004,7 @@ class CudaBackend final : public Backend {
   std::map<const void*, MoeTable> moe_tables_;
   int32_t* moe_ids_host_ = nullptr;
   size_t moe_ids_host_n_ = 0;
-  std::vector<int64_t> moe_offset_, moe_cursor_;
-  std::vector<int32_t> moe_src_, moe_pos_;
+  ExpertRows moe_rows_;
 };
 
 }  // namespace
