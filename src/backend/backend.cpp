@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "backend/expert_rows.h"
 #include "backend/token_pick.h"
 
 namespace hearth {
@@ -53,12 +54,11 @@ void Backend::qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor&
 
 namespace {
 
-// Host routing of one token: probs[E] holds its router logits and is turned into softmax
-// probabilities in place; the k best experts (ties → lower index) go to rows/weights per expert,
-// weighted by their probability (over the k's sum when norm_topk_prob).
-void moe_route_token(float* p, int64_t E, int64_t k, bool norm_topk_prob, int32_t token,
-                     std::vector<int32_t>& order, std::vector<std::vector<int32_t>>& rows,
-                     std::vector<std::vector<float>>& weights) {
+// Host routing of one token: p[E] holds its router logits and is turned into softmax
+// probabilities in place; ids[k] gets the k best experts (ties → lower index), best first, and
+// w[k] their probabilities (over the k's sum when norm_topk_prob), as the GPU routing does.
+void moe_route_token(float* p, int64_t E, int64_t k, bool norm_topk_prob,
+                     std::vector<int32_t>& order, int32_t* ids, float* w) {
   const float mx = *std::max_element(p, p + E);
   float sum = 0.0f;
   for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - mx);
@@ -70,56 +70,51 @@ void moe_route_token(float* p, int64_t E, int64_t k, bool norm_topk_prob, int32_
   float top_sum = 0.0f;
   for (int64_t i = 0; i < k; ++i) top_sum += p[order[size_t(i)]];
   for (int64_t i = 0; i < k; ++i) {
-    const int32_t e = order[size_t(i)];
-    rows[size_t(e)].push_back(token);
-    weights[size_t(e)].push_back(norm_topk_prob ? p[e] / top_sum : p[e]);
+    ids[i] = order[size_t(i)];
+    w[i] = norm_topk_prob ? p[ids[i]] / top_sum : p[ids[i]];
   }
 }
 
 }  // namespace
 
-// Routing on the host (the logits come back first: a sync on a GPU), then per active expert in
-// index order: gather its tokens' rows, gate and up products, GLU, down product, scatter-add.
+// Routing on the host (the logits come back first: a sync on a GPU), the pairs grouped by
+// expert (ExpertRows, as the GPU's grouped path), then per active expert in index order: gather
+// its tokens' rows, gate and up products, GLU, down product, scatter-add.
 int64_t Backend::moe_experts(const Tensor& y, const Tensor& x, const Tensor& router_logits,
                              const MoeExperts& ex, const MoeScratch& s) {
   const int64_t n = x.rows(), E = ex.n_expert, H = x.cols(), I = ex.gate[0].rows();
   const int64_t k = std::min(ex.n_used, E);
-  thread_local std::vector<float> probs;
-  thread_local std::vector<int32_t> order;
-  thread_local std::vector<std::vector<int32_t>> rows;
-  thread_local std::vector<std::vector<float>> weights;
+  thread_local std::vector<float> probs, pair_w, row_w;
+  thread_local std::vector<int32_t> order, ids;
+  thread_local ExpertRows rows;
   probs.resize(size_t(n * E));
   to_host_f32(probs.data(), router_logits);
-  rows.resize(size_t(E));
-  weights.resize(size_t(E));
-  for (int64_t e = 0; e < E; ++e) {
-    rows[size_t(e)].clear();
-    weights[size_t(e)].clear();
-  }
+  ids.resize(size_t(n * k));
+  pair_w.resize(size_t(n * k));
   for (int64_t t = 0; t < n; ++t)
-    moe_route_token(probs.data() + t * E, E, k, ex.norm_topk_prob, int32_t(t), order, rows,
-                    weights);
+    moe_route_token(probs.data() + t * E, E, k, ex.norm_topk_prob, order, ids.data() + t * k,
+                    pair_w.data() + t * k);
+  rows.group(ids.data(), n, k, E);
+  row_w.resize(size_t(n * k));  // each row's routing weight, in the grouped order
+  for (size_t p = 0; p < row_w.size(); ++p) row_w[size_t(rows.pos[p])] = pair_w[p];
 
   fill(y, 0.0f);
-  int64_t active = 0;
   const DType adt = activation_dtype();
   for (int64_t e = 0; e < E; ++e) {
-    const auto& r = rows[size_t(e)];
-    const int64_t m = int64_t(r.size());
+    const int64_t lo = rows.offset[size_t(e)], m = rows.offset[size_t(e + 1)] - lo;
     if (m == 0) continue;
-    ++active;
     const Tensor xg = Tensor(s.xg.data, adt, {m, H}, s.xg.device);
     const Tensor g = Tensor(s.gate.data, adt, {m, I}, s.gate.device);
     const Tensor u = Tensor(s.up.data, adt, {m, I}, s.up.device);
     const Tensor o = Tensor(s.out.data, adt, {m, H}, s.out.device);
-    gather_rows(xg, x, r.data());
+    gather_rows(xg, x, rows.src.data() + lo);
     linear(g, xg, ex.gate[size_t(e)], Tensor());
     linear(u, xg, ex.up[size_t(e)], Tensor());
     glu(g, g, u, ex.act);
     linear(o, g, ex.down[size_t(e)], Tensor());
-    scatter_add_rows(y, o, r.data(), weights[size_t(e)].data());
+    scatter_add_rows(y, o, rows.src.data() + lo, row_w.data() + lo);
   }
-  return active;
+  return rows.active;
 }
 
 void Backend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) {
