@@ -479,8 +479,6 @@ const Config* find_config(int hd, int bm) {
   return nullptr;
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 void attention_mma_init() {

@@ -34,6 +34,9 @@ namespace hearth::cuda {
 // dtype codes as in hearth::DType (F32 = 0, F16 = 1, BF16 = 2); kernels read these three.
 enum : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
+// Whether p allows 16-byte vector accesses (the kernels' fast paths).
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // A tensor as plain data without padding, so op records can be compared bytewise.
 struct Ten {
   void* p = nullptr;

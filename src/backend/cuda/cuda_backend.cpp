@@ -599,9 +599,10 @@ class CudaBackend final : public Backend {
   }
 
   static bool moe_aligned(const MoeExperts& ex) {
-    auto a16 = [](const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.data) & 15) == 0; };
     for (int64_t e = 0; e < ex.n_expert; ++e)
-      if (!a16(ex.gate[e]) || !a16(ex.up[e]) || !a16(ex.down[e])) return false;
+      if (!cuda::aligned16(ex.gate[e].data) || !cuda::aligned16(ex.up[e].data) ||
+          !cuda::aligned16(ex.down[e].data))
+        return false;
     return true;
   }
 

@@ -111,8 +111,6 @@ __global__ void scatter_add_rows_kernel(void* y, int ydt, const void* x, int xdt
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, float scale) {

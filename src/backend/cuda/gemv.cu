@@ -328,8 +328,6 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   HEARTH_CUDA_LAUNCHED();
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 void set_norm(Args& a, const GemvNorm& norm) {
   if (norm.w.empty()) return;
   a.norm_w = norm.w.p;

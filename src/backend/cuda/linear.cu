@@ -118,8 +118,6 @@ const Plan& plan_for(Ctx& ctx, int64_t n, int64_t out, int64_t in, int32_t ydt, 
   return p;
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 void linear_plans_clear() {

@@ -326,8 +326,6 @@ int blocks_per_sm(const void* kernel) {
   return std::max(b, 1);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 bool moe_route_fits(int64_t n_expert, int64_t k) {

@@ -127,8 +127,6 @@ __global__ void rms_norm_bf16x8_kernel(uint4* y, const uint4* x, const Gain* w, 
   y[i] = out;
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // The 8-wide kernel applies: bf16 rows of a multiple of 8 up to 8192, 16-byte aligned, gains
 // f32 or bf16, and the gains one row long (not per head).
 bool fits_bf16x8(const Ten& y, const Ten& x, const Ten& w, const Ten* z, int len) {
