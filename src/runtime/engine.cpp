@@ -8,7 +8,6 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
-#include <limits>
 
 #include "core/error.h"
 #include "runtime/generate.h"
@@ -258,9 +257,8 @@ GenerationResult Engine::run(Job& job) {
   // Prefill in chunks; states with recurrent layers end them on checkpoint boundaries, so a later
   // prompt can resume there (attention-only states go back anywhere: their chunks stay whole).
   std::vector<float> logits(static_cast<size_t>(n_vocab));
-  const int64_t interval = state->needs_checkpoints()
-                               ? std::max<int64_t>(options_.checkpoint_interval, 1)
-                               : std::numeric_limits<int64_t>::max() / 2;
+  const bool checkpointed = state->needs_checkpoints();
+  const int64_t interval = std::max<int64_t>(options_.checkpoint_interval, 1);
   const int64_t chunk =
       options_.prefill_chunk > 0 ? options_.prefill_chunk : model_->default_prefill_chunk();
   for (int64_t pos = state->n_past(); pos < n_prompt;) {
@@ -269,13 +267,13 @@ GenerationResult Engine::run(Job& job) {
       give_back();
       return result;
     }
-    const int64_t next_cp = (pos / interval + 1) * interval;
+    const int64_t next_cp = checkpointed ? (pos / interval + 1) * interval : n_prompt;
     const int64_t end = std::min({n_prompt, pos + chunk, next_cp});
     const bool last = end == n_prompt;
     model_->forward(*state,
                     std::span<const int32_t>(req.prompt).subspan(size_t(pos), size_t(end - pos)),
                     last ? LogitsRows::Last : LogitsRows::None, last ? logits.data() : nullptr);
-    if (end % interval == 0 || last) {
+    if ((checkpointed && end % interval == 0) || last) {
       state->keep_checkpoint();
       checkpoints.push_back(end);
     }
