@@ -93,6 +93,11 @@ struct GemvJobs {  // up to kGemvMaxSegs products of the same input, in one laun
   Ten y[kGemvMaxSegs], w[kGemvMaxSegs], bias[kGemvMaxSegs];
   int32_t n = 0, pad = 0;
 };
+// The GEMV's work split, shared with moe.cu's expert products (blocks of 8 warps): warps per
+// row for `rows` rows of `words` 16-byte words, and the blocks of `kernel` resident per SM with
+// `smem` bytes of dynamic shared memory (measured once per pair; allowed during graph capture).
+int gemv_split(const Ctx& ctx, int64_t rows, int64_t words);
+int gemv_resident_blocks(const void* kernel, size_t smem);
 // Allows the input-norm variants their shared memory (once, outside any graph capture).
 void gemv_init();
 bool gemv_fits(const Ten& x, const Ten& w);

@@ -245,21 +245,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   if (!waited) pdl_wait();
 }
 
-// Blocks of one kernel variant that fit on an SM with `smem` bytes of dynamic shared memory,
-// measured once per (kernel, smem) — outside the hot path, and allowed during graph capture.
-int blocks_per_sm(const void* kernel, size_t smem) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, size_t>, int> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = known.try_emplace({kernel, smem}, 1);
-  if (fresh) {
-    int b = 0;
-    HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32, smem));
-    it->second = std::max(b, 1);
-  }
-  return it->second;
-}
-
 template <int N>
 void allow_norm_smem() {
   for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true>),
@@ -270,13 +255,8 @@ void allow_norm_smem() {
 
 template <bool GLU>
 void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
-  // Warps per row: enough warps in flight to cover the memory latency on every SM (about
-  // 32 per SM), while each lane still gets at least a few 16-byte loads.
-  const int64_t target = int64_t(ctx.sm_count) * warps_per_sm();
-  int split = 1;
-  while (split < kWarps && total_rows * split < target && a.in8 / (split * 2) >= 32 * 2) split *= 2;
-  a.split = split;
-  const int rows_per_block = kWarps / split;
+  a.split = gemv_split(ctx, total_rows, a.in8);
+  const int rows_per_block = kWarps / a.split;
   int64_t blocks = 0;
   for (int i = 0; i < a.n_seg; ++i) {
     a.seg[i].first_block = blocks;
@@ -286,7 +266,7 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
   auto go = [&](auto kernel) {
     const int64_t resident =
-        int64_t(ctx.sm_count) * blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
+        int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
     const unsigned grid = unsigned(std::min(blocks, resident));
     launch_pdl(ctx, kernel, dim3(grid), dim3(kWarps * 32), smem, a, blocks);
   };
@@ -337,6 +317,30 @@ void set_norm(Args& a, const GemvNorm& norm) {
 }
 
 }  // namespace
+
+// Warps per row: enough warps in flight to cover the memory latency on every SM (the
+// warps_per_sm target), while each lane still gets at least two 16-byte loads.
+int gemv_split(const Ctx& ctx, int64_t rows, int64_t words) {
+  const int64_t target = int64_t(ctx.sm_count) * warps_per_sm();
+  int split = 1;
+  while (split < kWarps && rows * split < target && words / (split * 2) >= 32 * 2) split *= 2;
+  return split;
+}
+
+// Blocks of one kernel variant that fit on an SM with `smem` bytes of dynamic shared memory,
+// measured once per (kernel, smem) — outside the hot path, and allowed during graph capture.
+int gemv_resident_blocks(const void* kernel, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = known.try_emplace({kernel, smem}, 1);
+  if (fresh) {
+    int b = 0;
+    HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32, smem));
+    it->second = std::max(b, 1);
+  }
+  return it->second;
+}
 
 void gemv_init() {
   allow_norm_smem<1>();

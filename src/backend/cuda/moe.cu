@@ -33,10 +33,9 @@ namespace {
 constexpr int kWarps = 8;                           // warps per block, every kernel here
 constexpr int kPerLane = int(kMoeMaxExperts / 32);  // router logits a lane holds
 constexpr int kMaxPairs = int(kMoeDecodeTokens * kMoeDecodeUsed);
-// 16-byte weight loads per lane in flight per matrix, and the warps per SM the row split aims
-// for: gemv.cu's measured defaults.
+// 16-byte weight loads per lane in flight per matrix: gemv.cu's measured default. (The row split
+// and the resident blocks come from gemv.cu as well: gemv_split, gemv_resident_blocks.)
 constexpr int kUnroll = 4;
-constexpr int kWarpsPerSm = 48;
 
 __device__ __forceinline__ const uint4* expert_mat(const MoeMat& m, int32_t e) {
   if (m.table) return static_cast<const uint4*>(m.table[e]);
@@ -310,22 +309,6 @@ __global__ void combine_kernel(void* y, int ydt, const void* o, int odt, const i
 
 // --- launch helpers ---
 
-// Warps per row: enough warps in flight to cover memory latency on every SM while each lane
-// still has a few 16-byte loads per row (gemv.cu's rule).
-int split_for(const Ctx& ctx, int64_t rows, int64_t words) {
-  const int64_t target = int64_t(ctx.sm_count) * kWarpsPerSm;
-  int split = 1;
-  while (split < kWarps && rows * split < target && words / (split * 2) >= 64) split *= 2;
-  return split;
-}
-
-// Blocks of `kernel` resident per SM (measured once per kernel; allowed during graph capture).
-int blocks_per_sm(const void* kernel) {
-  int b = 0;
-  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32, 0));
-  return std::max(b, 1);
-}
-
 }  // namespace
 
 bool moe_route_fits(int64_t n_expert, int64_t k) {
@@ -354,8 +337,9 @@ void moe_decode(Ctx& ctx, const Ten& y, const Ten& x, const Ten& ids, const Ten&
                 const MoeMat& gate, const MoeMat& up, const MoeMat& down, const Ten& h,
                 int32_t act) {
   const int64_t n = x.rows(), k = ids.cols(), pairs = n * k, H = x.cols(), I = h.cols();
-  static const int up_per_sm = blocks_per_sm(reinterpret_cast<const void*>(up_kernel));
-  static const int down_per_sm = blocks_per_sm(reinterpret_cast<const void*>(down_kernel));
+  const int up_per_sm = gemv_resident_blocks(reinterpret_cast<const void*>(up_kernel), 0);
+  static const int down_per_sm =
+      gemv_resident_blocks(reinterpret_cast<const void*>(down_kernel), 0);
 
   UpArgs ua{};
   ua.x = static_cast<const uint4*>(x.p);
@@ -367,7 +351,7 @@ void moe_decode(Ctx& ctx, const Ten& y, const Ten& x, const Ten& ids, const Ten&
   ua.rows = I;
   ua.pairs = int32_t(pairs);
   ua.k = int32_t(k);
-  ua.split = split_for(ctx, pairs * I, ua.in8);
+  ua.split = gemv_split(ctx, pairs * I, ua.in8);
   ua.act = act;
   const int64_t up_groups = (pairs * I + kWarps / ua.split - 1) / (kWarps / ua.split);
   const int64_t up_grid = std::min<int64_t>(up_groups, int64_t(ctx.sm_count) * up_per_sm);
@@ -384,7 +368,7 @@ void moe_decode(Ctx& ctx, const Ten& y, const Ten& x, const Ten& ids, const Ten&
   da.rows = H;
   da.n = int32_t(n);
   da.k = int32_t(k);
-  da.split = split_for(ctx, n * H, k * da.in8);
+  da.split = gemv_split(ctx, n * H, k * da.in8);
   da.ydt = y.dtype;
   const int64_t down_groups = (n * H + kWarps / da.split - 1) / (kWarps / da.split);
   const int64_t down_grid = std::min<int64_t>(down_groups, int64_t(ctx.sm_count) * down_per_sm);
