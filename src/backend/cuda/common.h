@@ -4,6 +4,7 @@
 // synchronise or allocate, so every one of them can be captured into a CUDA graph.
 #pragma once
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -68,6 +69,7 @@ struct KvDev {
 struct Ctx {
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;  // grouped products (cuBLASLt has no grouped GEMM)
   void* lt_workspace = nullptr;
   size_t lt_workspace_bytes = 0;
   int sm_count = 0;
@@ -87,6 +89,11 @@ void linear_plans_clear();
 // x += (in · wᵀ) * scale for prefill shapes through the GEMM's own accumulate (beta = 1);
 // false when cuBLASLt does not take the shape (the caller composes it instead).
 bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale);
+// One grouped cuBLAS call for `count` products Y_g[rows[g], out] = X_g[rows[g], in] · W_gᵀ,
+// bf16 in and out, f32 accumulation. ptrs: a device array of 3·count addresses, W_0.. then
+// X_0.. then Y_0..; rows: host. False when cuBLAS does not take it (the caller loops instead).
+bool linear_grouped(Ctx& ctx, const void* const* ptrs, const int* rows, int count, int64_t out,
+                    int64_t in);
 // gemv.cu: decode products (≤ 8 rows, bf16, 16-byte aligned; gemv_fits says so).
 constexpr int kGemvMaxSegs = 4;
 struct GemvJobs {  // up to kGemvMaxSegs products of the same input, in one launch

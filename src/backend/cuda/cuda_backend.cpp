@@ -164,6 +164,7 @@ class CudaBackend final : public Backend {
     for (void* p : staging_) cudaFreeHost(p);
     cudaEventDestroy(graph_done_);
     cublasLtDestroy(ctx_.lt);
+    if (ctx_.blas) cublasDestroy(ctx_.blas);
     cudaStreamDestroy(ctx_.stream);
   }
 
@@ -682,23 +683,47 @@ class CudaBackend final : public Backend {
     const Tensor xg = s.xg.slice_rows(0, P), g = s.gate.slice_rows(0, P), u = s.up.slice_rows(0, P),
                  o = s.out.slice_rows(0, P);
     submit<&cuda::gather_rows>(Ten(xg), Ten(x), d_src);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t lo = moe_rows_.offset[size_t(e)], hi = moe_rows_.offset[size_t(e + 1)];
-      if (hi == lo) continue;
-      submit<&cuda::linear>(Ten(g.slice_rows(lo, hi)), Ten(xg.slice_rows(lo, hi)), Ten(ex.gate[e]),
-                            Ten());
-      submit<&cuda::linear>(Ten(u.slice_rows(lo, hi)), Ten(xg.slice_rows(lo, hi)), Ten(ex.up[e]),
-                            Ten());
-    }
+    moe_products(g, xg, ex.gate, 10);
+    moe_products(u, xg, ex.up, 11);
     submit<&cuda::glu>(Ten(g), Ten(g), Ten(u), int32_t(ex.act));
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t lo = moe_rows_.offset[size_t(e)], hi = moe_rows_.offset[size_t(e + 1)];
-      if (hi == lo) continue;
-      submit<&cuda::linear>(Ten(o.slice_rows(lo, hi)), Ten(g.slice_rows(lo, hi)), Ten(ex.down[e]),
-                            Ten());
-    }
+    moe_products(o, g, ex.down, 12);
     submit<&cuda::moe_combine>(Ten(y), Ten(o), d_pos, Ten(s.weights));
     return moe_rows_.active;
+  }
+
+  // out's rows of each active expert = in's same rows · w[e]ᵀ (rows grouped by ExpertRows):
+  // one grouped cuBLAS call for all experts (bf16 rows of ≥ 16-byte alignment), else one
+  // product per expert. `tag` names the pointer upload (upload_ints) of this projection.
+  void moe_products(const Tensor& out, const Tensor& in, const Tensor* w, int tag) {
+    const int64_t E = int64_t(moe_rows_.offset.size()) - 1, O = out.cols(), K = in.cols();
+    std::vector<const void*> ptrs;
+    std::vector<int> rows;
+    std::vector<int64_t> experts;
+    for (int64_t e = 0; e < E; ++e)
+      if (moe_rows_.offset[size_t(e + 1)] > moe_rows_.offset[size_t(e)]) experts.push_back(e);
+    const bool grouped = out.dtype == DType::BF16 && in.dtype == DType::BF16 && O % 8 == 0 &&
+                         K % 8 == 0 && !experts.empty();
+    if (grouped) {
+      const size_t c = experts.size();
+      ptrs.resize(3 * c);
+      rows.resize(c);
+      for (size_t i = 0; i < c; ++i) {
+        const int64_t e = experts[i], lo = moe_rows_.offset[size_t(e)],
+                      hi = moe_rows_.offset[size_t(e + 1)];
+        ptrs[i] = w[e].data;
+        ptrs[c + i] = in.slice_rows(lo, hi).data;
+        ptrs[2 * c + i] = out.slice_rows(lo, hi).data;
+        rows[i] = int(hi - lo);
+      }
+      const auto* d_ptrs = reinterpret_cast<const void* const*>(
+          upload_ints(ptrs.data(), int64_t(ptrs.size()) * int64_t(sizeof(void*) / 4), tag));
+      if (cuda::linear_grouped(ctx_, d_ptrs, rows.data(), int(c), O, K)) return;
+    }
+    for (int64_t e : experts) {
+      const int64_t lo = moe_rows_.offset[size_t(e)], hi = moe_rows_.offset[size_t(e + 1)];
+      submit<&cuda::linear>(Ten(out.slice_rows(lo, hi)), Ten(in.slice_rows(lo, hi)), Ten(w[e]),
+                            Ten());
+    }
   }
 
   KvDev kv_dev(const KvView& kv) {

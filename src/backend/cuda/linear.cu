@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/device_util.cuh"
 
@@ -144,6 +145,40 @@ bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, floa
                                      x.p, p.c, &p.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
                                      ctx.stream));
   return true;
+}
+
+bool linear_grouped(Ctx& ctx, const void* const* ptrs, const int* rows, int count, int64_t out,
+                    int64_t in) {
+  if (count <= 0) return true;
+#if CUBLAS_VERSION < 120500  // the grouped API arrived in cuBLAS 12.5
+  (void)ptrs, (void)rows, (void)out, (void)in;
+  return false;
+#else
+  if (!ctx.blas) {
+    if (cublasCreate(&ctx.blas) != CUBLAS_STATUS_SUCCESS) {
+      ctx.blas = nullptr;
+      return false;
+    }
+    HEARTH_CUBLAS_CHECK(cublasSetWorkspace(ctx.blas, ctx.lt_workspace, ctx.lt_workspace_bytes));
+  }
+  HEARTH_CUBLAS_CHECK(cublasSetStream(ctx.blas, ctx.stream));
+  // Row-major Y = X·Wᵀ is column-major Yᵀ[out, rows] = W[in, out]ᵀ · Xᵀ[in, rows]: every group
+  // is one problem (group_size 1) with its own row count.
+  const size_t c = size_t(count);
+  std::vector<cublasOperation_t> ta(c, CUBLAS_OP_T), tb(c, CUBLAS_OP_N);
+  std::vector<int> m(c, int(out)), k(c, int(in)), lda(c, int(in)), ldb(c, int(in)),
+      ldc(c, int(out)), size(c, 1);
+  std::vector<int> n(rows, rows + count);
+  std::vector<float> alpha(c, 1.0f), beta(c, 0.0f);
+  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      ctx.blas, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), ptrs, CUDA_R_16BF,
+      lda.data(), ptrs + count, CUDA_R_16BF, ldb.data(), beta.data(),
+      const_cast<void* const*>(ptrs + 2 * count), CUDA_R_16BF, ldc.data(), count, size.data(),
+      CUBLAS_COMPUTE_32F);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) return false;
+  HEARTH_CUBLAS_CHECK(st);
+  return true;
+#endif
 }
 
 void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias) {
