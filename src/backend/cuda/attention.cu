@@ -280,6 +280,7 @@ struct Queries {
 // Split-K: the last block of a group to finish merges every split's partial in split order (the
 // same result whichever block comes last) and rearms the group's counter for the next launch.
 // wts: shared [NQ][kMaxSplits], free by now.
+template <int NQ, int HDP>
 __device__ void merge_splits(const AttnArgs& a, const Queries& qs, float* wts, int ns) {
   __shared__ bool last;
   __threadfence();  // this block's partials are visible device-wide before it counts itself
@@ -315,15 +316,34 @@ __device__ void merge_splits(const AttnArgs& a, const Queries& qs, float* wts, i
       if (lane + 32 * r < ns) wts[i * kMaxSplits + lane + 32 * r] = c[r] * inv;
   }
   __syncthreads();
-  for (int x = threadIdx.x; x < qs.n_live * hd; x += blockDim.x) {
-    const int i = x / hd, d = x - i * hd;
-    const int64_t qi = qs.index(i, a.n_head);
-    const float* pa = a.part + qi * (hd + 2) + 2 + d;
-    const float* w = wts + i * kMaxSplits;
-    float o = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < ns; ++s) o += w[s] * __ldcg(pa + s * stride);
-    st(a.out, a.odt, qi * hd + d, o);
+  // A thread's outputs x = threadIdx.x + 128·j, each summed over the splits in split order; the
+  // loads of four splits for all of them go out together (one round trip per four splits, not
+  // one per output and eight splits).
+  constexpr int kPer = (NQ * HDP + kWarps * 32 - 1) / (kWarps * 32);
+  const int n_out = qs.n_live * hd;
+  float o[kPer];
+  const float* pa[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int x = min(int(threadIdx.x) + j * kWarps * 32, n_out - 1), i = x / hd;
+    pa[j] = a.part + qs.index(i, a.n_head) * (hd + 2) + 2 + (x - i * hd);
+    o[j] = 0.0f;
+  }
+#pragma unroll 4
+  for (int s = 0; s < ns; ++s) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int x = int(threadIdx.x) + j * kWarps * 32;
+      if (x < n_out) o[j] += wts[(x / hd) * kMaxSplits + s] * __ldcg(pa[j] + s * stride);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int x = int(threadIdx.x) + j * kWarps * 32;
+    if (x < n_out) {
+      const int i = x / hd;
+      st(a.out, a.odt, qs.index(i, a.n_head) * hd + (x - i * hd), o[j]);
+    }
   }
 }
 
@@ -405,11 +425,23 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
       if constexpr (C::kVEarly) load_v(vr, vcol, row, st, 0, v_dims > 0);
     }
   }
-  for (int x = threadIdx.x; x < NQ * HDP; x += blockDim.x) {
-    const int i = x / HDP, d = x % HDP;
-    float qv = 0.0f;
-    if (i < qy.n_live && d < hd) qv = ld(a.q, a.qdt, qy.index(i, a.n_head) * hd + d) * a.scale;
-    qs[x] = qv;
+  {
+    // All of a thread's q loads go out before any is stored: a loop that stored each before
+    // loading the next made NQ·HDP/128 round trips (8 for 4 heads of 256) of a decode step.
+    constexpr int kPer = (NQ * HDP + kWarps * 32 - 1) / (kWarps * 32);
+    float qv[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int x = int(threadIdx.x) + j * kWarps * 32, i = x / HDP, d = x % HDP;
+      qv[j] = x < NQ * HDP && i < qy.n_live && d < hd
+                  ? ld(a.q, a.qdt, qy.index(i, a.n_head) * hd + d) * a.scale
+                  : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int x = int(threadIdx.x) + j * kWarps * 32;
+      if (x < NQ * HDP) qs[x] = qv[j];
+    }
   }
   __syncthreads();
 
@@ -447,6 +479,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
     if constexpr (VEC) {
 #pragma unroll
       for (int b = 0; b < C::kVBatches; ++b) {
+        // Batches wholly past the step's last key hold only masked keys (p = 0): skipped, which
+        // saves their round trips on a short context's last step (st.last is warp-uniform).
+        if (b > 0 && b * C::kVBatch > st.last) break;
         if (b > 0 || !C::kVEarly) load_v(vr, vcol, row, st, b * C::kVBatch, v_dims > 0);
         add_pv<NQ, DPL>(acc, vr, pw, b * C::kVBatch);
       }
@@ -497,7 +532,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
       st(a.out, a.odt, qi * hd + d, ll > 0.0f ? o / ll : 0.0f);
     }
   }
-  if (split) merge_splits(a, qy, smem + C::kP, n_used);
+  if (split) merge_splits<NQ, HDP>(a, qy, smem + C::kP, n_used);
 }
 
 struct Shape {
