@@ -23,6 +23,7 @@ __device__ __forceinline__ void conv_token(void* y, int ydt, const void* x, int 
                                            const void* state, int sdt, const void* w, int wdt,
                                            int64_t t, int64_t c, int64_t C, int K) {
   float acc = 0.0f;
+#pragma unroll 4  // the taps' loads go out together (K is 4 in every checkpoint seen)
   for (int j = 0; j < K; ++j) {
     const int64_t p = t - (K - 1) + j;
     const float in = p >= 0 ? ld(x, xdt, p * C + c) : ld(state, sdt, (K - 1 + p) * C + c);
@@ -99,7 +100,6 @@ __global__ void __launch_bounds__(kCols* kRowGroups)
                        int dv) {
   extern __shared__ float sm[];
   if (n <= kDecodeTokens) pdl_trigger();  // see kDecodeTokens
-  pdl_wait();
   float* S = sm;
   float* qs = S + dk * kCols;
   float* ks = qs + dk;
@@ -110,18 +110,35 @@ __global__ void __launch_bounds__(kCols* kRowGroups)
   const bool col_ok = c0 + col < dv;
   const int64_t row = int64_t(2 * hk) * dk + int64_t(hv) * dv;
   float* Sg = state + int64_t(h) * dk * dv;
-  for (int i = rg; i < dk; i += kRowGroups)
-    S[i * kCols + col] = col_ok ? Sg[int64_t(i) * dv + c0 + col] : 0.0f;
+  pdl_wait();
+  // A thread's rows of the state slab go out kBatch at a time: the loop that stored each before
+  // loading the next made dk/8 dependent round trips of a decode step.
+  constexpr int kBatch = 16;
+  for (int i0 = rg; i0 < dk; i0 += kBatch * kRowGroups) {
+    float sv[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kRowGroups;
+      sv[u] = col_ok && i < dk ? Sg[int64_t(i) * dv + c0 + col] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kRowGroups;
+      if (i < dk) S[i * kCols + col] = sv[u];
+    }
+  }
   const float q_scale = rsqrtf(float(dk));
   for (int t = 0; t < n; ++t) {
     const int64_t base = int64_t(t) * row;
+    // This token's gate, beta and v are requested with q and k, before the norms need them.
+    const float decay = expf(ld(g, gdt, int64_t(t) * hv + h));
+    const float bt = ld(beta, bdt, int64_t(t) * hv + h);
+    const float v =
+        col_ok ? ld(qkv, qdt, base + int64_t(2 * hk) * dk + int64_t(h) * dv + c0 + col) : 0.0f;
     // L2-normalise q and k (eps 1e-6 inside the sqrt, as transformers' l2norm).
-    float qv = 0.0f, kv = 0.0f;
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-      qv = ld(qkv, qdt, base + int64_t(kh) * dk + i);
-      kv = ld(qkv, qdt, base + int64_t(hk) * dk + int64_t(kh) * dk + i);
-      qs[i] = qv;
-      ks[i] = kv;
+      qs[i] = ld(qkv, qdt, base + int64_t(kh) * dk + i);
+      ks[i] = ld(qkv, qdt, base + int64_t(hk) * dk + int64_t(kh) * dk + i);
     }
     __syncthreads();
     float pq = 0.0f, pk = 0.0f;
@@ -132,10 +149,6 @@ __global__ void __launch_bounds__(kCols* kRowGroups)
     const float sq = block_sum(pq);
     const float sk = block_sum(pk);
     const float iq = rsqrtf(sq + 1e-6f) * q_scale, ik = rsqrtf(sk + 1e-6f);
-    const float decay = expf(ld(g, gdt, int64_t(t) * hv + h));
-    const float bt = ld(beta, bdt, int64_t(t) * hv + h);
-    const float v =
-        col_ok ? ld(qkv, qdt, base + int64_t(2 * hk) * dk + int64_t(h) * dv + c0 + col) : 0.0f;
     // S ← e^g·S; mem = Sᵀk.
     float mem = 0.0f;
     for (int i = rg; i < dk; i += kRowGroups) {
