@@ -17,18 +17,27 @@ namespace {
 // the writes from registers. Longer rows than kPer · threads re-read x (not seen in practice).
 constexpr int kPer = 16;
 
+// EARLY (the one-warp rows of per-head and gated norms): the gains and the gate are loaded with
+// x, one round trip before the reduction instead of a second one after it. The block kernel
+// does not: its 1024-thread blocks cannot hold the extra registers (it failed to launch at 72).
+template <bool EARLY>
 __device__ __forceinline__ void norm_row(void* y, int ydt, const void* x, int xdt, const void* w,
                                          int wdt, int64_t base, int len, float eps, float offset,
                                          const void* z, int zdt, int tid, int n_threads,
                                          bool whole_block) {
-  float v[kPer];
+  float v[kPer], gw[EARLY ? kPer : 1], gz[EARLY ? kPer : 1];
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int i = tid + k * n_threads;
     v[k] = i < len ? ld(x, xdt, base + i) : 0.0f;
-    ss += v[k] * v[k];
+    if constexpr (EARLY) {
+      gw[k] = i < len ? ld(w, wdt, i) : 0.0f;
+      gz[k] = z && i < len ? ld(z, zdt, base + i) : 0.0f;
+    }
   }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) ss += v[k] * v[k];
   for (int i = tid + kPer * n_threads; i < len; i += n_threads) {
     const float t = ld(x, xdt, base + i);
     ss += t * t;
@@ -38,8 +47,14 @@ __device__ __forceinline__ void norm_row(void* y, int ydt, const void* x, int xd
   for (int k = 0; k < kPer; ++k) {
     const int i = tid + k * n_threads;
     if (i < len) {
-      float o = v[k] * inv * (ld(w, wdt, i) + offset);
-      if (z) o *= silu_f(ld(z, zdt, base + i));
+      float o;
+      if constexpr (EARLY) {
+        o = v[k] * inv * (gw[k] + offset);
+        if (z) o *= silu_f(gz[k]);
+      } else {
+        o = v[k] * inv * (ld(w, wdt, i) + offset);
+        if (z) o *= silu_f(ld(z, zdt, base + i));
+      }
       st(y, ydt, base + i, o);
     }
   }
@@ -60,7 +75,8 @@ __global__ void rms_norm_warp_kernel(void* y, int ydt, const void* x, int xdt, c
   pdl_wait();
   const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (r >= rows) return;
-  norm_row(y, ydt, x, xdt, w, wdt, r * len, len, eps, offset, z, zdt, threadIdx.x & 31, 32, false);
+  norm_row<true>(y, ydt, x, xdt, w, wdt, r * len, len, eps, offset, z, zdt, threadIdx.x & 31, 32,
+                 false);
 }
 
 // One block per row (hidden-size rows), about 4 elements per thread.
@@ -69,8 +85,8 @@ __global__ void rms_norm_block_kernel(void* y, int ydt, const void* x, int xdt, 
                                       int zdt) {
   pdl_trigger();
   pdl_wait();
-  norm_row(y, ydt, x, xdt, w, wdt, int64_t(blockIdx.x) * len, len, eps, offset, z, zdt, threadIdx.x,
-           blockDim.x, true);
+  norm_row<false>(y, ydt, x, xdt, w, wdt, int64_t(blockIdx.x) * len, len, eps, offset, z, zdt,
+                  threadIdx.x, blockDim.x, true);
 }
 
 // Rows of bf16 (x, y and z) whose length is a multiple of 8, up to 8192: a thread owns 8
