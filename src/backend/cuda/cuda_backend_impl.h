@@ -1,0 +1,317 @@
+// The CUDA backend's class, shared by its four files: cuda_backend.cpp (construction and the
+// dispatch of every Backend op to its launcher, one .cu per op family), cuda_backend_step.cpp
+// (decode steps recorded and replayed as CUDA graphs, the dyn area), cuda_backend_io.cpp
+// (device memory, weight upload, host outputs and token picks) and cuda_backend_moe.cpp
+// (mixture-of-experts routing and expert products).
+//
+// Invariants:
+// - Every op is enqueued on one stream; nothing synchronises the host inside a step except the
+//   copy of a host output (logits) at its end.
+// - Host-side inputs (token ids, positions, rope frequencies, the cache's first position, MoE
+//   rows) are copied into a pinned "dyn" area and kernels read them from its device mirror. In a
+//   recorded step (begin_step(1) ... end_step) ops are not launched but appended as records
+//   (launcher + its plain-data arguments). At the end, if the records equal those of the last
+//   captured graph, only the dyn values changed: the graph (whose first node copies the dyn
+//   area to the device) is replayed. Otherwise the records are captured into a new graph.
+// - Anything that needs the host mid-step (alloc, copy_from_host, growing a buffer) first runs
+//   the records so far eagerly and leaves the step unrecorded.
+// - Outputs whose Tensor::device is CPU (the model's logits) are computed into a device f32
+//   buffer and copied out at the step's end (immediately outside a step).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/common.h"
+#include "backend/cuda/moe.h"
+#include "backend/expert_rows.h"
+
+namespace hearth::cuda {
+
+constexpr int64_t kDynInts = 1 << 20;       // 4 MiB pinned, mirrored on the device
+constexpr int64_t kGraphDynInts = 1 << 16;  // [0, this): a recorded step's values
+constexpr size_t kLtWorkspace = 32u << 20;
+constexpr size_t kUploadChunk = 64u << 20;
+
+// A recorded op: its launcher and plain-data arguments, serialised into a step's blob.
+template <typename T>
+inline void put(std::vector<uint8_t>& blob, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const size_t at = blob.size();
+  blob.resize(at + sizeof(T));
+  std::memcpy(blob.data() + at, &v, sizeof(T));
+}
+
+template <typename T>
+inline T take(const uint8_t*& p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  p += sizeof(T);
+  return v;
+}
+
+// Calls launcher Fn with arguments read back from a record's bytes, in order.
+template <auto Fn, typename... A>
+inline void invoke(Ctx& ctx, const uint8_t* p) {
+  std::tuple<A...> args{take<A>(p)...};  // braced init: evaluated left to right
+  std::apply([&](const A&... a) { Fn(ctx, a...); }, args);
+}
+
+using Invoker = void (*)(Ctx&, const uint8_t*);
+struct Record {
+  Invoker fn;
+  size_t offset, size;
+};
+
+inline void launch_d2h(Ctx& ctx, void* dst_pinned, const void* src, size_t bytes) {
+  HEARTH_CUDA_CHECK(cudaMemcpyAsync(dst_pinned, src, bytes, cudaMemcpyDeviceToHost, ctx.stream));
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return name_; }
+  Device device() const override { return Device::CUDA; }
+  DType activation_dtype() const override { return DType::BF16; }
+
+  DeviceBuffer alloc(size_t bytes) override;
+
+  // Weights are uploaded once and owned here. 2-D F16 matrices become BF16 (one GEMM/GEMV path;
+  // bf16 keeps f16's precision within 3 bits and has f32's range); F32 and BF16 stay as stored
+  // (F32 1-D/2-D parameters such as norm gains, conv taps and gate constants are read as f32).
+  Tensor prepare_weight(const Tensor& host) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void copy_from_host(const Tensor& dst, const void* src) override;
+  void linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) override;
+
+  void linear_many(const Tensor& x, const LinearOut* outs, int n_outs,
+                   const InputNorm* norm) override;
+
+  void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x, const LinearOut& gate,
+                  const LinearOut& up, Activation act, const InputNorm* norm) override;
+
+  void linear_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
+                       float scale) override;
+
+  // Whether the GEMV can apply `norm` (none, or a per-row gain of x's width within its
+  // shared-memory budget), and the norm as the launcher's plain record.
+  static bool gemv_takes_norm(const Tensor& x, const InputNorm* norm);
+  static GemvNorm gemv_norm(const InputNorm* norm);
+
+  void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                          const Tensor& k_norm, float eps, float off, const RopeParams* rope,
+                          const KvView& kv, const int32_t* positions) override;
+
+  void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s) override;
+  void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float off) override;
+  void rope(const Tensor& x, const int32_t* positions, const RopeParams& rp) override;
+
+  void kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
+                const int32_t* positions) override;
+
+  void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
+                 const AttentionParams& p) override;
+
+  void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) override;
+  void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) override;
+  void scale(const Tensor& x, float s) override;
+  void softcap(const Tensor& x, float cap) override;
+  void to_host_f32(float* dst, const Tensor& src) override;
+  void pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) override;
+
+  void conv1d_causal_silu(const Tensor& y, const Tensor& x, const Tensor& state,
+                          const Tensor& w) override;
+  void gated_delta_gates(const Tensor& g, const Tensor& beta, const Tensor& a, const Tensor& b,
+                         const Tensor& a_log, const Tensor& dt_bias) override;
+  void gated_delta(const Tensor& out, const Tensor& qkv, const Tensor& g, const Tensor& beta,
+                   const Tensor& state, const GatedDeltaParams& p) override;
+  void rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& z,
+                      float eps) override;
+  void mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) override;
+  void fill(const Tensor& y, float value) override;
+  void gather_rows(const Tensor& y, const Tensor& x, const int32_t* rows) override;
+  void scatter_add_rows(const Tensor& y, const Tensor& x, const int32_t* rows,
+                        const float* weights) override;
+
+  // Routing on the device. Decode-sized batches then run the experts from device memory
+  // (moe_decode: no host round trip, so the step stays one graph); larger ones (and decode
+  // shapes moe_decode does not take) bring the routing to the host and run grouped products.
+  // Weights other than bf16, or more experts than a routing warp holds: the composed default.
+  int64_t moe_experts(const Tensor& y, const Tensor& x, const Tensor& logits, const MoeExperts& ex,
+                      const MoeScratch& s) override;
+
+  // The grouped path gives every (token, slot) pair its own row.
+  int64_t moe_scratch_rows(int64_t n_tokens, int64_t k) const override { return n_tokens * k; }
+
+  void begin_step(int64_t n_tokens) override;
+  void end_step() override;
+
+  // Test hooks: graphs off (every step eager), sampling picks on the device too, and how many
+  // graphs were captured / replayed.
+  void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
+  bool set_device_sampling(bool on) { return std::exchange(device_sampling_, on); }
+  int64_t graphs_captured() const { return graphs_captured_; }
+  int64_t graphs_replayed() const { return graphs_replayed_; }
+
+ private:
+  // The calling thread's current device must be ours (the server may call from any thread).
+  void bind() {
+    thread_local int current = -1;
+    if (current != device_) {
+      HEARTH_CUDA_CHECK(cudaSetDevice(device_));
+      current = device_;
+    }
+  }
+
+  template <auto Fn, typename... A>
+  void submit(const A&... a) {
+    if (!recording_) {
+      Fn(ctx_, a...);
+      return;
+    }
+    Record r{&invoke<Fn, A...>, blob_.size(), 0};
+    (put(blob_, a), ...);
+    r.size = blob_.size() - r.offset;
+    recs_.push_back(r);
+  }
+
+  // --- mixture of experts ---
+
+  // Whether the device paths take this layer: f32 logits [n, E] and bf16 expert matrices of
+  // the shapes moe_experts documents, x and y on the device, E and k within a routing warp,
+  // ids/weights [n, k].
+  static bool moe_supported(const Tensor& y, const Tensor& x, const Tensor& logits,
+                            const MoeExperts& ex, const MoeScratch& s);
+
+  static bool moe_aligned(const MoeExperts& ex);
+
+  struct MoeMats {
+    MoeMat gate, up, down;
+  };
+
+  // Experts that are equally strided slices of one tensor (the fused and MLX layouts) are
+  // addressed as base + e·stride; any other arrangement through a device pointer table.
+  MoeMats moe_mats(const MoeExperts& ex);
+  static bool moe_strided(const Tensor* mats, int64_t E, MoeMat& m);
+
+  // The device table of a layer's 3·E matrix addresses (gate, up, down), kept per layer (keyed
+  // by its first gate matrix) and rebuilt when the addresses change. Building it copies from
+  // the host, so a recorded step runs eagerly up to here (once per layer).
+  const void* const* moe_table(const MoeExperts& ex);
+
+  // The routing brought to the host (one sync per layer), the routed rows gathered in expert
+  // order, per-expert products on row slices of the scratch (GEMV or cuBLASLt by rows), one GLU
+  // over all rows, and a combine in slot order. Returns the number of active experts.
+  int64_t moe_grouped(const Tensor& y, const Tensor& x, const Tensor& logits, const MoeExperts& ex,
+                      const MoeScratch& s);
+
+  // out's rows of each active expert = in's same rows · w[e]ᵀ (rows grouped by ExpertRows):
+  // one grouped cuBLAS call for all experts (bf16 rows of ≥ 16-byte alignment), else one
+  // product per expert. `tag` names the pointer upload (upload_ints) of this projection.
+  void moe_products(const Tensor& out, const Tensor& in, const Tensor* w, int tag);
+
+  // The cache view the kernels take (its first position through the dyn area).
+  KvDev kv_dev(const KvView& kv);
+
+  // Copies n 4-byte host values into the dyn area and returns their device address. Equal
+  // contents of the same kind (tag) share a slot, so a step's positions upload once.
+  const int32_t* upload_ints(const void* src, int64_t n, int tag);
+
+  // Ends the recorded step early: runs the records so far eagerly; the rest of the step is eager.
+  void stop_recording();
+  void invalidate_graph();
+  bool records_match() const;
+
+  // End of a recorded step: replay the graph (or capture a new one), then deliver host outputs.
+  void finish_recording();
+  void submit_recorded_d2h();
+  void capture();
+
+  // --- host outputs (logits) ---
+
+  void linear_to_host(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias);
+  const Ten* pending_host_output(const Tensor& x) const;
+  void deliver_or_queue_output();
+  void deliver_now();
+  void finish_delivery();
+  void ensure_out_host(size_t bytes);
+  void grow_device(void** p, size_t& have, size_t need);
+  // A device scratch buffer replaced by a larger one (at least need bytes) outside any recorded
+  // step: the step so far runs eagerly, the stream drains, and captured graphs are dropped.
+  void regrow_device(void** p, size_t& have, size_t need);
+
+  // Host → device through two pinned buffers: the CPU fills one (threads, from the mapped file)
+  // while the copy engine drains the other.
+  void upload(void* dst, const void* src, size_t bytes);
+
+  struct DedupEntry {
+    int tag;
+    int64_t n, offset;
+  };
+
+  int device_;
+  std::string name_;
+  Ctx ctx_;
+  std::vector<DeviceBuffer> weights_;
+  std::vector<void*> staging_;
+  std::vector<cudaEvent_t> staging_done_;
+
+  int32_t* dyn_host_ = nullptr;
+  int32_t* dyn_dev_ = nullptr;
+  int64_t ring_ = 0, graph_cursor_ = 0;
+  std::vector<DedupEntry> dedup_;
+
+  bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
+  bool gemm_accumulate_ = true;
+  std::vector<Record> recs_;
+  std::vector<uint8_t> blob_;
+  // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
+  struct GraphSlot {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<Record> recs;
+    std::vector<uint8_t> blob;
+    int64_t cursor = 0;
+  };
+  static constexpr int64_t kGraphTokens = 8;
+  // Slots: n (logits to the host), n + kGraphTokens (greedy pick), n + 2·kGraphTokens (sampled).
+  std::array<GraphSlot, 3 * kGraphTokens + 1> graphs_;
+  size_t slot_ = 0;
+  cudaEvent_t graph_done_ = nullptr;
+  int64_t graphs_captured_ = 0, graphs_replayed_ = 0;
+
+  // The pending host output: device f32 source, pinned staging, the caller's pointer.
+  Ten out_;
+  void* out_user_ = nullptr;
+  size_t out_bytes_ = 0;
+  bool out_queued_ = false;
+  void* out_dev_ = nullptr;
+  size_t out_dev_bytes_ = 0;
+  void* out_host_ = nullptr;
+  size_t out_host_bytes_ = 0;
+  void* tmp_dev_ = nullptr;
+  size_t tmp_bytes_ = 0;
+  void* token_dev_ = nullptr;  // pick_token's result
+
+  // MoE: per-layer expert address tables, the grouped path's host copy of the routing (pinned)
+  // and its rows grouped by expert.
+  struct MoeTable {
+    std::vector<const void*> host;
+    DeviceBuffer dev;
+  };
+  std::map<const void*, MoeTable> moe_tables_;
+  int32_t* moe_ids_host_ = nullptr;
+  size_t moe_ids_host_n_ = 0;
+  ExpertRows moe_rows_;
+};
+
+}  // namespace hearth::cuda

@@ -1,0 +1,237 @@
+// The CUDA backend: device memory, weight upload, and what leaves the device (host outputs such as
+// the logits, and token picks).
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace hearth::cuda {
+
+namespace {
+void free_device(void* p) { cudaFree(p); }
+}  // namespace
+
+DeviceBuffer CudaBackend::alloc(size_t bytes) {
+  bind();
+  stop_recording();
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail("CUDA out of memory on cuda:{} allocating {:.1f} MiB ({:.1f} of {:.1f} GiB free): {}",
+         device_, double(bytes) / (1 << 20), double(free_b) / (1 << 30),
+         double(total_b) / (1 << 30), cudaGetErrorString(err));
+  }
+  return DeviceBuffer(p, bytes, Device::CUDA, free_device);
+}
+
+Tensor CudaBackend::prepare_weight(const Tensor& host) {
+  bind();
+  if (host.device == Device::CUDA) return host;
+  const bool to_bf16 = host.dtype == DType::F16 && host.ndim == 2;
+  const DType dtype = to_bf16 ? DType::BF16 : host.dtype;
+  DeviceBuffer buf = alloc(host.nbytes());
+  upload(buf.data(), host.data, host.nbytes());
+  if (to_bf16) {
+    // Same size (2 bytes per element): convert in place through a temporary.
+    DeviceBuffer tmp = alloc(host.nbytes());
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(tmp.data(), buf.data(), host.nbytes(),
+                                      cudaMemcpyDeviceToDevice, ctx_.stream));
+    Ten src(host), dst(host);
+    src.p = tmp.data();
+    dst.p = buf.data();
+    dst.dtype = kBF16;
+    cuda::convert(ctx_, dst, src);
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  }
+  Tensor t = host;
+  t.data = buf.data();
+  t.dtype = dtype;
+  t.device = Device::CUDA;
+  weights_.push_back(std::move(buf));
+  return t;
+}
+
+void CudaBackend::copy_from_host(const Tensor& dst, const void* src) {
+  bind();
+  stop_recording();
+  HEARTH_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
+}
+
+void CudaBackend::to_host_f32(float* dst, const Tensor& src) {
+  bind();
+  const size_t bytes = size_t(src.numel()) * 4;
+  Ten s(src);
+  if (src.dtype != DType::F32) {
+    if (bytes > tmp_bytes_) regrow_device(&tmp_dev_, tmp_bytes_, bytes);
+    Ten f = s;
+    f.p = tmp_dev_;
+    f.dtype = kF32;
+    submit<&cuda::convert>(f, s);
+    s = f;
+  }
+  if (out_.p) deliver_or_queue_output();  // one pending host output at a time
+  ensure_out_host(bytes);
+  out_ = s;
+  out_user_ = dst;
+  out_bytes_ = bytes;
+  if (recording_) {
+    finish_recording();
+  } else {
+    deliver_now();
+  }
+}
+
+void CudaBackend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) {
+  bind();
+  // Greedy and sampled picks on the device (multi-block, sampling.cu): a sampled 8B decode
+  // step is 12 % faster than bringing the row to the host (docs/PERFORMANCE.md).
+  const bool greedy = pick.temperature <= 0.0f;
+  const bool on_device = greedy || device_sampling_;
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32 || !on_device)
+    return Backend::pick_token(dst, logits, pick);
+  const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
+  static_assert(sizeof dyn % 4 == 0);
+  const auto* d_dyn =
+      reinterpret_cast<const PickDyn*>(upload_ints(&dyn, int64_t(sizeof dyn / 4), 6));
+  if (!token_dev_) {
+    stop_recording();
+    HEARTH_CUDA_CHECK(cudaMalloc(&token_dev_, 16));
+    invalidate_graph();
+  }
+  submit<&cuda::pick_token>(static_cast<int32_t*>(token_dev_), Ten(logits), d_dyn, greedy);
+  // Greedy steps launch only the picker's first kernel, so they keep a graph of their own
+  // (sampled ones the next set of slots) and alternating requests do not recapture.
+  if (recording_) slot_ += size_t(greedy ? 1 : 2) * kGraphTokens;
+  // The token leaves as the step's host output (4 bytes instead of the logits row).
+  if (out_.p) deliver_or_queue_output();
+  ensure_out_host(4);
+  Ten t;
+  t.p = token_dev_;
+  t.dtype = kF32;  // 4 opaque bytes
+  t.ndim = 1;
+  t.d[0] = 1;
+  out_ = t;
+  out_user_ = dst;
+  out_bytes_ = 4;
+  if (recording_) {
+    finish_recording();
+  } else {
+    deliver_now();
+  }
+}
+
+void CudaBackend::linear_to_host(const Tensor& y, const Tensor& x, const Tensor& w,
+                                 const Tensor& bias) {
+  // The model's host logits buffer holds f32 whatever the activation dtype says.
+  const size_t bytes = size_t(y.numel()) * 4;
+  if (out_.p) deliver_or_queue_output();
+  if (bytes > out_dev_bytes_) regrow_device(&out_dev_, out_dev_bytes_, bytes);
+  ensure_out_host(bytes);
+  Ten d(y);
+  d.p = out_dev_;
+  d.dtype = kF32;
+  submit<&cuda::linear>(d, Ten(x), Ten(w), Ten(bias));
+  out_ = d;
+  out_user_ = y.data;
+  out_bytes_ = bytes;
+  if (!recording_) deliver_now();  // outside a step: complete on return
+}
+
+const Ten* CudaBackend::pending_host_output(const Tensor& x) const {
+  return out_.p && out_user_ == x.data && size_t(x.numel()) * 4 == out_bytes_ ? &out_ : nullptr;
+}
+
+void CudaBackend::deliver_or_queue_output() {
+  if (recording_) stop_recording();
+  deliver_now();
+}
+
+void CudaBackend::deliver_now() {
+  if (!out_.p) return;
+  if (!out_queued_) launch_d2h(ctx_, out_host_, out_.p, out_bytes_);
+  out_queued_ = true;
+  finish_delivery();
+}
+
+void CudaBackend::finish_delivery() {
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  std::memcpy(out_user_, out_host_, out_bytes_);
+  out_ = Ten();
+  out_user_ = nullptr;
+  out_queued_ = false;
+}
+
+void CudaBackend::ensure_out_host(size_t bytes) {
+  if (bytes <= out_host_bytes_) return;
+  stop_recording();
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  cudaFreeHost(out_host_);
+  out_host_ = nullptr;
+  HEARTH_CUDA_CHECK(cudaHostAlloc(&out_host_, bytes, cudaHostAllocDefault));
+  out_host_bytes_ = bytes;
+  invalidate_graph();
+}
+
+void CudaBackend::regrow_device(void** p, size_t& have, size_t need) {
+  stop_recording();
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  cudaFree(*p);
+  *p = nullptr;
+  size_t bytes = have;
+  have = 0;  // none until the new buffer exists (grow_device may throw)
+  grow_device(p, bytes, need);
+  have = bytes;
+  invalidate_graph();  // captured graphs hold the old address
+}
+
+void CudaBackend::grow_device(void** p, size_t& have, size_t need) {
+  const size_t bytes = std::max(need, have * 2);
+  const cudaError_t err = cudaMalloc(p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("CUDA out of memory on cuda:{} allocating {:.1f} MiB of scratch", device_,
+         double(bytes) / (1 << 20));
+  }
+  have = bytes;
+}
+
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes < (4u << 20)) {
+    HEARTH_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return;
+  }
+  if (staging_.empty()) {
+    for (int i = 0; i < 2; ++i) {
+      void* p = nullptr;
+      HEARTH_CUDA_CHECK(cudaHostAlloc(&p, kUploadChunk, cudaHostAllocDefault));
+      staging_.push_back(p);
+      cudaEvent_t e;
+      HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      staging_done_.push_back(e);
+    }
+  }
+  ThreadPool& pool = ThreadPool::global();
+  for (size_t off = 0, i = 0; off < bytes; off += kUploadChunk, ++i) {
+    const size_t n = std::min(kUploadChunk, bytes - off);
+    char* stage = static_cast<char*>(staging_[i % 2]);
+    HEARTH_CUDA_CHECK(cudaEventSynchronize(staging_done_[i % 2]));
+    const char* from = static_cast<const char*>(src) + off;
+    const int64_t pieces = int64_t((n + (1u << 20) - 1) >> 20);
+    pool.parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
+      const size_t lo = size_t(b) << 20, hi = std::min(n, size_t(e) << 20);
+      std::memcpy(stage + lo, from + lo, hi - lo);
+    });
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + off, stage, n,
+                                      cudaMemcpyHostToDevice, ctx_.stream));
+    HEARTH_CUDA_CHECK(cudaEventRecord(staging_done_[i % 2], ctx_.stream));
+  }
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+}  // namespace hearth::cuda
