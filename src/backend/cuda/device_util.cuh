@@ -97,7 +97,19 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return r;
 }
 
+// The 8 bf16 of a 16-byte word as f32, in memory order (exact: a bf16 is an f32's top half).
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& w, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 p = __bfloat1622float2(h[j]);
+    f[2 * j] = p.x;
+    f[2 * j + 1] = p.y;
+  }
+}
+
 // Dot product of two 16-byte words of 8 bf16 each, in f32, in a fixed order.
+// (Kept on bf16 pairs: the decode GEMVs' inner loop, measured in this form.)
 __device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
   const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
   const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);

@@ -104,28 +104,17 @@ __global__ void rms_norm_bf16x8_kernel(uint4* y, const uint4* x, const Gain* w, 
   float v[8];
   float ss = 0.0f;
   if (mine) {
-    const uint4 raw = x[i];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    bf16x8_to_f32(x[i], v);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      v[2 * j] = f.x;
-      v[2 * j + 1] = f.y;
-      ss += f.x * f.x + f.y * f.y;
-    }
+    for (int j = 0; j < 4; ++j) ss += v[2 * j] * v[2 * j] + v[2 * j + 1] * v[2 * j + 1];
   }
   const float inv = rsqrtf(block_sum(ss) / float(len8 * 8) + eps);
   if (!mine) return;
   float gate[8];
   if (z) {
-    const uint4 raw = z[i];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    bf16x8_to_f32(z[i], gate);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      gate[2 * j] = silu_f(f.x);
-      gate[2 * j + 1] = silu_f(f.y);
-    }
+    for (int j = 0; j < 8; ++j) gate[j] = silu_f(gate[j]);
   }
   uint4 out;
   __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
