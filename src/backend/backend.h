@@ -214,6 +214,34 @@ class Backend {
                                   float weight_offset, const RopeParams* rope, const KvView& kv,
                                   const int32_t* positions);
 
+  // A whole one-token decode step of a plain llama-family stack in one pass: per layer
+  //   x += o(attention(rope(norm_q(q)), rope(norm_k(k)), v))  with q|k|v = (rms_norm(x) · w)
+  //   x += down(act(gate · rms_norm(x)) ⊙ (up · rms_norm(x)))
+  // (no biases, no sliding window or softcap, rope over the whole head, the new k and v stored
+  // at `position` of each layer's cache). The same arithmetic as the ops the model would call
+  // (linear_many with its InputNorm, qk_norm_rope_store, attention, linear_residual,
+  // linear_glu, linear_residual), up to accumulation order. Optional: returns false when the
+  // backend does not take it (the default; the CPU), and the model runs those ops instead.
+  struct DecodeLayer {
+    Tensor attn_norm, q, k, v, q_norm, k_norm, o;  // q_norm/k_norm: [head_dim] or empty
+    Tensor ffn_norm, gate, up, down;
+    KvView kv;
+  };
+  struct DecodeLayers {
+    const DecodeLayer* layers = nullptr;
+    int n_layers = 0;
+    Tensor x;  // [1, hidden] residual stream, updated in place
+    int32_t position = 0;
+    int n_head = 0, n_head_kv = 0, head_dim = 0;
+    float eps = 0.0f, norm_offset = 0.0f, attn_scale = 1.0f;
+    RopeParams rope;  // rotary_dim == head_dim, or 0 for none
+    Activation act = Activation::Silu;
+  };
+  virtual bool decode_layers(const DecodeLayers& step) {
+    (void)step;
+    return false;
+  }
+
   // *dst = the token `pick` chooses from logits [n_vocab] f32 (in this backend's memory, or
   // host memory). A GPU backend picks on the device so only the id crosses to the host; *dst is
   // written when to_host_f32 / end_step would have delivered logits.

@@ -66,6 +66,7 @@ class LlamaModel final : public StepModel {
     info_.decode_bytes = weights_.taken_bytes() - (untied ? embed_.nbytes() : 0);
     info_.active_params = weights_.taken_params() - (untied ? embed_.numel() : 0);
     info_.head_params = lm_head_.numel();
+    plain_stack_ = plain_stack();
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -85,6 +86,8 @@ class LlamaModel final : public StepModel {
   void ffn_block(int layer, int64_t n);
   void residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj,
                         const Tensor& post_norm);
+  bool plain_stack() const;
+  bool decode_layers(LlamaSequence& seq, const Tensor& x, int32_t position);
 
   LlamaDescriptor d_;
   WeightStore weights_;
@@ -99,6 +102,10 @@ class LlamaModel final : public StepModel {
   DeviceBuffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
   std::vector<std::vector<float>> inv_freq_;
   std::vector<float> attention_factor_;
+  // Whether one-token steps may go to Backend::decode_layers (plain_stack(), set at load), and
+  // its per-step layer list.
+  bool plain_stack_ = false;
+  std::vector<Backend::DecodeLayer> step_layers_;
 };
 
 Tensor LlamaModel::take_norm(const std::string& name, int64_t n) {
@@ -273,6 +280,58 @@ void LlamaModel::ffn_block(int il, int64_t n) {
   residual_product(x, gate, {o, L.down.w, L.down.bias}, L.post_ffn_norm);
 }
 
+// The stacks Backend::decode_layers describes: both norms before their blocks and none after,
+// no biases, per-head or no q/k norm, one rope over the whole head in every layer (or none),
+// full attention without softcap, an unscaled residual.
+bool LlamaModel::plain_stack() const {
+  if (!d_.input_norm || !d_.pre_ffn_norm || d_.residual_scale != 1.0f || d_.attn_softcap != 0.0f ||
+      (d_.qk_norm != QkNorm::PerHead && d_.qk_norm != QkNorm::None))
+    return false;
+  for (int il = 0; il < int(d_.n_layer); ++il) {
+    const LlamaLayer& L = layers_[size_t(il)];
+    if (d_.window[size_t(il)] != 0 || d_.use_rope[size_t(il)] != d_.use_rope[0] ||
+        d_.rope_index[size_t(il)] != d_.rope_index[0] || !L.post_attn_norm.empty() ||
+        !L.post_ffn_norm.empty())
+      return false;
+    for (const Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+      if (!l->bias.empty()) return false;
+  }
+  return !d_.use_rope[0] || d_.ropes[size_t(d_.rope_index[0])].rotary_dim == d_.head_dim;
+}
+
+// A one-token step's layers in one backend call, where the backend takes it.
+bool LlamaModel::decode_layers(LlamaSequence& seq, const Tensor& x, int32_t position) {
+  if (!plain_stack_) return false;
+  step_layers_.resize(size_t(d_.n_layer));
+  for (int il = 0; il < int(d_.n_layer); ++il) {
+    const LlamaLayer& L = layers_[size_t(il)];
+    Backend::DecodeLayer& s = step_layers_[size_t(il)];
+    s = {L.attn_norm, L.q.w,      L.k.w,    L.v.w,  Tensor(), Tensor(),
+         L.o.w,       L.ffn_norm, L.gate.w, L.up.w, L.down.w, seq.kv.view(il)};
+    if (d_.qk_norm == QkNorm::PerHead) {
+      s.q_norm = L.q_norm;
+      s.k_norm = L.k_norm;
+    }
+  }
+  Backend::DecodeLayers step;
+  step.layers = step_layers_.data();
+  step.n_layers = int(d_.n_layer);
+  step.x = x;
+  step.position = position;
+  step.n_head = int(d_.n_head);
+  step.n_head_kv = int(d_.n_head_kv);
+  step.head_dim = int(d_.head_dim);
+  step.eps = d_.norm_eps;
+  step.norm_offset = d_.norm_offset;
+  step.attn_scale = d_.attn_scale;
+  if (d_.use_rope[0]) {
+    const size_t ri = size_t(d_.rope_index[0]);
+    step.rope = {inv_freq_[ri].data(), d_.ropes[ri].rotary_dim, attention_factor_[ri]};
+  }
+  step.act = d_.act;
+  return backend_->decode_layers(step);
+}
+
 void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
                      float* logits, const TokenPick* pick, int32_t* token) {
   auto& seq = static_cast<LlamaSequence&>(state);
@@ -301,9 +360,11 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
   const Tensor x = x_.view(act_, {n, H});
   backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
   seq.kv.reserve_batch(n);
-  for (int il = 0; il < int(d_.n_layer); ++il) {
-    attention_block(il, seq, n, positions_.data());
-    ffn_block(il, n);
+  if (n != 1 || !decode_layers(seq, x, positions_[0])) {
+    for (int il = 0; il < int(d_.n_layer); ++il) {
+      attention_block(il, seq, n, positions_.data());
+      ffn_block(il, n);
+    }
   }
   seq.kv.commit_batch();
   if (rows == LogitsRows::None) {

@@ -2,7 +2,11 @@
 // per op family). The class and its invariants: cuda_backend_impl.h.
 #include "backend/cuda/cuda_backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -63,6 +67,20 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // prefill's residual add composed instead of in the GEMM's accumulate (=0).
   const char* sampling = std::getenv("HEARTH_CUDA_SAMPLING");
   device_sampling_ = !(sampling && std::string(sampling) == "host");
+  const char* one_kernel = std::getenv("HEARTH_DECODE_LAYERS");
+  // The one-kernel decode step is opt-in (=1) until it beats the per-op graph on every shape
+  // measured (docs/cuda.md, "One kernel per decode step").
+  decode_layers_enabled_ = one_kernel && std::string(one_kernel) == "1";
+  const char* stage = std::getenv("HEARTH_DECODE_STAGE");
+  decode_stage_ = !(stage && std::string(stage) == "0");
+  // Measurement switches of the one-kernel step: a per-phase timing report at exit (=1), and
+  // a grid barrier that polls without sleeping (=1).
+  const char* trace = std::getenv("HEARTH_DECODE_TRACE");
+  decode_trace_ = trace && std::string(trace) == "1";
+  const char* spin = std::getenv("HEARTH_DECODE_SPIN");
+  decode_spin_ = spin && std::string(spin) == "1";
+  const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
+  decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
   const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
   gemm_accumulate_ = !(accumulate && std::string(accumulate) == "0");
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
@@ -83,15 +101,30 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(ctx_.stream);
+  if (trace_layers_ > 0) {
+    // The last one-kernel step's marks (HEARTH_DECODE_TRACE=1).
+    std::vector<unsigned long long> marks(size_t(1 + trace_layers_ * kStepPhases * 2) *
+                                          size_t(ctx_.sm_count));
+    int khz = 0;
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_);
+    if (cudaMemcpy(marks.data(), static_cast<char*>(step_ws_) + trace_offset_,
+                   marks.size() * sizeof marks[0], cudaMemcpyDeviceToHost) == cudaSuccess &&
+        khz > 0)
+      std::fputs(
+          decode_step_trace_summary(marks.data(), trace_layers_, ctx_.sm_count, khz / 1e3).c_str(),
+          stderr);
+  }
   for (GraphSlot& g : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
   weights_.clear();
   moe_tables_.clear();
+  step_layers_dev_ = DeviceBuffer();
   linear_plans_clear();
   cudaFree(ctx_.attn_ws);
   cudaFree(ctx_.lt_workspace);
   cudaFree(out_dev_);
   cudaFree(tmp_dev_);
+  cudaFree(step_ws_);
   cudaFree(token_dev_);
   cudaFreeHost(out_host_);
   cudaFreeHost(dyn_host_);
@@ -322,6 +355,175 @@ KvDev CudaBackend::kv_dev(const KvView& kv) {
   return d;
 }
 
+namespace {
+
+bool is_matrix(const Tensor& w, int64_t rows, int64_t cols) {
+  return w.device == Device::CUDA && w.dtype == DType::BF16 && w.ndim == 2 && w.shape[0] == rows &&
+         w.shape[1] == cols && aligned16(w.data);
+}
+bool is_gain(const Tensor& g, int64_t n, DType dt) {
+  return g.device == Device::CUDA && g.dtype == dt && g.numel() == n;
+}
+
+}  // namespace
+
+std::string decode_step_trace_summary(const unsigned long long* t, int n_layers, int blocks,
+                                      double cycles_per_us) {
+  static const char* const kNames[kStepPhases] = {"norm+qkv", "attention", "o+add", "norm+gate/up",
+                                                  "down+add"};
+  std::string out = fmt::format(
+      "one-kernel decode trace ({} layers, {} blocks), µs per layer, averaged over layers:\n"
+      "  phase                 work mean  work max   wait min  wait mean\n",
+      n_layers, blocks);
+  auto at = [&](int event, int b) { return double(t[size_t(event) * blocks + b]); };
+  double total = 0.0;
+  for (int p = 0; p < kStepPhases; ++p) {
+    double work_mean = 0, work_max = 0, wait_min = 0, wait_mean = 0;
+    for (int il = 0; il < n_layers; ++il) {
+      const int arrive = 1 + (il * kStepPhases + p) * 2;
+      const int before = arrive == 1 ? 0 : arrive - 1;  // the previous departure (or the start)
+      double wmax = 0, wsum = 0, bmin = 1e300, bsum = 0;
+      for (int b = 0; b < blocks; ++b) {
+        const double work = at(arrive, b) - at(before, b), wait = at(arrive + 1, b) - at(arrive, b);
+        wmax = std::max(wmax, work);
+        wsum += work;
+        bmin = std::min(bmin, wait);
+        bsum += wait;
+      }
+      work_mean += wsum / blocks;
+      work_max += wmax;
+      wait_min += bmin;
+      wait_mean += bsum / blocks;
+    }
+    const double k = 1.0 / (n_layers * cycles_per_us);
+    out += fmt::format("  {:<20} {:9.2f} {:9.2f} {:10.2f} {:10.2f}\n", kNames[p], work_mean * k,
+                       work_max * k, wait_min * k, wait_mean * k);
+    total += (work_mean + wait_mean) * k;
+  }
+  out += fmt::format("  per layer (block 0 clock): {:.2f} µs; sum of means {:.2f} µs\n",
+                     (at(n_layers * kStepPhases * 2, 0) - at(0, 0)) / (n_layers * cycles_per_us),
+                     total);
+  return out;
+}
+
+std::atomic<int64_t> g_decode_layers_taken{0};
+
+bool CudaBackend::decode_layers(const DecodeLayers& step) {
+  if (!decode_layers_enabled_ || step.n_layers < 1 || !step.layers) return false;
+  bind();
+  const int64_t H = step.x.numel(), nh = step.n_head, nkv = step.n_head_kv, hd = step.head_dim;
+  const DecodeLayer& L0 = step.layers[0];
+  const int64_t I = L0.gate.ndim == 2 ? L0.gate.shape[0] : 0;
+  const DType gdt = L0.attn_norm.dtype;
+  // Its attention gives each (query head, chunk of keys) a warp, at most kStepMaxChunks chunks:
+  // up to 512 keys a warp reads one 32-key block. Longer contexts (a warp walking several
+  // blocks in turn) are not measured yet, so they take the per-op path, whose attention splits
+  // the keys over the whole GPU.
+  constexpr int64_t kMaxKeys = 512;
+  if (step.position - L0.kv.first + 1 > kMaxKeys) return false;
+  if (step.x.device != Device::CUDA || step.x.dtype != DType::BF16 || !aligned16(step.x.data) ||
+      (gdt != DType::BF16 && gdt != DType::F32) ||
+      (step.rope.rotary_dim != 0 && step.rope.rotary_dim != hd))
+    return false;
+  StepArgs a;
+  std::memset(static_cast<void*>(&a), 0, sizeof a);  // records compare bytewise
+  a.n_layers = step.n_layers;
+  a.H = int32_t(H);
+  a.I = int32_t(I);
+  a.nh = int32_t(nh);
+  a.nkv = int32_t(nkv);
+  a.hd = int32_t(hd);
+  a.capacity = int32_t(L0.kv.capacity);
+  a.vec8 = int32_t(std::max({H, I, nh * hd}) / 8);
+  a.gain_dt = int32_t(gdt);
+  a.act = int32_t(step.act);
+  a.stage = decode_stage_ ? 1 : 0;
+  a.spin = decode_spin_ ? 1 : 0;
+  a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
+  a.eps = step.eps;
+  a.offset = step.norm_offset;
+  a.scale = step.attn_scale;
+  a.rope_factor = step.rope.attention_factor;
+  if (!decode_step_fits(a)) return false;
+  std::vector<StepLayerDev> table(size_t(step.n_layers));
+  for (int il = 0; il < step.n_layers; ++il) {
+    const DecodeLayer& L = step.layers[il];
+    const bool qk = !L.q_norm.empty();
+    if (!is_matrix(L.q, nh * hd, H) || !is_matrix(L.k, nkv * hd, H) ||
+        !is_matrix(L.v, nkv * hd, H) || !is_matrix(L.o, H, nh * hd) || !is_matrix(L.gate, I, H) ||
+        !is_matrix(L.up, I, H) || !is_matrix(L.down, H, I) || !is_gain(L.attn_norm, H, gdt) ||
+        !is_gain(L.ffn_norm, H, gdt) || qk == L.k_norm.empty() ||
+        (qk && (!is_gain(L.q_norm, hd, gdt) || !is_gain(L.k_norm, hd, gdt))) ||
+        L.kv.capacity != L0.kv.capacity || L.kv.first != L0.kv.first ||
+        L.kv.k.dtype != DType::BF16 || L.kv.v.dtype != DType::BF16 ||
+        L.kv.k.device != Device::CUDA || L.kv.v.device != Device::CUDA ||
+        L.kv.k.numel() != L.kv.capacity * nkv * hd || L.kv.v.numel() != L.kv.capacity * nkv * hd)
+      return false;
+    StepLayerDev& d = table[size_t(il)];
+    d.q = static_cast<const uint4*>(L.q.data);
+    d.k = static_cast<const uint4*>(L.k.data);
+    d.v = static_cast<const uint4*>(L.v.data);
+    d.o = static_cast<const uint4*>(L.o.data);
+    d.gate = static_cast<const uint4*>(L.gate.data);
+    d.up = static_cast<const uint4*>(L.up.data);
+    d.down = static_cast<const uint4*>(L.down.data);
+    d.attn_norm = L.attn_norm.data;
+    d.ffn_norm = L.ffn_norm.data;
+    d.q_norm = qk ? L.q_norm.data : nullptr;
+    d.k_norm = qk ? L.k_norm.data : nullptr;
+    d.kc = static_cast<__nv_bfloat16*>(L.kv.k.data);
+    d.vc = static_cast<__nv_bfloat16*>(L.kv.v.data);
+  }
+  // The layer table: uploaded when it changes (a copy from the host, so this step runs eagerly).
+  const size_t table_bytes = table.size() * sizeof(StepLayerDev);
+  if (table.size() != step_layers_host_.size() ||
+      std::memcmp(table.data(), step_layers_host_.data(), table_bytes) != 0) {
+    if (step_layers_dev_.size() < table_bytes) step_layers_dev_ = alloc(table_bytes);
+    copy_from_host(Tensor(step_layers_dev_.data(), DType::U8, {int64_t(table_bytes)}, Device::CUDA),
+                   table.data());
+    step_layers_host_ = std::move(table);
+  }
+  // Scratch: q, k, v, attention output, hidden (bf16); attention's partials (f32) and
+  // per-head counts; the barrier's count; the trace. Each part 16-byte aligned.
+  auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
+  const size_t n_q = size_t(nh * hd), n_k = size_t(nkv * hd), n_h = size_t(I);
+  const size_t vectors = round16((2 * n_q + 2 * n_k + n_h) * 2);
+  const size_t part = size_t(nh) * kStepMaxChunks * (2 + size_t(hd)) * 4;
+  const size_t counts = round16(size_t(nh) * 4);
+  const size_t barrier_at = vectors + part + counts;
+  const size_t trace_bytes =
+      decode_trace_ ? size_t(1 + step.n_layers * kStepPhases * 2) * size_t(ctx_.sm_count) * 8 : 0;
+  const size_t need = barrier_at + 16 + trace_bytes;
+  if (need > step_ws_bytes_) {
+    regrow_device(&step_ws_, step_ws_bytes_, need);
+    HEARTH_CUDA_CHECK(cudaMemsetAsync(step_ws_, 0, step_ws_bytes_, ctx_.stream));
+  }
+  char* ws = static_cast<char*>(step_ws_);
+  a.layers = static_cast<const StepLayerDev*>(step_layers_dev_.data());
+  a.x = static_cast<__nv_bfloat16*>(step.x.data);
+  a.q = reinterpret_cast<__nv_bfloat16*>(ws);
+  a.k = a.q + n_q;
+  a.v = a.k + n_k;
+  a.attn = a.v + n_k;
+  a.h = a.attn + n_q;
+  a.part = reinterpret_cast<float*>(ws + vectors);
+  a.counts = reinterpret_cast<unsigned*>(ws + vectors + part);
+  a.barrier = reinterpret_cast<unsigned long long*>(ws + barrier_at);
+  if (decode_trace_) {
+    trace_offset_ = barrier_at + 16;
+    trace_layers_ = step.n_layers;
+    a.trace = reinterpret_cast<unsigned long long*>(ws + trace_offset_);
+  }
+  const int32_t pf[2] = {step.position, int32_t(L0.kv.first)};
+  a.pos_first = upload_ints(pf, 2, 13);
+  a.inv_freq = step.rope.rotary_dim > 0
+                   ? reinterpret_cast<const float*>(upload_ints(step.rope.inv_freq, hd / 2, 2))
+                   : nullptr;
+  submit<&cuda::decode_step>(a);
+  g_decode_layers_taken.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace cuda
 
 int cuda_device_count() {
@@ -344,6 +546,9 @@ void cuda_backend_set_graphs(Backend& b, bool on) {
 bool cuda_backend_set_device_sampling(Backend& b, bool on) {
   if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) return c->set_device_sampling(on);
   return false;
+}
+int64_t cuda_decode_layers_taken() {
+  return cuda::g_decode_layers_taken.load(std::memory_order_relaxed);
 }
 int64_t cuda_backend_graphs_replayed(const Backend& b) {
   auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);

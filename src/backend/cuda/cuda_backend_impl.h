@@ -31,6 +31,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/common.h"
+#include "backend/cuda/decode_step.h"
 #include "backend/cuda/moe.h"
 #include "backend/expert_rows.h"
 
@@ -149,6 +150,10 @@ class CudaBackend final : public Backend {
   // Weights other than bf16, or more experts than a routing warp holds: the composed default.
   int64_t moe_experts(const Tensor& y, const Tensor& x, const Tensor& logits, const MoeExperts& ex,
                       const MoeScratch& s) override;
+
+  // The persistent one-kernel decode step (decode_step.cu) where it applies: bf16 weights and
+  // caches, head_dim 64 or 128; opt-in with HEARTH_DECODE_LAYERS=1.
+  bool decode_layers(const DecodeLayers& step) override;
 
   // The grouped path gives every (token, slot) pair its own row.
   int64_t moe_scratch_rows(int64_t n_tokens, int64_t k) const override { return n_tokens * k; }
@@ -273,6 +278,13 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
   bool gemm_accumulate_ = true;
+  bool decode_layers_enabled_ = false;  // HEARTH_DECODE_LAYERS=1: on
+  bool decode_stage_ = true;            // HEARTH_DECODE_STAGE=0: no staging across its barriers
+  bool decode_trace_ = false;           // HEARTH_DECODE_TRACE=1: per-phase timings at exit
+  bool decode_spin_ = false;            // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
+  bool decode_kv_prefetch_ = true;      // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
+  int trace_layers_ = 0;                // layers of the last traced step (0: none)
+  size_t trace_offset_ = 0;             // where its marks lie in step_ws_
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
   // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
@@ -309,6 +321,12 @@ class CudaBackend final : public Backend {
     DeviceBuffer dev;
   };
   std::map<const void*, MoeTable> moe_tables_;
+  // decode_layers: the layer table on the device (rebuilt when a layer's addresses change),
+  // and the scratch (q, k, v, attention output, MLP hidden) with the grid barrier's words.
+  std::vector<StepLayerDev> step_layers_host_;
+  DeviceBuffer step_layers_dev_;
+  void* step_ws_ = nullptr;
+  size_t step_ws_bytes_ = 0;
   int32_t* moe_ids_host_ = nullptr;
   size_t moe_ids_host_n_ = 0;
   ExpertRows moe_rows_;

@@ -1,0 +1,612 @@
+// A one-token decode step of a plain llama-family stack as one persistent kernel
+// (Backend::decode_layers; docs/cuda.md, "Plan: one persistent kernel per decode step").
+//
+// Session 5 measured every decode launch at a fixed 6–10 µs inside the graph whatever its
+// size, six per layer; this kernel has one launch per step. One block per SM, 16 warps, stays
+// resident for the whole step and walks each layer's five phases, separated by grid barriers:
+//   1. every block normalises x into shared memory; q/k/v rows spread over all warps;
+//   2. attention, a warp per (query head, chunk of keys): it applies q/k RMSNorm and rope
+//      itself, stores the new k and v into the cache, and the last chunk of a head to finish
+//      combines the head's partials;
+//   3. o rows, each added into the residual stream by its owner;
+//   4. every block normalises x again; gate/up rows with the activation;
+//   5. down rows added into the residual stream.
+// Work units go round-robin over blocks first (unit u: block u % G, warp u / G), so a phase
+// with fewer units than warps still spreads over the SMs. The arithmetic and rounding points
+// are those of the per-op kernels (gemv.cu, rope.cu, attention.cu): bf16 stores where they
+// store, f32 in between. Data written in the step by other blocks is read through L2
+// (__ldcg: L1 is not coherent); weights through the non-caching path.
+//
+// Between its arrival at a grid barrier and its wait there, a warp requests what its next
+// phase reads that depends on nothing computed before the barrier, so the wait overlaps that
+// traffic: the first batch of its first weight rows (StepArgs::stage, stage_first) and, for
+// attention, its first unit's cached keys and values (StepArgs::kv_prefetch, prefetch_kv).
+// Opt-in (HEARTH_DECODE_LAYERS=1): session 6 measured it level with the per-op graph on the
+// 8B shape at 128 tokens, 4 % ahead at 500, and 10 % behind on the 0.6B (docs/cuda.md).
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cuda/decode_step.h"
+#include "backend/cuda/device_util.cuh"
+
+namespace hearth::cuda {
+
+namespace {
+
+constexpr int kWarpsB = 16;
+constexpr int kThreadsB = kWarpsB * 32;
+constexpr int kUnrollD = 4;  // 16-byte weight loads per lane in flight per matrix
+// Warps 0..kAttnWarps-1 of each block have a shared-memory buffer for one attention unit's keys
+// and values (StepArgs::kv_prefetch): kStepMaxChunks · nh units fit their first passes when
+// nh ≤ kAttnWarps · gridDim.x / kStepMaxChunks (33 heads on 132 SMs).
+constexpr int kAttnWarps = 4;
+constexpr int kChunkKeys = 32;  // keys per prefetched chunk (one per lane)
+
+// A warp's attention buffer: K rows padded by 16 bytes (a lane reads its own key's row: the
+// padding spreads the rows over the banks), then V rows.
+__host__ __device__ constexpr int k_stride_bytes(int hd) { return hd * 2 + 16; }
+__host__ __device__ constexpr int attn_buf_bytes(int hd) {
+  return kChunkKeys * k_stride_bytes(hd) + kChunkKeys * hd * 2;
+}
+
+__device__ __forceinline__ float bf(const __nv_bfloat16 v) { return __bfloat162float(v); }
+
+// 16-byte global → shared copy (cp.async, L1 bypassed); `valid` false writes zeros, reads none.
+__device__ __forceinline__ void copy16_async(uint4* dst, const void* src, bool valid) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy16_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void copy16_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// Staging across a barrier: between arriving at the grid barrier and waiting there, each warp
+// requests the first batch (kUnrollD words per lane) of the two weight rows its first pass of
+// the next product phase reads, into its own slice of shared memory [2][kUnrollD][32]; that
+// pass then takes them from there (the lane reads only what it copied: no barrier needed).
+
+__device__ __forceinline__ void stage_first(uint4* slice, const uint4* w0, const uint4* w1, int in8,
+                                            int lane) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const uint4* w = k == 0 ? w0 : w1;
+#pragma unroll
+    for (int u = 0; u < kUnrollD; ++u) {
+      const int c = lane + u * 32;
+      const bool ok = w != nullptr && c < in8;
+      copy16_async(slice + (k * kUnrollD + u) * 32 + lane,
+                   ok ? static_cast<const void*>(w + c) : static_cast<const void*>(slice), ok);
+    }
+  }
+  copy16_commit();
+}
+__device__ __forceinline__ float bf_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+__device__ __forceinline__ void mark(unsigned long long* trace, int event) {
+  if (trace && threadIdx.x == 0) trace[size_t(event) * gridDim.x + blockIdx.x] = clock64();
+}
+
+// The grid barrier, split: every block arrives (its writes before it become visible to every
+// block after the barrier), may then request weights that depend on nothing (staging), then
+// waits for all arrivals. bar counts arrivals since the buffer was zeroed and is never reset:
+// each barrier takes exactly gridDim.x of them, so it is complete when the count reaches the
+// next multiple of gridDim.x after this block's own arrival (64 bits: it never wraps).
+// `event` is the arrival's trace slot (the departure's is the next).
+__device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a, int event) {
+  __syncthreads();
+  mark(a.trace, event);
+  unsigned long long target = 0;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned long long before = atomicAdd(a.barrier, 1ull);
+    target = before - before % gridDim.x + gridDim.x;
+  }
+  return target;  // meaningful in thread 0 only
+}
+__device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long target, int event) {
+  if (threadIdx.x == 0) {
+    const volatile unsigned long long* bar = a.barrier;
+    if (a.spin) {
+      while (*bar < target) {
+      }
+    } else {
+      while (*bar < target) __nanosleep(32);
+    }
+    __threadfence();
+  }
+  mark(a.trace, event + 1);
+  __syncthreads();
+}
+
+// xs[i] = bf16(x[i] · inv_rms(x) · (gain[i] + offset)), as normalise_input (gemv.cu) computes it.
+__device__ void normalise_to_smem(const StepArgs& a, const __nv_bfloat16* x, const void* gain,
+                                  uint4* xs) {
+  const int in8 = a.H / 8;
+  const uint4* x8 = reinterpret_cast<const uint4*>(x);
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < in8; i += blockDim.x) {
+    const uint4 v = __ldcg(x8 + i);
+    xs[i] = v;
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      ss = fmaf(f.x, f.x, ss);
+      ss = fmaf(f.y, f.y, ss);
+    }
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(a.H) + a.eps);
+  for (int i = threadIdx.x; i < in8; i += blockDim.x) {
+    uint4 v = xs[i];
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      const float g0 = ld(gain, a.gain_dt, i * 8 + 2 * j) + a.offset;
+      const float g1 = ld(gain, a.gain_dt, i * 8 + 2 * j + 1) + a.offset;
+      h[j] = __floats2bfloat162_rn(f.x * inv * g0, f.y * inv * g1);
+    }
+    xs[i] = v;
+  }
+  __syncthreads();
+}
+
+// A bf16 vector produced in the step (by any block) into shared memory.
+__device__ void stage_vector(const __nv_bfloat16* v, int n, uint4* xs) {
+  const uint4* v8 = reinterpret_cast<const uint4*>(v);
+  for (int i = threadIdx.x; i < n / 8; i += blockDim.x) xs[i] = __ldcg(v8 + i);
+  __syncthreads();
+}
+
+// w_row · xs over in8 16-byte words (the warp's sum, in every lane); with W2 also w2_row · xs.
+// With `staged` set, the first batch comes from the warp's staged slice (stage_first).
+template <bool TWO>
+__device__ __forceinline__ void row_dot(const uint4* w, const uint4* w2, const uint4* xs, int in8,
+                                        int lane, float& s1, float& s2,
+                                        const uint4* staged = nullptr) {
+  float acc = 0.0f, acc2 = 0.0f;
+  for (int c0 = lane; c0 < in8; c0 += 32 * kUnrollD) {
+    uint4 wv[kUnrollD], uv[TWO ? kUnrollD : 1];
+    if (staged && c0 == lane) {
+      copy16_wait_all();
+#pragma unroll
+      for (int u = 0; u < kUnrollD; ++u) {
+        wv[u] = staged[u * 32 + lane];
+        if constexpr (TWO) uv[u] = staged[(kUnrollD + u) * 32 + lane];
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kUnrollD; ++u) {
+        const int c = c0 + u * 32;
+        wv[u] = c < in8 ? ld_stream(w + c) : make_uint4(0, 0, 0, 0);
+        if constexpr (TWO) uv[u] = c < in8 ? ld_stream(w2 + c) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnrollD; ++u) {
+      const int c = c0 + u * 32;
+      if (c < in8) {
+        acc += dot8(wv[u], xs[c]);
+        if constexpr (TWO) acc2 += dot8(uv[u], xs[c]);
+      }
+    }
+  }
+  s1 = warp_sum(acc);
+  if constexpr (TWO) s2 = warp_sum(acc2);
+}
+
+// The rows [0, rows) of a phase's product, two per warp pass (rows r and r + step: 8 loads per
+// lane in flight, as the GLU's two matrices): store(r, w_r · xs) for each. row_w(r) is row r's
+// weights.
+// The first pass's rows (unit0, unit0 + step) may have been staged (`staged` non-null).
+template <typename RowW, typename Store>
+__device__ __forceinline__ void product_rows(int rows, int in8, const uint4* xs, int unit0,
+                                             int step, int lane, RowW row_w, Store store,
+                                             const uint4* staged) {
+  for (int r = unit0; r < rows; r += 2 * step) {
+    const int r2 = r + step;
+    const uint4* st = r == unit0 ? staged : nullptr;
+    float s1, s2 = 0.0f;
+    if (r2 < rows)
+      row_dot<true>(row_w(r), row_w(r2), xs, in8, lane, s1, s2, st);
+    else
+      row_dot<false>(row_w(r), nullptr, xs, in8, lane, s1, s2, st);
+    if (lane == 0) {
+      store(r, s1);
+      if (r2 < rows) store(r2, s2);
+    }
+  }
+}
+
+// One head's vector (a warp; lane l holds elements l + 32j) as qk_norm_rope_store_kernel makes
+// it: RMS-normalised with `gain` (none: null) and rotated at `pos` (no rope: inv_freq null),
+// each rounded to bf16 where that kernel stores.
+template <int E>
+__device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], const void* gain,
+                                          int pos, int lane) {
+  const int hd = E * 32;
+  if (gain) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < E; ++j) ss += x[j] * x[j];
+    const float inv = rsqrtf(warp_sum(ss) / float(hd) + a.eps);
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      x[j] = bf_round(x[j] * inv * (ld(gain, a.gain_dt, lane + 32 * j) + a.offset));
+  }
+  if (a.inv_freq) {
+    constexpr int hj = E / 2;  // rotary_dim == head_dim: pairs (j, j + E/2)
+#pragma unroll
+    for (int j = 0; j < hj; ++j) {
+      float sn, cs;
+      sincosf(float(pos) * a.inv_freq[lane + 32 * j], &sn, &cs);
+      cs *= a.rope_factor;
+      sn *= a.rope_factor;
+      const float p = x[j], q = x[j + hj];
+      x[j] = bf_round(p * cs - q * sn);
+      x[j + hj] = bf_round(q * cs + p * sn);
+    }
+  }
+}
+
+template <int E>
+__device__ __forceinline__ void load_head(const __nv_bfloat16* src, int lane, float (&x)[E]) {
+#pragma unroll
+  for (int j = 0; j < E; ++j) x[j] = bf(__ldcg(src + lane + 32 * j));
+}
+
+// Phase 2's key and value prefetch: requests the cached keys [lo, hi] (at most kChunkKeys) but
+// pos into the warp's buffer `buf` (cp.async, one commit group). They depend on nothing this
+// step computes, so a warp issues them before it waits at the barrier that ends phase 1.
+template <int E>
+__device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int lo, int hi,
+                            int pos, char* buf, int lane) {
+  constexpr int hd = E * 32, words = hd / 8;
+  const int64_t row = int64_t(a.nkv) * hd;
+  char* vbuf = buf + kChunkKeys * k_stride_bytes(hd);
+#pragma unroll 4
+  for (int i = lane; i < kChunkKeys * words; i += 32) {
+    const int j = i / words, w = i - j * words, p = lo + j;
+    const bool ok = p <= hi && p != pos;
+    const int64_t at = (int64_t(p) % a.capacity) * row + g * hd + w * 8;
+    copy16_async(reinterpret_cast<uint4*>(buf + j * k_stride_bytes(hd) + w * 16),
+                 ok ? static_cast<const void*>(L.kc + at) : static_cast<const void*>(buf), ok);
+    copy16_async(reinterpret_cast<uint4*>(vbuf + j * hd * 2 + w * 16),
+                 ok ? static_cast<const void*>(L.vc + at) : static_cast<const void*>(buf), ok);
+  }
+  copy16_commit();
+}
+
+// Phase 2 unit (a warp): query head hq over the keys [lo, hi] of chunk c of nc, 32 at a time
+// (one per lane for q·k, online softmax over the warp); lane l accumulates dims l·E .. l·E+E-1
+// of P·V. A warp per (head, chunk), not per head: one warp walking a few hundred keys, one
+// dependent round trip after another, held every block at the barrier (session 6 trace).
+// The unit normalises and rotates its q head itself. The new token's key and value (position
+// pos) come from the q/k/v product, not the cache: the chunk holding pos rotates k itself, and
+// for the first head of each group also stores k and v into the cache (no other unit reads the
+// cache at pos). Each unit writes its unnormalised partial (max, sum, P·V); the head's last
+// unit to finish (a per-head count) combines them into the bf16 attention output.
+// With `buf` (a chunk of at most kChunkKeys keys whose prefetch_kv was issued), keys and
+// values come from shared memory.
+template <int E>
+__device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq, int c, int nc,
+                                int lo, int hi, int pos, float* qs, const char* buf, int lane) {
+  const int hd = E * 32, nkv = a.nkv, group = a.nh / nkv, g = hq / group;
+  const int64_t row = int64_t(nkv) * hd;
+  using VecE = typename std::conditional<E == 4, uint2, unsigned>::type;
+  // The new token's key and this lane's values at pos, when this chunk holds pos: requested
+  // together with q.
+  VecE v_new{};
+  float k[E] = {};
+  if (hi == pos) {
+    v_new = __ldcg(reinterpret_cast<const VecE*>(a.v + g * hd + lane * E));
+    load_head<E>(a.k + g * hd, lane, k);
+  }
+  {
+    float x[E];
+    load_head<E>(a.q + hq * hd, lane, x);
+    norm_rope<E>(a, x, L.q_norm, pos, lane);
+#pragma unroll
+    for (int j = 0; j < E; ++j) qs[lane + 32 * j] = x[j] * a.scale;
+  }
+  float s_new = 0.0f;  // q · k at pos, when this chunk holds pos
+  if (hi == pos) {
+    float t = 0.0f;
+    norm_rope<E>(a, k, L.k_norm, pos, lane);
+#pragma unroll
+    for (int j = 0; j < E; ++j) t += qs[lane + 32 * j] * k[j];  // this lane's own qs elements
+    s_new = warp_sum(t);
+    if (hq % group == 0) {
+      const int64_t at = (int64_t(pos) % a.capacity) * row + g * hd;
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
+        L.kc[at + lane + 32 * j] = __float2bfloat16(k[j]);
+        L.vc[at + lane + 32 * j] = __ldcg(a.v + g * hd + lane + 32 * j);
+      }
+    }
+  }
+  if (buf) copy16_wait_all();  // this lane's copies landed; the __syncwarp shows everyone's
+  __syncwarp();
+  float m = -INFINITY, l = 0.0f, acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.0f;
+  auto accumulate = [&](const VecE& vv, float pj) {
+    __nv_bfloat162 v2[E / 2];
+    std::memcpy(v2, &vv, sizeof vv);
+#pragma unroll
+    for (int e = 0; e < E / 2; ++e) {
+      const float2 f = __bfloat1622float2(v2[e]);
+      acc[2 * e] += pj * f.x;
+      acc[2 * e + 1] += pj * f.y;
+    }
+  };
+  auto score = [&](const uint4* kr, auto load) {
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < hd / 8; ++w) {
+      const uint4 kv = load(kr + w);
+      const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(k2[j]);
+        t += qs[w * 8 + 2 * j] * f.x + qs[w * 8 + 2 * j + 1] * f.y;
+      }
+    }
+    return t;
+  };
+  if (buf) {
+    // One block of at most 32 keys, all in shared memory (pos: from registers).
+    const int p = lo + lane;
+    const bool ok = p <= hi;
+    float s = -INFINITY;
+    if (p == pos)
+      s = s_new;
+    else if (ok)
+      s = score(reinterpret_cast<const uint4*>(buf + lane * k_stride_bytes(hd)),
+                [](const uint4* q) { return *q; });
+    m = warp_max(s);
+    const float pr = ok ? __expf(s - m) : 0.0f;
+    l = warp_sum(pr);
+    const char* vbuf = buf + kChunkKeys * k_stride_bytes(hd);
+    const int n_keys = hi - lo + 1;
+    for (int j = 0; j < n_keys; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, pr, j);
+      const VecE vv =
+          lo + j == pos ? v_new : *reinterpret_cast<const VecE*>(vbuf + j * hd * 2 + lane * E * 2);
+      accumulate(vv, pj);
+    }
+  } else {
+    for (int base = lo; base <= hi; base += 32) {
+      const int p = base + lane;
+      const bool ok = p <= hi;
+      float s = -INFINITY;
+      if (p == pos)
+        s = s_new;
+      else if (ok)
+        s = score(reinterpret_cast<const uint4*>(L.kc + (int64_t(p) % a.capacity) * row + g * hd),
+                  [](const uint4* q) { return __ldcg(q); });
+      const float m_new = fmaxf(m, warp_max(s));
+      const float pr = ok ? __expf(s - m_new) : 0.0f;
+      const float corr = m == -INFINITY ? 0.0f : __expf(m - m_new);
+      l = l * corr + warp_sum(pr);
+      m = m_new;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] *= corr;
+      const int n_keys = min(32, hi - base + 1);
+      // V in batches of 16 keys, every row of a batch requested before any is used; the lane's
+      // E values in one load (8 bytes for E = 4, 4 for E = 2). Keys past hi: zeros (p = 0).
+#pragma unroll
+      for (int j0 = 0; j0 < 32; j0 += 16) {
+        if (j0 >= n_keys) break;
+        VecE vv[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int q = base + j0 + j;
+          vv[j] = q == pos  ? v_new
+                  : q <= hi ? __ldcg(reinterpret_cast<const VecE*>(
+                                  L.vc + (int64_t(q) % a.capacity) * row + g * hd + lane * E))
+                            : VecE{};
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) accumulate(vv[j], __shfl_sync(0xffffffffu, pr, j0 + j));
+      }
+    }
+  }
+  float2* ml = reinterpret_cast<float2*>(a.part) + hq * kStepMaxChunks;
+  float* sums = a.part + 2 * a.nh * kStepMaxChunks + int64_t(hq) * kStepMaxChunks * hd;
+  if (lane == 0) ml[c] = make_float2(m, l);
+#pragma unroll
+  for (int e = 0; e < E; ++e) sums[c * hd + lane * E + e] = acc[e];
+  // The last unit of this head to get here combines the chunks:
+  // bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c).
+  __threadfence();  // this unit's partial is visible before its count
+  __syncwarp();     // every lane's, before lane 0 counts
+  unsigned done = 0;
+  if (lane == 0) done = atomicAdd(a.counts + hq, 1u);
+  done = __shfl_sync(0xffffffffu, done, 0);
+  if (done == unsigned(nc - 1)) {
+    __threadfence();
+    float2 v[kStepMaxChunks];
+    float M = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kStepMaxChunks; ++j) {
+      v[j] = j < nc ? __ldcg(ml + j) : make_float2(-INFINITY, 0.0f);
+      M = fmaxf(M, v[j].x);
+    }
+    float num[E], den = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) num[e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kStepMaxChunks; ++j) {
+      if (j < nc) {
+        const float w = __expf(v[j].x - M);
+        den += w * v[j].y;
+#pragma unroll
+        for (int e = 0; e < E; ++e) num[e] += w * __ldcg(sums + j * hd + lane * E + e);
+      }
+    }
+    const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) a.attn[hq * hd + lane * E + e] = __float2bfloat16(num[e] * inv);
+    if (lane == 0) a.counts[hq] = 0;  // re-armed for the next layer (after a grid barrier)
+  }
+  __syncwarp();  // qs is rewritten by this warp's next unit
+}
+
+template <int E>
+__global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArgs a) {
+  extern __shared__ uint4 smem[];
+  uint4* xs = smem;  // the phase's input vector, bf16 [max(H, I, nh·hd)]
+  float* qs_all = reinterpret_cast<float*>(smem + a.vec8);  // [kWarpsB][hd]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int G = gridDim.x;
+  const int unit0 = blockIdx.x + G * warp, units_step = G * kWarpsB;
+  const int hd = E * 32, nq = a.nh * hd, nk = a.nkv * hd;
+  const int in_h = a.H / 8, in_q = nq / 8, in_i = a.I / 8;
+  const int pos = a.pos_first[0], first = a.pos_first[1];
+  // Attention's key chunks: at most kStepMaxChunks, 32 keys or more each.
+  const int n_keys = pos - first + 1;
+  const int nc = min((n_keys + 31) / 32, kStepMaxChunks), per = (n_keys + nc - 1) / nc;
+  float* qs = qs_all + warp * hd;
+  // This warp's staging slice (after qs_all), or null when staging is off.
+  uint4* const slice =
+      a.stage ? smem + a.vec8 + (kWarpsB * hd * 4) / 16 + warp * 2 * kUnrollD * 32 : nullptr;
+  auto qkv_row = [&](const StepLayerDev& L, int r) {
+    return r < nq        ? L.q + int64_t(r) * in_h
+           : r < nq + nk ? L.k + int64_t(r - nq) * in_h
+                         : L.v + int64_t(r - nq - nk) * in_h;
+  };
+  // Requests the first batch of this warp's first pass over `rows` rows (two rows, or the
+  // gate and up rows of one) into its slice.
+  auto stage = [&](auto row_w, int rows, int in8, bool glu) {
+    if (!slice) return;
+    copy16_wait_all();  // no earlier copy of this thread may land after these
+    if (unit0 >= rows) return;
+    const int r2 = unit0 + units_step;
+    if (glu) {
+      stage_first(slice, row_w(unit0, 0), row_w(unit0, 1), in8, lane);
+    } else {
+      stage_first(slice, row_w(unit0, 0), r2 < rows ? row_w(r2, 0) : nullptr, in8, lane);
+    }
+  };
+  // This warp's attention buffer (after the staging slices), or null.
+  char* const kv_buf = a.kv_prefetch && warp < kAttnWarps
+                           ? reinterpret_cast<char*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
+                                                     (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
+                                 warp * attn_buf_bytes(hd)
+                           : nullptr;
+  // Its first attention unit, (head, chunk, keys lo..hi): prefetched when it has a buffer and
+  // the chunk fits it.
+  const int first_hq = unit0 % a.nh, first_c = unit0 / a.nh, first_lo = first + first_c * per;
+  const int first_hi = min(pos, first_lo + per - 1);
+  const bool prefetch = kv_buf && unit0 < a.nh * nc && per <= kChunkKeys;
+  const uint4* staged = slice;  // what the phases pass on: null when staging is off
+  auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
+  mark(a.trace, 0);
+  if (a.n_layers > 0)
+    stage([&](int r, int) { return qkv_row(a.layers[0], r); }, nq + 2 * nk, in_h, false);
+  for (int il = 0; il < a.n_layers; ++il) {
+    const StepLayerDev L = a.layers[il];
+    // 1. q | k | v = rms_norm(x) · w
+    normalise_to_smem(a, a.x, L.attn_norm, xs);
+    product_rows(
+        nq + 2 * nk, in_h, xs, unit0, units_step, lane, [&](int r) { return qkv_row(L, r); },
+        [&](int r, float s) { a.q[r] = __float2bfloat16(s); },  // q, k, v are one scratch
+        staged);
+    unsigned long long bar = grid_arrive(a, event(il, 0));
+    stage([&](int r, int) { return L.o + int64_t(r) * in_q; }, a.H, in_q, false);
+    if (prefetch)  // after stage(): its wait for earlier copies must not wait for these
+      prefetch_kv<E>(a, L, first_hq / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
+    grid_wait(a, bar, event(il, 0));
+    // 2. q/k norm, rope, cache store and attention, a warp per (query head, chunk of keys)
+    for (int u = unit0; u < a.nh * nc; u += units_step) {
+      const int hq = u % a.nh, c = u / a.nh, lo = first + c * per;
+      chunk_attention<E>(a, L, hq, c, nc, lo, min(pos, lo + per - 1), pos, qs,
+                         u == unit0 && prefetch ? kv_buf : nullptr, lane);
+    }
+    bar = grid_arrive(a, event(il, 1));
+    grid_wait(a, bar, event(il, 1));
+    // 3. x += o · attn
+    stage_vector(a.attn, nq, xs);
+    auto add_to_x = [&](int r, float s) {
+      a.x[r] = __float2bfloat16(bf(__ldcg(a.x + r)) + bf_round(s));
+    };
+    product_rows(
+        a.H, in_q, xs, unit0, units_step, lane, [&](int r) { return L.o + int64_t(r) * in_q; },
+        add_to_x, staged);
+    bar = grid_arrive(a, event(il, 2));
+    stage([&](int r, int m) { return (m == 0 ? L.gate : L.up) + int64_t(r) * in_h; }, a.I, in_h,
+          true);
+    grid_wait(a, bar, event(il, 2));
+    // 4. h = act(gate · rms_norm(x)) ⊙ (up · rms_norm(x))
+    normalise_to_smem(a, a.x, L.ffn_norm, xs);
+    for (int r = unit0; r < a.I; r += units_step) {
+      float sg, su;
+      row_dot<true>(L.gate + int64_t(r) * in_h, L.up + int64_t(r) * in_h, xs, in_h, lane, sg, su,
+                    r == unit0 ? staged : nullptr);
+      if (lane == 0) a.h[r] = __float2bfloat16(activation_f(a.act, sg) * su);
+    }
+    bar = grid_arrive(a, event(il, 3));
+    stage([&](int r, int) { return L.down + int64_t(r) * in_i; }, a.H, in_i, false);
+    grid_wait(a, bar, event(il, 3));
+    // 5. x += down · h
+    stage_vector(a.h, a.I, xs);
+    product_rows(
+        a.H, in_i, xs, unit0, units_step, lane, [&](int r) { return L.down + int64_t(r) * in_i; },
+        add_to_x, staged);
+    bar = grid_arrive(a, event(il, 4));
+    if (il + 1 < a.n_layers)
+      stage([&](int r, int) { return qkv_row(a.layers[il + 1], r); }, nq + 2 * nk, in_h, false);
+    grid_wait(a, bar, event(il, 4));
+  }
+  if (slice) copy16_wait_all();
+}
+
+template <int E>
+const void* kernel_for() {
+  return reinterpret_cast<const void*>(decode_step_kernel<E>);
+}
+
+size_t smem_bytes(const StepArgs& a) {
+  const size_t staging = a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0;
+  const size_t kv = a.kv_prefetch ? size_t(kAttnWarps) * attn_buf_bytes(a.hd) : 0;
+  return size_t(a.vec8) * 16 + size_t(kWarpsB) * size_t(a.hd) * 4 + staging + kv;
+}
+
+}  // namespace
+
+bool decode_step_fits(const StepArgs& a) {
+  if (a.hd != 64 && a.hd != 128) return false;
+  if (a.H % 8 || a.I % 8 || a.nh < 1 || a.nkv < 1 || a.nh % a.nkv) return false;
+  int dev = 0, optin = 0;
+  if (a.capacity < 1 || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      smem_bytes(a) > size_t(optin)) {
+    cudaGetLastError();
+    return false;
+  }
+  int blocks = 0;
+  const void* k = a.hd == 64 ? kernel_for<2>() : kernel_for<4>();
+  if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(a))) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, kThreadsB, smem_bytes(a)) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return blocks >= 1;  // one block per SM must fit, or the grid barrier could never complete
+}
+
+void decode_step(Ctx& ctx, const StepArgs& a) {
+  const size_t smem = smem_bytes(a);
+  if (a.hd == 64)
+    decode_step_kernel<2><<<ctx.sm_count, kThreadsB, smem, ctx.stream>>>(a);
+  else
+    decode_step_kernel<4><<<ctx.sm_count, kThreadsB, smem, ctx.stream>>>(a);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+}  // namespace hearth::cuda

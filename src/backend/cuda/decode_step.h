@@ -1,0 +1,62 @@
+// The persistent one-token decode step (decode_step.cu): its plain-data arguments, shared by
+// the kernel and the backend that fills them (Backend::decode_layers).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/common.h"
+
+namespace hearth::cuda {
+
+// One layer, device addresses. Weights bf16 row-major (16-byte aligned); gains of the step's
+// gain dtype; q_norm/k_norm null when the model has none. The caches are [capacity, nkv·hd].
+struct StepLayerDev {
+  const uint4 *q, *k, *v, *o, *gate, *up, *down;
+  const void *attn_norm, *ffn_norm, *q_norm, *k_norm;
+  __nv_bfloat16 *kc, *vc;
+};
+
+// Attention splits the keys into at most this many chunks, a warp each.
+constexpr int kStepMaxChunks = 16;
+
+struct StepArgs {
+  const StepLayerDev* layers;  // device array [n_layers]
+  int32_t n_layers;
+  int32_t H, I, nh, nkv, hd;
+  int32_t capacity;
+  int32_t vec8;  // 16-byte words of the largest phase input: max(H, I, nh·hd) / 8
+  int32_t gain_dt;
+  int32_t act;
+  int32_t stage;        // 1: stage each phase's first weights in shared memory across the barriers
+  int32_t spin;         // 1: the grid barrier polls without sleeping (measurement switch)
+  int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
+  float eps, offset, scale, rope_factor;
+  __nv_bfloat16* x;  // [H] residual stream
+  // Scratch: q [nh·hd], k and v [nkv·hd] (contiguous, in that order: phase 1 writes them as
+  // one vector), attention output [nh·hd], MLP hidden [I]; attention's per-chunk partials:
+  // (max, sum) pairs [nh][kStepMaxChunks], then P·V sums [nh][kStepMaxChunks][hd] (f32).
+  __nv_bfloat16 *q, *k, *v, *attn, *h;
+  float* part;
+  unsigned* counts;             // [nh] chunks finished per head; zero outside phase 2
+  unsigned long long* barrier;  // arrivals at grid barriers; zero before the first launch
+  const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
+  const float* inv_freq;        // device [hd / 2], or null: no rope
+  // Measurement (HEARTH_DECODE_TRACE=1): each block's clock64 at the start and at its arrival
+  // at and departure from every grid barrier, [1 + n_layers·6·2][blocks]; null: off.
+  unsigned long long* trace;
+};
+
+// Whether the kernel takes this shape on the current device (head_dim 64 or 128; one block of
+// 512 threads and its shared memory must fit an SM).
+bool decode_step_fits(const StepArgs& a);
+void decode_step(Ctx& ctx, const StepArgs& a);
+
+// Per phase, averaged over layers: each block's work (arrival less its previous departure) and
+// its wait at the barrier, mean and extreme over blocks, in µs at `cycles_per_us`.
+constexpr int kStepPhases = 5;
+std::string decode_step_trace_summary(const unsigned long long* trace, int n_layers, int blocks,
+                                      double cycles_per_us);
+
+}  // namespace hearth::cuda
