@@ -130,27 +130,11 @@ __device__ void normalise_to_smem(const StepArgs& a, const __nv_bfloat16* x, con
   for (int i = threadIdx.x; i < in8; i += blockDim.x) {
     const uint4 v = __ldcg(x8 + i);
     xs[i] = v;
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      ss = fmaf(f.x, f.x, ss);
-      ss = fmaf(f.y, f.y, ss);
-    }
+    ss = add_squares_bf16x8(v, ss);
   }
   const float inv = rsqrtf(block_sum(ss) / float(a.H) + a.eps);
-  for (int i = threadIdx.x; i < in8; i += blockDim.x) {
-    uint4 v = xs[i];
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      const float g0 = ld(gain, a.gain_dt, i * 8 + 2 * j) + a.offset;
-      const float g1 = ld(gain, a.gain_dt, i * 8 + 2 * j + 1) + a.offset;
-      h[j] = __floats2bfloat162_rn(f.x * inv * g0, f.y * inv * g1);
-    }
-    xs[i] = v;
-  }
+  for (int i = threadIdx.x; i < in8; i += blockDim.x)
+    xs[i] = scale_bf16x8(xs[i], inv, gain, a.gain_dt, i * 8, a.offset);
   __syncthreads();
 }
 

@@ -35,6 +35,31 @@ __device__ __forceinline__ float rounded(int dt, float v) {
   return v;
 }
 
+// RMSNorm on 16-byte words of 8 bf16, as the decode products' input norm computes it:
+// ss + Σ v_i² (fma in element order), and each v_i · inv · (gain[base + i] + offset) rounded.
+__device__ __forceinline__ float add_squares_bf16x8(const uint4& v, float ss) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    ss = fmaf(f.x, f.x, ss);
+    ss = fmaf(f.y, f.y, ss);
+  }
+  return ss;
+}
+__device__ __forceinline__ uint4 scale_bf16x8(uint4 v, float inv, const void* gain, int gain_dt,
+                                              int64_t base, float offset) {
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    const float g0 = ld(gain, gain_dt, base + 2 * j) + offset;
+    const float g1 = ld(gain, gain_dt, base + 2 * j + 1) + offset;
+    h[j] = __floats2bfloat162_rn(f.x * inv * g0, f.y * inv * g1);
+  }
+  return v;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

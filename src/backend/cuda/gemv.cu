@@ -108,29 +108,10 @@ __device__ void normalise_input(const Args& a, uint4* xs) {
   for (int r = 0; r < N; ++r) {
     const uint4* xr = a.x + r * a.in8;
     float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) {
-      const uint4 v = xr[i];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(h[j]);
-        ss = fmaf(f.x, f.x, ss);
-        ss = fmaf(f.y, f.y, ss);
-      }
-    }
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
     const float inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
-    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) {
-      uint4 v = xr[i];
-      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(h[j]);
-        const float g0 = ld(a.norm_w, a.norm_wdt, i * 8 + 2 * j) + a.norm_offset;
-        const float g1 = ld(a.norm_w, a.norm_wdt, i * 8 + 2 * j + 1) + a.norm_offset;
-        h[j] = __floats2bfloat162_rn(f.x * inv * g0, f.y * inv * g1);
-      }
-      xs[r * a.in8 + i] = v;
-    }
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x)
+      xs[r * a.in8 + i] = scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
   }
 }
 
