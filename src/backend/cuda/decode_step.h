@@ -44,7 +44,7 @@ struct StepArgs {
   const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
   const float* inv_freq;        // device [hd / 2], or null: no rope
   // Measurement (HEARTH_DECODE_TRACE=1): each block's clock64 at the start and at its arrival
-  // at and departure from every grid barrier, [1 + n_layers·6·2][blocks]; null: off.
+  // at and departure from every grid barrier, [1 + n_layers·kStepPhases·2][blocks]; null: off.
   unsigned long long* trace;
 };
 
