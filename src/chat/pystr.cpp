@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tokenizer/unicode.h"
+
 namespace hearth::chat {
 
 char32_t utf8_next(std::string_view s, size_t& i) {
@@ -41,23 +43,10 @@ char32_t utf8_next(std::string_view s, size_t& i) {
 }
 
 void utf8_append(std::string& out, char32_t cp) {
-  if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an escaped invalid byte goes back out as itself
+  if (cp >= 0xDC80 && cp <= 0xDCFF)  // an escaped invalid byte goes back out as itself
     out.push_back(static_cast<char>(cp - 0xDC00));
-  } else if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  else
+    tok::utf8_append(out, cp);
 }
 
 std::u32string utf8_decode(std::string_view s) {
