@@ -3,17 +3,20 @@
 // and column, raise_exception, and hostile templates that must end in an error, not a crash.
 #include <gtest/gtest.h>
 
+#include "chat/pystr.h"
 #include "chat/template.h"
 
 namespace hearth::chat {
 namespace {
 
-std::string render(const std::string& src, const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object(),
+std::string render(const std::string& src,
+                   const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object(),
                    const RenderOptions& opts = {}) {
   return ChatTemplate::parse(src).render(ctx, opts);
 }
 
-std::string error_of(const std::string& src, const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object(),
+std::string error_of(const std::string& src,
+                     const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object(),
                      const RenderOptions& opts = {}) {
   try {
     render(src, ctx, opts);
@@ -55,50 +58,67 @@ TEST(ChatTemplateValues, PythonPrinting) {
 }
 
 TEST(ChatTemplateValues, ToJsonIsPythonJsonDumps) {
-  nlohmann::ordered_json ctx = nlohmann::ordered_json::parse(R"({"t": {"z": 1, "a": [1.5, null, "é\n"]}})");
+  nlohmann::ordered_json ctx =
+      nlohmann::ordered_json::parse(R"({"t": {"z": 1, "a": [1.5, null, "é\n"]}})");
   EXPECT_EQ(render("{{ t | tojson }}", ctx), R"({"z": 1, "a": [1.5, null, "é\n"]})");
   EXPECT_EQ(render("{{ t | tojson(indent=2) }}", ctx),
             "{\n  \"z\": 1,\n  \"a\": [\n    1.5,\n    null,\n    \"é\\n\"\n  ]\n}");
-  EXPECT_EQ(render("{{ t | tojson(sort_keys=true, ensure_ascii=true) }}", ctx), R"({"a": [1.5, null, "\u00e9\n"], "z": 1})");
+  EXPECT_EQ(render("{{ t | tojson(sort_keys=true, ensure_ascii=true) }}", ctx),
+            R"({"a": [1.5, null, "\u00e9\n"], "z": 1})");
 }
 
 TEST(ChatTemplateScoping, LoopsDoNotLeakButNamespacesDo) {
-  EXPECT_EQ(render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}|{{ x }}"), "23|1");
-  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in [1, 2] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"), "3");
+  EXPECT_EQ(
+      render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}|{{ x }}"),
+      "23|1");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in [1, 2] %}{% set ns.n = ns.n + i %}{% "
+                   "endfor %}{{ ns.n }}"),
+            "3");
   EXPECT_EQ(render("{% if true %}{% set y = 'y' %}{% endif %}{{ y }}"), "y");
 }
 
 TEST(ChatTemplateLoops, LoopObjectAndControls) {
-  EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.index }}{{ loop.revindex0 }}{{ 'F' if loop.first }}{{ 'L' if loop.last }}"
+  EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.index }}{{ loop.revindex0 }}{{ 'F' if loop.first "
+                   "}}{{ 'L' if loop.last }}"
                    "{{ loop.previtem | default('-') }}{% endfor %}"),
             "12F-21a30Lb");
-  EXPECT_EQ(render("{% for x in range(10) if x is even %}{% if x > 6 %}{% break %}{% endif %}{{ x }}/{{ loop.length }} "
+  EXPECT_EQ(render("{% for x in range(10) if x is even %}{% if x > 6 %}{% break %}{% endif %}{{ x "
+                   "}}/{{ loop.length }} "
                    "{% endfor %}"),
             "0/5 2/5 4/5 6/5 ");
-  EXPECT_EQ(render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}{{ v }}{% else %}none{% endfor %}"), "a1b2");
+  EXPECT_EQ(
+      render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}{{ v }}{% else %}none{% endfor %}"),
+      "a1b2");
   EXPECT_EQ(render("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
 }
 
 TEST(ChatTemplateMacros, DefaultsCallerAndBlocks) {
-  EXPECT_EQ(render("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}"), "1B12");
-  EXPECT_EQ(render("{% macro w() %}<{{ caller() }}>{% endmacro %}{% call w() %}in{% endcall %}"), "<in>");
-  EXPECT_EQ(render("{% set s %}a{{ 1 + 1 }}{% endset %}{{ s }}{% filter upper %}x{% endfilter %}"), "a2X");
+  EXPECT_EQ(render("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}"),
+            "1B12");
+  EXPECT_EQ(render("{% macro w() %}<{{ caller() }}>{% endmacro %}{% call w() %}in{% endcall %}"),
+            "<in>");
+  EXPECT_EQ(render("{% set s %}a{{ 1 + 1 }}{% endset %}{{ s }}{% filter upper %}x{% endfilter %}"),
+            "a2X");
   EXPECT_EQ(render("{% raw %}{{ x }}{% endraw %}"), "{{ x }}");
 }
 
 TEST(ChatTemplateMethods, StringsListsDicts) {
   EXPECT_EQ(render("{{ '<think>a</think>\\n\\nb'.split('</think>')[-1].lstrip('\\n') }}"), "b");
-  EXPECT_EQ(render("{{ ' x '.strip() }}|{{ 'a,b'.split(',') }}|{{ 'hey'.startswith(('x', 'h')) }}"), "x|['a', 'b']|True");
+  EXPECT_EQ(render("{{ ' x '.strip() }}|{{ 'a,b'.split(',') }}|{{ 'hey'.startswith(('x', 'h')) }}"),
+            "x|['a', 'b']|True");
   EXPECT_EQ(render("{{ {'a': 1}.get('b', 2) }} {{ [3, 1] | sort | join(',') }}"), "2 1,3");
   EXPECT_EQ(render("{{ 'héllo'[1:3] }} {{ 'héllo' | length }} {{ 'ß' | upper }}"), "él 5 SS");
 }
 
 TEST(ChatTemplateErrors, SyntaxErrorsNameLineAndColumn) {
-  EXPECT_EQ(error_of("a\n{{ 1 + }}"), "chat template: line 2, column 8: unexpected 'end of print statement'");
+  EXPECT_EQ(error_of("a\n{{ 1 + }}"),
+            "chat template: line 2, column 8: unexpected 'end of print statement'");
   EXPECT_EQ(error_of("{% if x %}\nno end"),
-            "chat template: line 2, column 7: Unexpected end of template. Jinja was looking for the following tags: "
+            "chat template: line 2, column 7: Unexpected end of template. Jinja was looking for "
+            "the following tags: "
             "'elif' or 'else' or 'endif'. The innermost block that needs to be closed is 'if'.");
-  EXPECT_EQ(error_of("x\n  {% frob %}"), "chat template: line 2, column 6: Encountered unknown tag 'frob'.");
+  EXPECT_EQ(error_of("x\n  {% frob %}"),
+            "chat template: line 2, column 6: Encountered unknown tag 'frob'.");
   EXPECT_EQ(error_of("{# open"), "chat template: line 1, column 1: Missing end of comment tag");
   EXPECT_EQ(error_of("{{ 'a' ? }}"), "chat template: line 1, column 8: unexpected char '?' at 7");
   EXPECT_EQ(error_of("{% break %}"), "chat template: line 1, column 4: 'break' outside loop");
@@ -106,14 +126,16 @@ TEST(ChatTemplateErrors, SyntaxErrorsNameLineAndColumn) {
 
 TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
   EXPECT_EQ(error_of("ok\n{{ missing.attr }}"), "chat template: line 2: 'missing' is undefined");
-  EXPECT_EQ(error_of("{{ 'a' +\n none }}"), "chat template: line 1: can only concatenate str (not \"NoneType\") to str");
+  EXPECT_EQ(error_of("{{ 'a' +\n none }}"),
+            "chat template: line 1: can only concatenate str (not \"NoneType\") to str");
   EXPECT_EQ(error_of("\n\n{{ x | nosuch }}"), "chat template: line 3: No filter named 'nosuch'.");
   EXPECT_EQ(error_of("{% set l = [] %}{{ l.append(1) }}"),
             "chat template: line 1: access to attribute 'append' of 'list' object is unsafe.");
 }
 
 TEST(ChatTemplateErrors, RaiseExceptionIsARequestError) {
-  EXPECT_EQ(error_of("{{ raise_exception('Roles must alternate: ' ~ 3) }}"), "raise: Roles must alternate: 3");
+  EXPECT_EQ(error_of("{{ raise_exception('Roles must alternate: ' ~ 3) }}"),
+            "raise: Roles must alternate: 3");
   try {
     render("{% if true %}{{ raise_exception('bad') }}{% endif %}");
     FAIL() << "no exception";
@@ -124,21 +146,28 @@ TEST(ChatTemplateErrors, RaiseExceptionIsARequestError) {
 }
 
 TEST(ChatTemplateHostile, EndInErrorsNotCrashes) {
-  EXPECT_NE(error_of("{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}").find("maximum recursion depth exceeded"),
+  EXPECT_NE(error_of("{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}")
+                .find("maximum recursion depth exceeded"),
             std::string::npos);
   RenderOptions small;
   small.max_steps = 200000;
-  EXPECT_NE(error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", nlohmann::ordered_json::object(), small)
-                .find("steps"),
+  EXPECT_NE(
+      error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+               nlohmann::ordered_json::object(), small)
+          .find("steps"),
+      std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}").find("limit"),
             std::string::npos);
-  EXPECT_NE(error_of("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}").find("limit"), std::string::npos);
   EXPECT_NE(error_of("{{ 'x' * 10000000000 }}").find("limit"), std::string::npos);
   EXPECT_NE(error_of("{{ range(1000000) | length }}").find("Range too big"), std::string::npos);
-  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nesting too deep"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                .find("nesting too deep"),
+            std::string::npos);
   std::string deep_ifs;
   for (int i = 0; i < 2000; ++i) deep_ifs += "{% if true %}";
   EXPECT_NE(error_of(deep_ifs).find("nesting too deep"), std::string::npos);
-  EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns.self | tojson }}").find("not JSON serializable"),
+  EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns.self | tojson }}")
+                .find("not JSON serializable"),
             std::string::npos);
 }
 
@@ -148,11 +177,31 @@ TEST(ChatTemplateContext, BuiltLikeApplyChatTemplate) {
   in.special_tokens = {{"bos_token", "<s>"}};
   in.kwargs = {{"enable_thinking", false}, {"bos_token", "<B>"}};
   auto t = ChatTemplate::parse(
-      "{{ bos_token }}{{ tools is none }}{{ documents is defined }}{{ add_generation_prompt }}{{ enable_thinking }}"
+      "{{ bos_token }}{{ tools is none }}{{ documents is defined }}{{ add_generation_prompt }}{{ "
+      "enable_thinking }}"
       "{{ messages[0].content }}");
   EXPECT_EQ(render_chat(t, in), "<B>TrueTrueTrueFalsehi");
   in.messages = nlohmann::ordered_json::array();
   EXPECT_THROW(render_chat(t, in), TemplateError);
+}
+
+}  // namespace
+}  // namespace hearth::chat
+
+namespace hearth::chat {
+namespace {
+
+// Python str over UTF-8 keeps every byte: valid text of 1-4-byte characters and invalid bytes
+// (a lone continuation byte, a truncated sequence, an overlong form, 0xFF) decode to code points
+// (invalid ones into U+DC80..U+DCFF) and encode back to the same bytes.
+TEST(PyStr, Utf8RoundTripsValidAndInvalidBytes) {
+  for (const std::string& s : {std::string("a\xc3\xa9\xe6\xbc\xa2\xf0\x9f\x98\x80z"),
+                               std::string("\x80x\xe6\xbc"), std::string("\xc0\xafq\xff")}) {
+    const std::u32string cps = utf8_decode(s);
+    EXPECT_EQ(utf8_encode(cps), s);
+  }
+  EXPECT_EQ(utf8_decode("\xff").front(), char32_t(0xDCFF));
+  EXPECT_EQ(utf8_length("a\xc3\xa9\xf0\x9f\x98\x80"), 3u);
 }
 
 }  // namespace
