@@ -9,20 +9,10 @@
 namespace hearth {
 namespace {
 
+using test::error_of;
 using test::TempDir;
 using test::write_bytes;
 using ::testing::HasSubstr;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hearth::Error";
-  return "";
-}
 
 TEST(ModelConfig, PlainConfigAccessors) {
   TempDir dir;
@@ -83,7 +73,7 @@ TEST(ModelConfig, NestedTextConfigIsMerged) {
   EXPECT_TRUE(c.is_wrapped());
   EXPECT_EQ(c.model_type(), "gemma3_text");
   EXPECT_EQ(c.wrapper_model_type(), "gemma3");
-  EXPECT_EQ(c.get_int("hidden_size"), 640);  // the text value wins over the outer one
+  EXPECT_EQ(c.get_int("hidden_size"), 640);        // the text value wins over the outer one
   EXPECT_TRUE(c.get_bool("tie_word_embeddings"));  // merged from the top level
   EXPECT_FALSE(c.has("text_config"));
   EXPECT_EQ(c.full()["vision_config"]["hidden_size"], 1152);

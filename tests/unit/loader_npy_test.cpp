@@ -9,21 +9,11 @@
 namespace hearth {
 namespace {
 
+using test::error_of;
 using test::read_bytes;
 using test::TempDir;
 using test::write_bytes;
 using ::testing::HasSubstr;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hearth::Error";
-  return "";
-}
 
 // A v1.0 npy file with an arbitrary header dict and data.
 std::string npy_bytes(const std::string& dict, const std::string& data) {
@@ -100,8 +90,8 @@ TEST(Npy, RejectsWhatItCannotRead) {
       {"short", "\x93NUM", "magic"},
       {"f8", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", "12345678"),
        "'<f8'"},
-      {"big_endian",
-       npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "1234"), "'>f4'"},
+      {"big_endian", npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "1234"),
+       "'>f4'"},
       {"fortran", npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", "1234"),
        "Fortran"},
       {"size", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", "1234"),

@@ -13,6 +13,7 @@
 namespace hearth {
 namespace {
 
+using test::error_of;
 using test::make_safetensors;
 using test::raw;
 using test::safetensors_bytes;
@@ -20,18 +21,6 @@ using test::StTensor;
 using test::TempDir;
 using test::write_bytes;
 using ::testing::HasSubstr;
-
-// The message of the hearth::Error `fn` throws; fails the test if it throws nothing.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hearth::Error";
-  return "";
-}
 
 std::vector<StTensor> sample_tensors() {
   std::vector<uint16_t> bf16, f16;
@@ -131,43 +120,56 @@ std::vector<CorruptCase> corrupt_cases() {
       {"no_dtype", one(R"({"shape": [4], "data_offsets": [0, 16]})", d16), {"w.weight", "dtype"}},
       {"no_shape", one(R"({"dtype": "F32", "data_offsets": [0, 16]})", d16), {"w.weight", "shape"}},
       {"no_offsets", one(R"({"dtype": "F32", "shape": [4]})", d16), {"w.weight", "data_offsets"}},
-      {"dtype_type", one(R"({"dtype": 4, "shape": [4], "data_offsets": [0, 16]})", d16),
+      {"dtype_type",
+       one(R"({"dtype": 4, "shape": [4], "data_offsets": [0, 16]})", d16),
        {"w.weight", "dtype"}},
-      {"shape_type", one(R"({"dtype": "F32", "shape": "4", "data_offsets": [0, 16]})", d16),
+      {"shape_type",
+       one(R"({"dtype": "F32", "shape": "4", "data_offsets": [0, 16]})", d16),
        {"w.weight", "shape"}},
-      {"shape_float", one(R"({"dtype": "F32", "shape": [4.5], "data_offsets": [0, 16]})", d16),
+      {"shape_float",
+       one(R"({"dtype": "F32", "shape": [4.5], "data_offsets": [0, 16]})", d16),
        {"w.weight", "non-integer"}},
-      {"offsets_type", one(R"({"dtype": "F32", "shape": [4], "data_offsets": "0-16"})", d16),
+      {"offsets_type",
+       one(R"({"dtype": "F32", "shape": [4], "data_offsets": "0-16"})", d16),
        {"w.weight", "data_offsets"}},
-      {"offsets_len", one(R"({"dtype": "F32", "shape": [4], "data_offsets": [16]})", d16),
+      {"offsets_len",
+       one(R"({"dtype": "F32", "shape": [4], "data_offsets": [16]})", d16),
        {"w.weight", "data_offsets"}},
-      {"offsets_neg", one(R"({"dtype": "F32", "shape": [4], "data_offsets": [-16, 0]})", d16),
+      {"offsets_neg",
+       one(R"({"dtype": "F32", "shape": [4], "data_offsets": [-16, 0]})", d16),
        {"w.weight", "data_offsets"}},
-      {"unknown_dtype", one(R"({"dtype": "Q7", "shape": [4], "data_offsets": [0, 16]})", d16),
+      {"unknown_dtype",
+       one(R"({"dtype": "Q7", "shape": [4], "data_offsets": [0, 16]})", d16),
        {"w.weight", "unknown dtype 'Q7'"}},
-      {"fp8", one(R"({"dtype": "F8_E4M3", "shape": [16], "data_offsets": [0, 16]})", d16),
+      {"fp8",
+       one(R"({"dtype": "F8_E4M3", "shape": [16], "data_offsets": [0, 16]})", d16),
        {"w.weight", "unsupported dtype 'F8_E4M3'"}},
-      {"neg_dim", one(R"({"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]})", d16),
+      {"neg_dim",
+       one(R"({"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]})", d16),
        {"w.weight", "negative"}},
       {"nine_dims",
-       one(R"({"dtype": "U8", "shape": [1, 1, 1, 1, 2, 2, 2, 2, 1], "data_offsets": [0, 16]})", d16),
+       one(R"({"dtype": "U8", "shape": [1, 1, 1, 1, 2, 2, 2, 2, 1], "data_offsets": [0, 16]})",
+           d16),
        {"w.weight", "9 dims"}},
-      {"begin_gt_end", one(R"({"dtype": "F32", "shape": [0], "data_offsets": [16, 8]})", d16),
+      {"begin_gt_end",
+       one(R"({"dtype": "F32", "shape": [0], "data_offsets": [16, 8]})", d16),
        {"w.weight", "begin > end"}},
-      {"end_past_data", one(R"({"dtype": "F32", "shape": [8], "data_offsets": [0, 32]})", d16),
+      {"end_past_data",
+       one(R"({"dtype": "F32", "shape": [8], "data_offsets": [0, 32]})", d16),
        {"w.weight", "past the data section"}},
-      {"size_mismatch", one(R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 16]})", d16),
+      {"size_mismatch",
+       one(R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 16]})", d16),
        {"w.weight", "needs 12"}},
       {"numel_overflow",
-       one(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 16]})",
-           d16),
+       one(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 16]})", d16),
        {"w.weight", "2^64"}},
       {"overlap",
        safetensors_bytes(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
                              "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
                          d16),
        {"'a'", "'b'", "overlap"}},
-      {"metadata_type", safetensors_bytes(R"({"__metadata__": {"n": 3}})", ""),
+      {"metadata_type",
+       safetensors_bytes(R"({"__metadata__": {"n": 3}})", ""),
        {"__metadata__", "'n'"}},
   };
 }

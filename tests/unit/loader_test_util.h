@@ -1,6 +1,7 @@
-// Test helpers for the loader: a self-deleting temp directory and a byte-level safetensors
-// writer (so tests control every byte, including broken headers).
+// Test helpers for the loader: the message of an expected error, a self-deleting temp directory
+// and a byte-level safetensors writer (so tests control every byte, including broken headers).
 #pragma once
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -12,7 +13,21 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace hearth::test {
+
+// The message of the hearth::Error `fn` throws; fails the test if it throws nothing.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected hearth::Error";
+  return "";
+}
 
 class TempDir {
  public:
