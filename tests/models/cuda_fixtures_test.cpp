@@ -95,15 +95,10 @@ TEST_P(CudaFixtures, GreedyMatchesWhileMarginIsClear) {
   auto want = c.reference["greedy"].get<std::vector<int32_t>>();
   auto margins = c.reference["greedy_margins"].get<std::vector<double>>();
   const double std = c.reference["logits_std"].get<double>();
-  GenerateParams params;
-  params.max_tokens = int64_t(want.size());
-  params.ignore_eos = true;
-  params.sampling.temperature = 0.0f;
-  auto state = model->new_sequence();
-  auto result = generate(*model, *state, prompt, params);
-  ASSERT_EQ(result.tokens.size(), want.size());
+  const std::vector<int32_t> got = test::greedy_tokens(*model, prompt, want.size());
+  ASSERT_EQ(got.size(), want.size());
   size_t same = 0;
-  while (same < want.size() && result.tokens[same] == want[same]) ++same;
+  while (same < want.size() && got[same] == want[same]) ++same;
   if (same < want.size()) {
     EXPECT_LT(margins[same], 0.1 * std)
         << c.name << ": greedy differs at step " << same << " where the reference margin is clear";

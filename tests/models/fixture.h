@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "loader/npy.h"
+#include "models/model.h"
+#include "runtime/generate.h"
 
 namespace hearth::test {
 
@@ -44,6 +46,18 @@ inline std::vector<FixtureCase> fixture_cases(const std::vector<std::string>& ty
 }
 
 // max |a - b| over the reference's standard deviation.
+// The greedy continuation of `prompt`, n tokens long (end of sequence ignored), as the
+// reference's "greedy" list was made.
+inline std::vector<int32_t> greedy_tokens(Model& model, const std::vector<int32_t>& prompt,
+                                          size_t n) {
+  GenerateParams params;
+  params.max_tokens = int64_t(n);
+  params.ignore_eos = true;
+  params.sampling.temperature = 0.0f;
+  auto state = model.new_sequence();
+  return generate(model, *state, prompt, params).tokens;
+}
+
 inline double max_error_rel_std(const float* got, const std::vector<float>& want, double std) {
   double worst = 0.0;
   for (size_t i = 0; i < want.size(); ++i) {

@@ -39,7 +39,8 @@ TEST_P(LlamaFamily, LogitsMatchTransformers) {
   std::vector<float> got(prompt.size() * size_t(n_vocab), NAN);
   auto state = model->new_sequence();
   model->forward(*state, prompt, LogitsRows::All, got.data());
-  const double err = test::max_error_rel_std(got.data(), want.f32, c.reference["logits_std"].get<double>());
+  const double err =
+      test::max_error_rel_std(got.data(), want.f32, c.reference["logits_std"].get<double>());
   EXPECT_LT(err, 1e-3) << c.name << ": max |logits - reference| / std";
 }
 
@@ -48,13 +49,7 @@ TEST_P(LlamaFamily, GreedyContinuationMatches) {
   auto model = load_model(c.dir);
   auto prompt = prompt_of(c);
   auto want = c.reference["greedy"].get<std::vector<int32_t>>();
-  GenerateParams params;
-  params.max_tokens = int64_t(want.size());
-  params.ignore_eos = true;
-  params.sampling.temperature = 0.0f;
-  auto state = model->new_sequence();
-  auto result = generate(*model, *state, prompt, params);
-  EXPECT_EQ(result.tokens, want) << c.name;
+  EXPECT_EQ(test::greedy_tokens(*model, prompt, want.size()), want) << c.name;
 }
 
 TEST_P(LlamaFamily, DecodeEqualsPrefillAtEveryPosition) {
@@ -91,7 +86,8 @@ TEST_P(LlamaFamily, ChunkedPrefillEqualsOneShot) {
     auto s = model->new_sequence();
     prefill(*model, *s, prompt, chunk, &chunked);
     ASSERT_EQ(chunked.size(), n_vocab);
-    EXPECT_LT(test::max_error_rel_std(chunked.data(), whole, std), 1e-4) << c.name << " chunk " << chunk;
+    EXPECT_LT(test::max_error_rel_std(chunked.data(), whole, std), 1e-4)
+        << c.name << " chunk " << chunk;
   }
 }
 

@@ -5,6 +5,8 @@
 // call; prefill chunk sizes 1, 63, 64, 65, 200 agree; the chunked delta rule equals the
 // recurrence; snapshot/restore and truncate-to-snapshot regenerate identically; the MLX twin
 // equals its Hugging Face twin.
+#include "models/qwen3_5.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,7 +14,6 @@
 
 #include "fixture.h"
 #include "models/model.h"
-#include "models/qwen3_5.h"
 #include "runtime/generate.h"
 
 namespace hearth {
@@ -77,19 +78,15 @@ TEST_P(Qwen35Family, LogitsMatchTransformers) {
   NpyArray want = npy_read(c.dir + "/logits.npy");
   ASSERT_EQ(want.shape, (std::vector<int64_t>{int64_t(prompt.size()), model->info().n_vocab}));
   auto state = model->new_sequence();
-  EXPECT_LT(rel_err(all_logits(*model, *state, prompt), want.f32, std_of(c)), logits_tolerance(c)) << c.name;
+  EXPECT_LT(rel_err(all_logits(*model, *state, prompt), want.f32, std_of(c)), logits_tolerance(c))
+      << c.name;
 }
 
 TEST_P(Qwen35Family, GreedyContinuationMatches) {
   const FixtureCase& c = GetParam();
   auto model = load_model(c.dir);
   auto want = c.reference["greedy"].get<std::vector<int32_t>>();
-  GenerateParams params;
-  params.max_tokens = int64_t(want.size());
-  params.ignore_eos = true;
-  params.sampling.temperature = 0.0f;
-  auto state = model->new_sequence();
-  EXPECT_EQ(generate(*model, *state, prompt_of(c), params).tokens, want) << c.name;
+  EXPECT_EQ(test::greedy_tokens(*model, prompt_of(c), want.size()), want) << c.name;
 }
 
 TEST_P(Qwen35Family, DecodeEqualsPrefillAtEveryPosition) {
@@ -152,7 +149,8 @@ TEST_P(Qwen35Family, PrefillChunkSizesAgree) {
     std::vector<float> got;
     auto s = model->new_sequence();
     prefill(*model, *s, long_prompt, chunk, &got);
-    EXPECT_LT(rel_err(got, whole, std_of(c)), kSameAlgorithm) << c.name << " long prompt, chunk " << chunk;
+    EXPECT_LT(rel_err(got, whole, std_of(c)), kSameAlgorithm)
+        << c.name << " long prompt, chunk " << chunk;
   }
 }
 
@@ -165,7 +163,9 @@ TEST_P(Qwen35Family, RecurrentPrefillEqualsChunked) {
   auto prompt = prompt_of(c);
   auto s1 = chunked->new_sequence();
   auto s2 = recurrent->new_sequence();
-  EXPECT_LT(rel_err(all_logits(*recurrent, *s2, prompt), all_logits(*chunked, *s1, prompt), std_of(c)), chunked_vs_recurrent(c))
+  EXPECT_LT(
+      rel_err(all_logits(*recurrent, *s2, prompt), all_logits(*chunked, *s1, prompt), std_of(c)),
+      chunked_vs_recurrent(c))
       << c.name;
 }
 
