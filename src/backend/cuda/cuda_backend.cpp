@@ -375,10 +375,10 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   const int64_t I = L0.gate.ndim == 2 ? L0.gate.shape[0] : 0;
   const DType gdt = L0.attn_norm.dtype;
   // Its attention gives each (query head, chunk of keys) a warp, at most kStepMaxChunks chunks:
-  // up to 512 keys a warp reads one 32-key block. Longer contexts (a warp walking several
+  // up to kMaxKeys (512) a warp reads one 32-key block. Longer contexts (a warp walking several
   // blocks in turn) are not measured yet, so they take the per-op path, whose attention splits
   // the keys over the whole GPU.
-  constexpr int64_t kMaxKeys = 512;
+  constexpr int64_t kMaxKeys = int64_t(kStepMaxChunks) * 32;
   if (step.position - L0.kv.first + 1 > kMaxKeys) return false;
   if (step.x.device != Device::CUDA || step.x.dtype != DType::BF16 || !aligned16(step.x.data) ||
       (gdt != DType::BF16 && gdt != DType::F32) ||

@@ -341,16 +341,17 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     }
     return t;
   };
+  // The lane's key p: the new key's score from registers, a cached key's through `load`, and
+  // -inf past hi.
+  auto key_score = [&](int p, const uint4* kr, auto load) {
+    return p == pos ? s_new : p <= hi ? score(kr, load) : -INFINITY;
+  };
   if (buf) {
     // One block of at most 32 keys, all in shared memory (pos: from registers).
     const int p = lo + lane;
     const bool ok = p <= hi;
-    float s = -INFINITY;
-    if (p == pos)
-      s = s_new;
-    else if (ok)
-      s = score(reinterpret_cast<const uint4*>(buf + lane * k_stride_bytes(hd)),
-                [](const uint4* q) { return *q; });
+    const float s = key_score(p, reinterpret_cast<const uint4*>(buf + lane * k_stride_bytes(hd)),
+                              [](const uint4* q) { return *q; });
     m = warp_max(s);
     const float pr = ok ? __expf(s - m) : 0.0f;
     l = warp_sum(pr);
@@ -366,12 +367,9 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     for (int base = lo; base <= hi; base += 32) {
       const int p = base + lane;
       const bool ok = p <= hi;
-      float s = -INFINITY;
-      if (p == pos)
-        s = s_new;
-      else if (ok)
-        s = score(reinterpret_cast<const uint4*>(L.kc + (int64_t(p) % a.capacity) * row + g * hd),
-                  [](const uint4* q) { return __ldcg(q); });
+      const float s = key_score(
+          p, reinterpret_cast<const uint4*>(L.kc + (int64_t(p) % a.capacity) * row + g * hd),
+          [](const uint4* q) { return __ldcg(q); });
       const float m_new = fmaxf(m, warp_max(s));
       const float pr = ok ? __expf(s - m_new) : 0.0f;
       const float corr = m == -INFINITY ? 0.0f : __expf(m - m_new);
