@@ -52,6 +52,17 @@ void Backend::qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor&
   kv_store(kv, k, v, positions);
 }
 
+void Backend::gated_delta_mixer(const Tensor& normed, const Tensor& qkv, const Tensor& conv_state,
+                                const Tensor& conv_w, const Tensor& a, const Tensor& b,
+                                const Tensor& a_log, const Tensor& dt_bias, const Tensor& state,
+                                const GatedDeltaParams& params, const Tensor& norm_w,
+                                const Tensor& z, float eps, const GatedDeltaScratch& s) {
+  conv1d_causal_silu(s.conv, qkv, conv_state, conv_w);
+  gated_delta_gates(s.g, s.beta, a, b, a_log, dt_bias);
+  gated_delta(s.core, s.conv, s.g, s.beta, state, params);
+  rms_norm_gated(normed, s.core, norm_w, z, eps);
+}
+
 namespace {
 
 // Host routing of one token: p[E] holds its router logits and is turned into softmax

@@ -176,6 +176,30 @@ class Backend {
     return n_tokens;
   }
 
+  // --- Gated DeltaNet mixer (optional; the default composes the ops above, backend.cpp) ---
+  // Working memory for gated_delta_mixer, owned by the caller: the composed form's
+  // intermediates, each f32 (or any float dtype; a fused form rounds where they would be stored).
+  struct GatedDeltaScratch {
+    Tensor conv;  // [n_tokens, C] the conv's output (q | k | v)
+    Tensor g;     // [n_tokens, n_v_heads]
+    Tensor beta;  // [n_tokens, n_v_heads]
+    Tensor core;  // [n_tokens, n_v_heads * v_dim] the delta rule's output
+  };
+  // A linear-attention layer's token mixer after its input projections, in one call:
+  //   conv1d_causal_silu(conv, qkv, conv_state, conv_w);
+  //   gated_delta_gates(g, beta, a, b, a_log, dt_bias);
+  //   gated_delta(core, conv, g, beta, state, params);
+  //   rms_norm_gated(normed, core, norm_w, z, eps);
+  // with the shapes those ops document (C = 2*Hk*Dk + Hv*Dv, norm_w [Dv]); both states are
+  // updated in place. normed [n_tokens, Hv*Dv] may alias scratch.core. The default runs the four
+  // ops, so the CPU is unchanged; a backend that does it in one pass (the CUDA decode kernel)
+  // need not write the scratch, and differs from the composed form by accumulation order only.
+  virtual void gated_delta_mixer(const Tensor& normed, const Tensor& qkv, const Tensor& conv_state,
+                                 const Tensor& conv_w, const Tensor& a, const Tensor& b,
+                                 const Tensor& a_log, const Tensor& dt_bias, const Tensor& state,
+                                 const GatedDeltaParams& params, const Tensor& norm_w,
+                                 const Tensor& z, float eps, const GatedDeltaScratch& scratch);
+
   // --- fused ops (optional): the defaults compose the ops above (backend.cpp); a backend
   // overrides one where doing it in one pass saves launches or memory traffic (CUDA decode). ---
   // outs[i].y = x · outs[i].wᵀ + outs[i].bias for i < n_outs: several products of one input

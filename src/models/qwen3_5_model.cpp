@@ -205,16 +205,16 @@ void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
                                      {a, L.in_a, Tensor()}};
   be.linear_many(x, proj, 4, &norm);
   const int li = seq.lin_index(il);
-  be.conv1d_causal_silu(conv, qkv, seq.conv_state(li), L.conv_w);
-  be.gated_delta_gates(g, beta, a, b, L.a_log, L.dt_bias);
   GatedDeltaParams p;
   p.n_k_heads = int(d_.lin_k_heads);
   p.n_v_heads = int(Hv);
   p.k_dim = int(d_.lin_k_dim);
   p.v_dim = int(Dv);
   p.chunked = chunked_prefill_ && n > 1;
-  be.gated_delta(core, conv, g, beta, seq.recurrent_state(li), p);
-  be.rms_norm_gated(normed, core, L.lin_norm, z, d_.norm_eps);
+  // conv → gates → delta rule → gated norm (one kernel for a decode token on the GPU).
+  be.gated_delta_mixer(normed, qkv, seq.conv_state(li), L.conv_w, a, b, L.a_log, L.dt_bias,
+                       seq.recurrent_state(li), p, L.lin_norm, z, d_.norm_eps,
+                       {conv, g, beta, core});
   be.linear_residual(x, normed, {o_.view(act_, {n, d_.n_embd}), L.out_proj, Tensor()}, 1.0f);
 }
 

@@ -5,7 +5,8 @@
 // as cuda_ops_test.cpp: max |gpu - cpu| / (|cpu| + rms(cpu)), 1e-2 for bf16 outputs and 2e-3 for
 // f32 outputs and the f32 state. Inputs are random bf16-representable values, never zeros; the
 // outputs are poisoned with NaN first. Calls of up to 8 tokens take the recurrent kernel (decode
-// sizes), so n = 1 checks that dispatch. Skipped without a GPU.
+// sizes), so n = 1 checks that dispatch. Also gated_delta_mixer (the one-kernel decode mixer)
+// against the CPU's four ops. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,10 @@
 #include "core/dtype.h"
 
 #ifdef HEARTH_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 
@@ -41,6 +46,21 @@ std::string describe(const GdnShape& s, int n, int chunk) {
          " dk=" + std::to_string(s.dk) + " dv=" + std::to_string(s.dv) +
          (s.qkv_dt == DType::F32 ? " f32 qkv" : " bf16 qkv") +
          (s.out_dt == DType::F32 ? " f32 out" : " bf16 out") + " decay=" + std::to_string(s.decay);
+}
+
+// One decode call of gated_delta_mixer (conv → gates → delta rule → gated norm).
+struct MixerShape {
+  int hk, hv, dk, dv;
+  DType out_dt = DType::BF16;  // normed, the out projection's input: bf16 in the GPU's model
+  bool fused = true;           // the shape fits the one-kernel path (else the four ops run)
+};
+
+// Whether this device runs the one-kernel mixer at all: sm_90 (clusters) and the switch on.
+bool mixer_on_device() {
+  const char* e = std::getenv("HEARTH_CUDA_GDN_MIXER");
+  if (e && std::string(e) == "0") return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
 }
 
 class CudaGdn : public test::CudaTest {
@@ -98,6 +118,54 @@ class CudaGdn : public test::CudaTest {
     Sequence seq = start(s, state_scale, seed * 7 + 3);
     step(seq, s, n, chunk, seed);
   }
+
+  // `calls` successive calls of n tokens each on one sequence: the GPU's gated_delta_mixer
+  // against the CPU's four ops (conv, gates, recurrent delta rule, gated norm) on the output and
+  // both states, which each side carries from call to call. Both states start random (a
+  // sequence under way). Checks that the one-kernel path ran exactly where it should.
+  void mixer_calls(const MixerShape& s, int n, int calls, uint32_t seed) {
+    const int64_t C = 2 * int64_t(s.hk) * s.dk + int64_t(s.hv) * s.dv, K = 4;
+    const int64_t vd = int64_t(s.hv) * s.dv;
+    const std::string what = "mixer n=" + std::to_string(n) + " hk=" + std::to_string(s.hk) +
+                             " hv=" + std::to_string(s.hv) + " dk=" + std::to_string(s.dk) +
+                             " dv=" + std::to_string(s.dv) +
+                             (s.out_dt == DType::F32 ? " f32 out" : " bf16 out");
+    const DType F = DType::F32;
+    auto conv_w = make({K, C}, randn(size_t(K * C), seed + 1, 0.5f), F);
+    auto a_log = make({s.hv}, randn(size_t(s.hv), seed + 2, 0.5f), F);
+    auto dt_bias = make({s.hv}, randn(size_t(s.hv), seed + 3), F);
+    auto norm_w = make({s.dv}, randn(size_t(s.dv), seed + 4), F);
+    auto conv_state = make({K - 1, C}, randn(size_t((K - 1) * C), seed + 5), F);
+    auto state = make({s.hv, s.dk, s.dv}, randn(size_t(vd) * s.dk, seed + 6, 0.1f), F);
+    const GatedDeltaParams p{s.hk, s.hv, s.dk, s.dv, false, 64};
+    const bool fused = s.fused && n == 1 && mixer_on_device();
+    for (int call = 0; call < calls; ++call) {
+      const uint32_t cs = seed + 100 * uint32_t(call + 1);
+      auto qkv = make({n, C}, randn(size_t(n * C), cs), F);
+      auto a = make({n, s.hv}, randn(size_t(n) * s.hv, cs + 1), F);
+      auto b = make({n, s.hv}, randn(size_t(n) * s.hv, cs + 2), F);
+      auto z = make({n, vd}, randn(size_t(n * vd), cs + 3), F);
+      auto normed = out({n, vd}, s.out_dt);
+      auto conv = out({n, C}, F);
+      auto g = out({n, s.hv}, F);
+      auto beta = out({n, s.hv}, F);
+      auto core = out({n, vd}, F);
+      const int64_t before = cuda_gdn_mixer_fused();
+      gpu_->gated_delta_mixer(normed.g, qkv.g, conv_state.g, conv_w.g, a.g, b.g, a_log.g, dt_bias.g,
+                              state.g, p, norm_w.g, z.g, 1e-6f, {conv.g, g.g, beta.g, core.g});
+      EXPECT_EQ(cuda_gdn_mixer_fused() - before, fused ? 1 : 0) << what << ": fused path taken";
+      // The reference: the CPU's four ops, one by one.
+      cpu_->conv1d_causal_silu(conv.c, qkv.c, conv_state.c, conv_w.c);
+      cpu_->gated_delta_gates(g.c, beta.c, a.c, b.c, a_log.c, dt_bias.c);
+      cpu_->gated_delta(core.c, conv.c, g.c, beta.c, state.c, p);
+      cpu_->rms_norm_gated(normed.c, core.c, norm_w.c, z.c, 1e-6f);
+      const std::string at = what + " call " + std::to_string(call);
+      const double tol = s.out_dt == DType::F32 ? kF32Tol : kBf16Tol;
+      EXPECT_LT(rel_err(down(normed.g), normed.host), tol) << at << ": output";
+      EXPECT_LT(rel_err(down(conv_state.g), conv_state.host), kF32Tol) << at << ": conv state";
+      EXPECT_LT(rel_err(down(state.g), state.host), kF32Tol) << at << ": recurrent state";
+    }
+  }
 };
 
 // Small heads (Dv = 48: a full and a half 32-column slab), GQA 2 → 4, every chunk layout: a
@@ -151,6 +219,21 @@ TEST_F(CudaGdn, ContinuesFromState) {
     uint32_t seed = 510;
     for (int n : {100, 77, 3, 130}) step(seq, s, n, 64, seed++);
   }
+}
+
+// Three successive decode tokens through gated_delta_mixer: the 9B shape (16 key heads, 32 value
+// heads, Dk = Dv = 128: clusters of 8) with bf16 and f32 output; the Qwen3.5 fixtures' heads
+// (2 → 4 of 16 × 32); GQA ratio 1 (Dk = Dv = 64); a partial column slab (Dv = 48); ratio 4, and
+// ratio 3 with Dk = 256 (clusters of 16 and 9, past the portable 8). Then the fallbacks, which
+// run the four CUDA ops: Dv not a multiple of 4, and a 3-token call.
+TEST_F(CudaGdn, MixerOneTokenMatchesFourOps) {
+  const MixerShape shapes[] = {
+      {16, 32, 128, 128}, {16, 32, 128, 128, DType::F32},    {2, 4, 16, 32},
+      {4, 4, 64, 64},     {2, 4, 32, 48, DType::F32},        {2, 8, 128, 128},
+      {1, 3, 256, 96},    {1, 2, 24, 42, DType::BF16, false}};
+  uint32_t seed = 600;
+  for (const MixerShape& s : shapes) mixer_calls(s, 1, 3, seed += 1000);
+  mixer_calls(MixerShape{2, 4, 16, 32}, 3, 2, seed += 1000);
 }
 
 }  // namespace

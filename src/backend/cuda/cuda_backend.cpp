@@ -47,6 +47,17 @@ GatedDeltaParams packed(const GatedDeltaParams& p) {
   return q;
 }
 
+// HEARTH_CUDA_GDN_MIXER, read once per process.
+bool gdn_mixer_switch() {
+  static const bool on = [] {
+    const char* e = std::getenv("HEARTH_CUDA_GDN_MIXER");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+std::atomic<int64_t> g_gdn_mixer_fused{0};
+
 }  // namespace
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -81,6 +92,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
   const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
   gemm_accumulate_ = !(accumulate && std::string(accumulate) == "0");
+  // The one-kernel Gated DeltaNet mixer needs thread-block clusters (sm_90);
+  // HEARTH_CUDA_GDN_MIXER=0 runs the four ops instead, for measurements.
+  gdn_mixer_ = prop.major >= 9 && gdn_mixer_switch();
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
   HEARTH_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
   HEARTH_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, kLtWorkspace));
@@ -94,6 +108,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gemv_init();
   pick_token_init(ctx_);
   gated_delta_init();
+  if (gdn_mixer_) gated_delta_mixer_init();
 }
 
 CudaBackend::~CudaBackend() {
@@ -319,6 +334,46 @@ void CudaBackend::rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor&
   submit<&cuda::rms_norm_gated>(Ten(y), Ten(x), Ten(w), Ten(z), eps);
 }
 
+void CudaBackend::gated_delta_mixer(const Tensor& normed, const Tensor& qkv,
+                                    const Tensor& conv_state, const Tensor& conv_w, const Tensor& a,
+                                    const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
+                                    const Tensor& state, const GatedDeltaParams& p,
+                                    const Tensor& norm_w, const Tensor& z, float eps,
+                                    const GatedDeltaScratch& s) {
+  bind();
+  if (gdn_mixer_ && qkv.rows() == 1 && normed.device == Device::CUDA) {
+    GdnMixerArgs m;
+    std::memset(static_cast<void*>(&m), 0, sizeof m);  // records compare bytewise
+    m.normed = Ten(normed);
+    m.qkv = Ten(qkv);
+    m.conv_state = Ten(conv_state);
+    m.conv_w = Ten(conv_w);
+    m.a = Ten(a);
+    m.b = Ten(b);
+    m.a_log = Ten(a_log);
+    m.dt_bias = Ten(dt_bias);
+    m.state = Ten(state);
+    m.norm_w = Ten(norm_w);
+    m.z = Ten(z);
+    m.hk = p.n_k_heads;
+    m.hv = p.n_v_heads;
+    m.dk = p.k_dim;
+    m.dv = p.v_dim;
+    m.conv_dt = int32_t(s.conv.dtype);
+    m.g_dt = int32_t(s.g.dtype);
+    m.beta_dt = int32_t(s.beta.dtype);
+    m.core_dt = int32_t(s.core.dtype);
+    m.eps = eps;
+    if (gated_delta_mixer_fits(m)) {
+      submit<&cuda::gated_delta_mixer>(m);
+      g_gdn_mixer_fused.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  Backend::gated_delta_mixer(normed, qkv, conv_state, conv_w, a, b, a_log, dt_bias, state, p,
+                             norm_w, z, eps, s);
+}
+
 void CudaBackend::mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) {
   bind();
   submit<&cuda::mul_sigmoid>(Ten(y), Ten(x), Ten(gate));
@@ -506,6 +561,7 @@ bool cuda_backend_set_device_sampling(Backend& b, bool on) {
   if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) return c->set_device_sampling(on);
   return false;
 }
+int64_t cuda_gdn_mixer_fused() { return cuda::g_gdn_mixer_fused.load(std::memory_order_relaxed); }
 int64_t cuda_decode_layers_taken() {
   return cuda::g_decode_layers_taken.load(std::memory_order_relaxed);
 }

@@ -13,4 +13,8 @@ int cuda_device_count();
 // Throws hearth::Error when the device does not exist or cannot be initialised.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
+// How many one-token gated_delta_mixer calls took the one-kernel path so far, over every CUDA
+// backend of the process (a test hook: the op's tests check that the fused path really ran).
+int64_t cuda_gdn_mixer_fused();
+
 }  // namespace hearth

@@ -138,6 +138,13 @@ class CudaBackend final : public Backend {
                    const Tensor& state, const GatedDeltaParams& p) override;
   void rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& z,
                       float eps) override;
+  // One kernel for a one-token call of the shapes gated_delta_mixer_fits takes (sm_90+;
+  // HEARTH_CUDA_GDN_MIXER=0 turns it off); otherwise the four ops (the default).
+  void gated_delta_mixer(const Tensor& normed, const Tensor& qkv, const Tensor& conv_state,
+                         const Tensor& conv_w, const Tensor& a, const Tensor& b,
+                         const Tensor& a_log, const Tensor& dt_bias, const Tensor& state,
+                         const GatedDeltaParams& p, const Tensor& norm_w, const Tensor& z,
+                         float eps, const GatedDeltaScratch& scratch) override;
   void mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) override;
   void fill(const Tensor& y, float value) override;
   void gather_rows(const Tensor& y, const Tensor& x, const int32_t* rows) override;
@@ -278,6 +285,7 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
   bool gemm_accumulate_ = true;
+  bool gdn_mixer_ = false;              // the one-kernel Gated DeltaNet mixer (sm_90+)
   bool decode_layers_enabled_ = false;  // HEARTH_DECODE_LAYERS=1: on
   bool decode_stage_ = true;            // HEARTH_DECODE_STAGE=0: no staging across its barriers
   bool decode_trace_ = false;           // HEARTH_DECODE_TRACE=1: per-phase timings at exit
