@@ -9,6 +9,7 @@
 // against the CPU's four ops. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -26,6 +27,8 @@
 #include "cuda_test_util.h"
 
 namespace hearth {
+int64_t cuda_backend_graphs_replayed(const Backend& b);
+
 namespace {
 
 using test::kBf16Tol;
@@ -122,14 +125,17 @@ class CudaGdn : public test::CudaTest {
   // `calls` successive calls of n tokens each on one sequence: the GPU's gated_delta_mixer
   // against the CPU's four ops (conv, gates, recurrent delta rule, gated norm) on the output and
   // both states, which each side carries from call to call. Both states start random (a
-  // sequence under way). Checks that the one-kernel path ran exactly where it should.
-  void mixer_calls(const MixerShape& s, int n, int calls, uint32_t seed) {
+  // sequence under way). Every call refreshes the same input buffers and poisons the same
+  // outputs, so with `graphs` (each call one recorded step) the first call is captured and the
+  // later ones replay that graph, as decode does. Checks which path ran.
+  void mixer_calls(const MixerShape& s, int n, int calls, bool graphs, uint32_t seed) {
     const int64_t C = 2 * int64_t(s.hk) * s.dk + int64_t(s.hv) * s.dv, K = 4;
     const int64_t vd = int64_t(s.hv) * s.dv;
     const std::string what = "mixer n=" + std::to_string(n) + " hk=" + std::to_string(s.hk) +
                              " hv=" + std::to_string(s.hv) + " dk=" + std::to_string(s.dk) +
                              " dv=" + std::to_string(s.dv) +
-                             (s.out_dt == DType::F32 ? " f32 out" : " bf16 out");
+                             (s.out_dt == DType::F32 ? " f32 out" : " bf16 out") +
+                             (graphs ? " graphs" : "");
     const DType F = DType::F32;
     auto conv_w = make({K, C}, randn(size_t(K * C), seed + 1, 0.5f), F);
     auto a_log = make({s.hv}, randn(size_t(s.hv), seed + 2, 0.5f), F);
@@ -137,22 +143,31 @@ class CudaGdn : public test::CudaTest {
     auto norm_w = make({s.dv}, randn(size_t(s.dv), seed + 4), F);
     auto conv_state = make({K - 1, C}, randn(size_t((K - 1) * C), seed + 5), F);
     auto state = make({s.hv, s.dk, s.dv}, randn(size_t(vd) * s.dk, seed + 6, 0.1f), F);
+    auto qkv = out({n, C}, F), a = out({n, s.hv}, F), b = out({n, s.hv}, F), z = out({n, vd}, F);
+    auto normed = out({n, vd}, s.out_dt);
+    auto conv = out({n, C}, F), g = out({n, s.hv}, F), beta = out({n, s.hv}, F);
+    auto core = out({n, vd}, F);
+    // New values in place (the CPU tensors view p.host), on both sides.
+    auto refill = [&](Pair& p, const std::vector<float>& v) {
+      std::copy(v.begin(), v.end(), p.host.begin());
+      upload(p.g, p.host);
+    };
     const GatedDeltaParams p{s.hk, s.hv, s.dk, s.dv, false, 64};
     const bool fused = s.fused && n == 1 && mixer_on_device();
+    const int64_t replayed = cuda_backend_graphs_replayed(*gpu_);
     for (int call = 0; call < calls; ++call) {
       const uint32_t cs = seed + 100 * uint32_t(call + 1);
-      auto qkv = make({n, C}, randn(size_t(n * C), cs), F);
-      auto a = make({n, s.hv}, randn(size_t(n) * s.hv, cs + 1), F);
-      auto b = make({n, s.hv}, randn(size_t(n) * s.hv, cs + 2), F);
-      auto z = make({n, vd}, randn(size_t(n * vd), cs + 3), F);
-      auto normed = out({n, vd}, s.out_dt);
-      auto conv = out({n, C}, F);
-      auto g = out({n, s.hv}, F);
-      auto beta = out({n, s.hv}, F);
-      auto core = out({n, vd}, F);
+      refill(qkv, randn(size_t(n * C), cs));
+      refill(a, randn(size_t(n) * s.hv, cs + 1));
+      refill(b, randn(size_t(n) * s.hv, cs + 2));
+      refill(z, randn(size_t(n * vd), cs + 3));
+      for (Pair* o : {&normed, &conv, &g, &beta, &core})
+        refill(*o, std::vector<float>(o->host.size(), NAN));
       const int64_t before = cuda_gdn_mixer_fused();
+      if (graphs) gpu_->begin_step(n);
       gpu_->gated_delta_mixer(normed.g, qkv.g, conv_state.g, conv_w.g, a.g, b.g, a_log.g, dt_bias.g,
                               state.g, p, norm_w.g, z.g, 1e-6f, {conv.g, g.g, beta.g, core.g});
+      if (graphs) gpu_->end_step();
       EXPECT_EQ(cuda_gdn_mixer_fused() - before, fused ? 1 : 0) << what << ": fused path taken";
       // The reference: the CPU's four ops, one by one.
       cpu_->conv1d_causal_silu(conv.c, qkv.c, conv_state.c, conv_w.c);
@@ -164,6 +179,9 @@ class CudaGdn : public test::CudaTest {
       EXPECT_LT(rel_err(down(normed.g), normed.host), tol) << at << ": output";
       EXPECT_LT(rel_err(down(conv_state.g), conv_state.host), kF32Tol) << at << ": conv state";
       EXPECT_LT(rel_err(down(state.g), state.host), kF32Tol) << at << ": recurrent state";
+    }
+    if (graphs) {
+      EXPECT_EQ(cuda_backend_graphs_replayed(*gpu_) - replayed, calls - 1) << what << ": replays";
     }
   }
 };
@@ -225,15 +243,19 @@ TEST_F(CudaGdn, ContinuesFromState) {
 // heads, Dk = Dv = 128: clusters of 8) with bf16 and f32 output; the Qwen3.5 fixtures' heads
 // (2 → 4 of 16 × 32); GQA ratio 1 (Dk = Dv = 64); a partial column slab (Dv = 48); ratio 4, and
 // ratio 3 with Dk = 256 (clusters of 16 and 9, past the portable 8). Then the fallbacks, which
-// run the four CUDA ops: Dv not a multiple of 4, and a 3-token call.
+// run the four CUDA ops: Dv not a multiple of 4, and a 3-token call. Then three shapes again
+// with every token a recorded step (graph capture, then replays, as in decode).
 TEST_F(CudaGdn, MixerOneTokenMatchesFourOps) {
   const MixerShape shapes[] = {
       {16, 32, 128, 128}, {16, 32, 128, 128, DType::F32},    {2, 4, 16, 32},
       {4, 4, 64, 64},     {2, 4, 32, 48, DType::F32},        {2, 8, 128, 128},
       {1, 3, 256, 96},    {1, 2, 24, 42, DType::BF16, false}};
   uint32_t seed = 600;
-  for (const MixerShape& s : shapes) mixer_calls(s, 1, 3, seed += 1000);
-  mixer_calls(MixerShape{2, 4, 16, 32}, 3, 2, seed += 1000);
+  for (const MixerShape& s : shapes) mixer_calls(s, 1, 3, false, seed += 1000);
+  mixer_calls(MixerShape{2, 4, 16, 32}, 3, 2, false, seed += 1000);
+  // Decode's form: each token a recorded step, captured once and then replayed.
+  for (const MixerShape& s : {shapes[0], shapes[2], shapes[5]})
+    mixer_calls(s, 1, 3, true, seed += 1000);
 }
 
 }  // namespace
