@@ -6,13 +6,15 @@ os.urandom) and every tensor's bytes are cut from it, so writing 16 GB is disk-b
 Adapted from ../shared/peers/make_random_model.py (same presets and tensor names).
 
 usage: make_random_checkpoint.py PRESET OUT_DIR
-presets: qwen3-0.6b qwen3-8b llama3-8b"""
+presets: qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b llama3-8b"""
 import json, os, struct, sys
 
 PRESETS = {
     # name: (arch, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied, rope_theta)
     "qwen3-tiny": ("qwen3", 64, 2, 4, 2, 16, 128, 512, True, 1e6),
     "qwen3-0.6b": ("qwen3", 1024, 28, 16, 8, 128, 3072, 151936, True, 1e6),
+    "qwen3-1.7b": ("qwen3", 2048, 28, 16, 8, 128, 6144, 151936, True, 1e6),
+    "qwen3-4b": ("qwen3", 2560, 36, 32, 8, 128, 9728, 151936, True, 1e6),
     "qwen3-8b": ("qwen3", 4096, 36, 32, 8, 128, 12288, 151936, False, 1e6),
     "llama3-8b": ("llama", 4096, 32, 32, 8, 128, 14336, 128256, False, 5e5),
 }

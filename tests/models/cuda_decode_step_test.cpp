@@ -1,8 +1,8 @@
 // One-token decode steps as one persistent kernel (Backend::decode_layers, decode_step.cu)
-// (opt-in: HEARTH_DECODE_LAYERS=1) against the same steps as separate ops (the default).
-// The transformers fixtures have heads of 16 and 32, below the kernel's 64 and 128, so random
-// checkpoints of those head sizes are written to a temp dir: a llama (heads of 64, no q/k norm)
-// and a qwen3 (heads of 128, per-head q/k norm). Both forms must give the same logits up to
+// (HEARTH_DECODE_LAYERS=1; by default only for large layers) against the same steps as separate ops
+// (the default). The transformers fixtures have heads of 16 and 32, below the kernel's 64 and 128,
+// so random checkpoints of those head sizes are written to a temp dir: a llama (heads of 64, no q/k
+// norm) and a qwen3 (heads of 128, per-head q/k norm). Both forms must give the same logits up to
 // accumulation order (the bf16 bound of the reference comparisons, 5e-2 of the logits' std)
 // over decode steps that cross attention's 32-key chunks and the cache's growth, and the fused
 // form must actually run. Skipped without a GPU.
@@ -147,9 +147,12 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   write_checkpoint(dir, s, 1234);
   LoadOptions o;
   o.device = "cuda";
-  // The backend reads its switch when it is made: the one-kernel step is opt-in (=1).
+  // The backend reads its switch when it is made: =1 on, =0 off, unset (null) by layer size.
   auto load_with = [&](const char* one_kernel) {
-    setenv("HEARTH_DECODE_LAYERS", one_kernel, 1);
+    if (one_kernel)
+      setenv("HEARTH_DECODE_LAYERS", one_kernel, 1);
+    else
+      unsetenv("HEARTH_DECODE_LAYERS");
     std::unique_ptr<Model> m;
     try {
       m = load_model(dir, o);
@@ -162,6 +165,18 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   };
   auto fused = load_with("1");
   auto per_op = load_with("0");
+  {
+    // By default a model this small (layers of well under 64 MB) keeps the per-op path.
+    auto by_size = load_with(nullptr);
+    auto seq = by_size->new_sequence();
+    std::vector<float> out(size_t(s.vocab));
+    const int32_t prompt[] = {1, 2, 3};
+    by_size->forward(*seq, prompt, LogitsRows::Last, out.data());
+    const int64_t before = cuda_decode_layers_taken();
+    const int32_t next = 4;
+    by_size->forward(*seq, std::span<const int32_t>(&next, 1), LogitsRows::Last, out.data());
+    EXPECT_EQ(cuda_decode_layers_taken(), before) << "small layers take the per-op path";
+  }
 
   // Two sequences: one crosses attention's first 32-key chunks and the cache's growth, the
   // other runs with 460–500 keys, split into the kernel's most chunks (kStepMaxChunks).

@@ -28,6 +28,7 @@
 
 namespace hearth {
 int64_t cuda_backend_graphs_replayed(const Backend& b);
+int64_t cuda_backend_graphs_captured(const Backend& b);
 
 namespace {
 
@@ -155,6 +156,7 @@ class CudaGdn : public test::CudaTest {
     const GatedDeltaParams p{s.hk, s.hv, s.dk, s.dv, false, 64};
     const bool fused = s.fused && n == 1 && mixer_on_device();
     const int64_t replayed = cuda_backend_graphs_replayed(*gpu_);
+    const int64_t captured = cuda_backend_graphs_captured(*gpu_);
     for (int call = 0; call < calls; ++call) {
       const uint32_t cs = seed + 100 * uint32_t(call + 1);
       refill(qkv, randn(size_t(n * C), cs));
@@ -181,7 +183,10 @@ class CudaGdn : public test::CudaTest {
       EXPECT_LT(rel_err(down(state.g), state.host), kF32Tol) << at << ": recurrent state";
     }
     if (graphs) {
-      EXPECT_EQ(cuda_backend_graphs_replayed(*gpu_) - replayed, calls - 1) << what << ": replays";
+      // Every recorded step launches its graph (the first right after capturing it); the
+      // later calls record the same launches and only replay it.
+      EXPECT_EQ(cuda_backend_graphs_captured(*gpu_) - captured, 1) << what << ": captures";
+      EXPECT_EQ(cuda_backend_graphs_replayed(*gpu_) - replayed, calls) << what << ": launches";
     }
   }
 };

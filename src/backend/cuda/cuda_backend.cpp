@@ -77,9 +77,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const char* sampling = std::getenv("HEARTH_CUDA_SAMPLING");
   device_sampling_ = !(sampling && std::string(sampling) == "host");
   const char* one_kernel = std::getenv("HEARTH_DECODE_LAYERS");
-  // The one-kernel decode step is opt-in (=1) until it beats the per-op graph on every shape
-  // measured (docs/cuda.md, "One kernel per decode step").
-  decode_layers_enabled_ = one_kernel && std::string(one_kernel) == "1";
+  // The one-kernel decode step: =1 always (where it fits), =0 never, unset: by layer size
+  // (decode_layers; docs/cuda.md, "One kernel per decode step").
+  decode_layers_mode_ = !one_kernel ? -1 : std::string(one_kernel) == "1" ? 1 : 0;
   const char* stage = std::getenv("HEARTH_DECODE_STAGE");
   decode_stage_ = !(stage && std::string(stage) == "0");
   // Measurement switches of the one-kernel step: a per-phase timing report at exit (=1), and
@@ -423,10 +423,19 @@ bool is_gain(const Tensor& g, int64_t n, DType dt) {
 std::atomic<int64_t> g_decode_layers_taken{0};
 
 bool CudaBackend::decode_layers(const DecodeLayers& step) {
-  if (!decode_layers_enabled_ || step.n_layers < 1 || !step.layers) return false;
+  if (decode_layers_mode_ == 0 || step.n_layers < 1 || !step.layers) return false;
   bind();
   const int64_t H = step.x.numel(), nh = step.n_head, nkv = step.n_head_kv, hd = step.head_dim;
   const DecodeLayer& L0 = step.layers[0];
+  // By default only layers whose weights take long enough to stream that the kernel's fixed
+  // costs (five grid barriers and attention's slowest unit per layer, ~20 µs) are a small
+  // share. Session 7 (PERFORMANCE.md) measured it against the per-op graph at tg128: 8 %
+  // behind on the 0.6B shape (31 MB per layer), 3 % ahead on the 1.7B (101 MB), 1–2 % on the
+  // 4B (202 MB) and 2 % on the 8B (419 MB; 5 % at tg500).
+  constexpr size_t kAutoMinLayerBytes = size_t(64) << 20;
+  const size_t layer_bytes = L0.q.nbytes() + L0.k.nbytes() + L0.v.nbytes() + L0.o.nbytes() +
+                             L0.gate.nbytes() + L0.up.nbytes() + L0.down.nbytes();
+  if (decode_layers_mode_ < 0 && layer_bytes < kAutoMinLayerBytes) return false;
   const int64_t I = L0.gate.ndim == 2 ? L0.gate.shape[0] : 0;
   const DType gdt = L0.attn_norm.dtype;
   // Its attention gives each (query head, chunk of keys) a warp, at most kStepMaxChunks chunks:

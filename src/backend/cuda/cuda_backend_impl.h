@@ -285,14 +285,14 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
   bool gemm_accumulate_ = true;
-  bool gdn_mixer_ = false;              // the one-kernel Gated DeltaNet mixer (sm_90+)
-  bool decode_layers_enabled_ = false;  // HEARTH_DECODE_LAYERS=1: on
-  bool decode_stage_ = true;            // HEARTH_DECODE_STAGE=0: no staging across its barriers
-  bool decode_trace_ = false;           // HEARTH_DECODE_TRACE=1: per-phase timings at exit
-  bool decode_spin_ = false;            // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
-  bool decode_kv_prefetch_ = true;      // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
-  int trace_layers_ = 0;                // layers of the last traced step (0: none)
-  size_t trace_offset_ = 0;             // where its marks lie in step_ws_
+  bool gdn_mixer_ = false;          // the one-kernel Gated DeltaNet mixer (sm_90+)
+  int decode_layers_mode_ = -1;     // HEARTH_DECODE_LAYERS: 1 on, 0 off, unset (-1) by layer size
+  bool decode_stage_ = true;        // HEARTH_DECODE_STAGE=0: no staging across its barriers
+  bool decode_trace_ = false;       // HEARTH_DECODE_TRACE=1: per-phase timings at exit
+  bool decode_spin_ = false;        // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
+  bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
+  int trace_layers_ = 0;            // layers of the last traced step (0: none)
+  size_t trace_offset_ = 0;         // where its marks lie in step_ws_
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
   // One captured graph per step size 1..kGraphTokens, with the records it was captured from.

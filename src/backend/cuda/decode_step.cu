@@ -100,22 +100,28 @@ __device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a, int
   mark(a.trace, event);
   unsigned long long target = 0;
   if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned long long before = atomicAdd(a.barrier, 1ull);
+    // A release add: it orders the block's writes (made before the __syncthreads above) before
+    // the arrival without a full fence; session 7 measured it against __threadfence + atomicAdd
+    // at +1.3 % (8B) and +5 % (0.6B) tokens/s.
+    unsigned long long before;
+    asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;"
+                 : "=l"(before)
+                 : "l"(a.barrier)
+                 : "memory");
     target = before - before % gridDim.x + gridDim.x;
   }
   return target;  // meaningful in thread 0 only
 }
 __device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long target, int event) {
-  if (threadIdx.x == 0) {
-    const volatile unsigned long long* bar = a.barrier;
-    if (a.spin) {
-      while (*bar < target) {
-      }
-    } else {
-      while (*bar < target) __nanosleep(32);
+  if (threadIdx.x == 0) {  // acquire loads: what every block wrote before arriving is visible
+    auto arrived = [&] {
+      unsigned long long n;
+      asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(n) : "l"(a.barrier) : "memory");
+      return n;
+    };
+    while (arrived() < target) {
+      if (!a.spin) __nanosleep(32);
     }
-    __threadfence();
   }
   mark(a.trace, event + 1);
   __syncthreads();
