@@ -11,7 +11,8 @@
 
 Weights are slices of one random pool (scaled ~1/sqrt(fan_in)): the numbers are meaningless, only
 the shapes and byte counts matter. Tensors are streamed to disk one at a time, so memory stays small.
-Usage: /usr/bin/python3 bench/make_random_qwen3_5.py dense|9b|moe OUT_DIR
+  9b-4l: the 9b shape with 4 layers (3 linear, 1 full attention), for kernel profiles.
+Usage: /usr/bin/python3 bench/make_random_qwen3_5.py dense|9b|9b-4l|moe OUT_DIR
 """
 import json
 import os
@@ -84,6 +85,8 @@ DENSE_SHAPES = {
     # hidden, layers, vocab, intermediate, q heads, kv heads, head dim, linear key / value heads, tied
     "dense": (1024, 24, 248320, 3584, 8, 2, 256, 16, 16, True),
     "9b": (4096, 32, 248320, 12288, 16, 4, 256, 16, 32, False),
+    # the 9B's layers, four of them (three linear, one full): profiling one step's kernels
+    "9b-4l": (4096, 4, 248320, 12288, 16, 4, 256, 16, 32, False),
 }
 
 
@@ -170,7 +173,7 @@ def moe_model(out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("dense", "9b", "moe"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("dense", "9b", "9b-4l", "moe"):
         sys.exit(__doc__)
     if sys.argv[1] == "moe":
         moe_model(sys.argv[2])

@@ -57,6 +57,27 @@ __device__ __forceinline__ void cluster_wait() {
 }
 #endif
 
+// acc += v · a · b per component (a column sum's term: Sᵀk or Sᵀq, times the L2 norm's scale).
+__device__ __forceinline__ void add_scaled(float4& acc, const float4& v, float a, float b) {
+  acc.x += v.x * a * b;
+  acc.y += v.y * a * b;
+  acc.z += v.z * a * b;
+  acc.w += v.w * a * b;
+}
+
+// A column quad's float4 summed over the warp's row lanes (lane = 8·(row_lane % 4) + quad, so
+// the lanes holding one quad are kQuads apart), the sum in each of them.
+__device__ __forceinline__ float4 sum_warp_rows(float4 v) {
+#pragma unroll
+  for (int o = kQuads; o < 32; o <<= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
+    v.z += __shfl_xor_sync(0xffffffffu, v.z, o);
+    v.w += __shfl_xor_sync(0xffffffffu, v.w, o);
+  }
+  return v;
+}
+
 // Channel c's new conv state after one token: rows 1..K-2 of the old state move up, x is last.
 __device__ __forceinline__ void conv_new_state(const Ten& state, int64_t c, int64_t C, int K,
                                                const float (&tap)[kMaxTaps - 1], float x) {
@@ -198,20 +219,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       S[u].y *= decay;
       S[u].z *= decay;
       S[u].w *= decay;
-      mem.x += S[u].x * kv * ik;
-      mem.y += S[u].y * kv * ik;
-      mem.z += S[u].z * kv * ik;
-      mem.w += S[u].w * kv * ik;
+      add_scaled(mem, S[u], kv, ik);
     }
   }
-  // Row lanes 4w..4w+3 share warp w (lane = 8·(row_lane % 4) + quad): sum them, then the warps.
-#pragma unroll
-  for (int o = kQuads; o < 32; o <<= 1) {
-    mem.x += __shfl_xor_sync(0xffffffffu, mem.x, o);
-    mem.y += __shfl_xor_sync(0xffffffffu, mem.y, o);
-    mem.z += __shfl_xor_sync(0xffffffffu, mem.z, o);
-    mem.w += __shfl_xor_sync(0xffffffffu, mem.w, o);
-  }
+  // Row lanes 4w..4w+3 share warp w: sum them, then the warps.
+  mem = sum_warp_rows(mem);
   if (lane < kQuads) red_mem[warp][lane] = mem;
   __syncthreads();
   mem = red_mem[0][quad];
@@ -237,19 +249,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       S[u].z = S[u].z + kv * ik * delta.z;
       S[u].w = S[u].w + kv * ik * delta.w;
       if (col_ok) *reinterpret_cast<float4*>(Sg + int64_t(i) * dv) = S[u];
-      out.x += S[u].x * qv * iq;
-      out.y += S[u].y * qv * iq;
-      out.z += S[u].z * qv * iq;
-      out.w += S[u].w * qv * iq;
+      add_scaled(out, S[u], qv, iq);
     }
   }
-#pragma unroll
-  for (int o = kQuads; o < 32; o <<= 1) {
-    out.x += __shfl_xor_sync(0xffffffffu, out.x, o);
-    out.y += __shfl_xor_sync(0xffffffffu, out.y, o);
-    out.z += __shfl_xor_sync(0xffffffffu, out.z, o);
-    out.w += __shfl_xor_sync(0xffffffffu, out.w, o);
-  }
+  out = sum_warp_rows(out);
   if (lane < kQuads) red_out[warp][lane] = out;
   __syncthreads();
 
