@@ -423,6 +423,27 @@ bool is_gain(const Tensor& g, int64_t n, DType dt) {
 
 }  // namespace
 
+// What both forms of the one-kernel step set alike: the shapes, the norm, the activation and the
+// measurement switches; everything else zero (records compare bytewise).
+StepArgs CudaBackend::step_args(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd,
+                                DType gain_dt, Activation act, float eps, float offset) const {
+  StepArgs a;
+  std::memset(static_cast<void*>(&a), 0, sizeof a);
+  a.H = int32_t(H);
+  a.I = int32_t(I);
+  a.nh = int32_t(nh);
+  a.nkv = int32_t(nkv);
+  a.hd = int32_t(hd);
+  a.vec8 = int32_t(std::max({H, I, nh * hd}) / 8);
+  a.gain_dt = int32_t(gain_dt);
+  a.act = int32_t(act);
+  a.stage = decode_stage_ ? 1 : 0;
+  a.spin = decode_spin_ ? 1 : 0;
+  a.eps = eps;
+  a.offset = offset;
+  return a;
+}
+
 std::atomic<int64_t> g_decode_layers_taken{0};
 std::atomic<int64_t> g_decode_tails_taken{0};
 
@@ -452,23 +473,10 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
       (gdt != DType::BF16 && gdt != DType::F32) ||
       (step.rope.rotary_dim != 0 && step.rope.rotary_dim != hd))
     return false;
-  StepArgs a;
-  std::memset(static_cast<void*>(&a), 0, sizeof a);  // records compare bytewise
+  StepArgs a = step_args(H, I, nh, nkv, hd, gdt, step.act, step.eps, step.norm_offset);
   a.n_layers = step.n_layers;
-  a.H = int32_t(H);
-  a.I = int32_t(I);
-  a.nh = int32_t(nh);
-  a.nkv = int32_t(nkv);
-  a.hd = int32_t(hd);
   a.capacity = int32_t(L0.kv.capacity);
-  a.vec8 = int32_t(std::max({H, I, nh * hd}) / 8);
-  a.gain_dt = int32_t(gdt);
-  a.act = int32_t(step.act);
-  a.stage = decode_stage_ ? 1 : 0;
-  a.spin = decode_spin_ ? 1 : 0;
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
-  a.eps = step.eps;
-  a.offset = step.norm_offset;
   a.scale = step.attn_scale;
   a.rope_factor = step.rope.attention_factor;
   if (!decode_step_fits(a)) return false;
@@ -571,22 +579,10 @@ bool CudaBackend::decode_tail(const DecodeTail& t) {
       !is_matrix(t.gate, I, H) || !is_matrix(t.up, I, H) || !is_matrix(t.down, H, I) ||
       !is_gain(t.ffn_norm, H, gdt))
     return false;
-  StepArgs a;
-  std::memset(static_cast<void*>(&a), 0, sizeof a);  // records compare bytewise
+  StepArgs a = step_args(H, I, n_in / hd, n_in / hd, hd, gdt, t.act, t.eps, t.norm_offset);
   a.tail = 1;
   a.n_layers = 1;
-  a.H = int32_t(H);
-  a.I = int32_t(I);
-  a.nh = a.nkv = int32_t(n_in / hd);
-  a.hd = int32_t(hd);
   a.capacity = 1;
-  a.vec8 = int32_t(std::max({H, I, n_in}) / 8);
-  a.gain_dt = int32_t(gdt);
-  a.act = int32_t(t.act);
-  a.stage = decode_stage_ ? 1 : 0;
-  a.spin = decode_spin_ ? 1 : 0;
-  a.eps = t.eps;
-  a.offset = t.norm_offset;
   if (!decode_step_fits(a)) return false;
   StepLayerDev& L = a.tail_layer;
   L.o = static_cast<const uint4*>(t.o.data);

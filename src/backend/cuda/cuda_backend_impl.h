@@ -162,6 +162,8 @@ class CudaBackend final : public Backend {
   // caches, head_dim 64 or 128; opt-in with HEARTH_DECODE_LAYERS=1.
   bool decode_layers(const DecodeLayers& step) override;
   bool decode_tail(const DecodeTail& tail) override;
+  StepArgs step_args(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd, DType gain_dt,
+                     Activation act, float eps, float offset) const;
 
   // The grouped path gives every (token, slot) pair its own row.
   int64_t moe_scratch_rows(int64_t n_tokens, int64_t k) const override { return n_tokens * k; }
