@@ -266,23 +266,6 @@ class Backend {
     return false;
   }
 
-  // The end of a one-token decode layer in one pass, after its attention or token mixer:
-  //   x += o · in                                                  (linear_residual)
-  //   x += down(act(gate · rms_norm(x)) ⊙ (up · rms_norm(x)))      (linear_glu, linear_residual)
-  // x [1, hidden] the residual stream, updated in place; in [1, n_in] the attention or mixer
-  // output; no biases. The same arithmetic as those ops, up to accumulation order. Optional
-  // like decode_layers: false when the backend does not take it (the default; the CPU), and
-  // the model runs the three ops.
-  struct DecodeTail {
-    Tensor x, in, o, ffn_norm, gate, up, down;
-    float eps = 0.0f, norm_offset = 0.0f;
-    Activation act = Activation::Silu;
-  };
-  virtual bool decode_tail(const DecodeTail& tail) {
-    (void)tail;
-    return false;
-  }
-
   // *dst = the token `pick` chooses from logits [n_vocab] f32 (in this backend's memory, or
   // host memory). A GPU backend picks on the device so only the id crosses to the host; *dst is
   // written when to_host_f32 / end_step would have delivered logits.

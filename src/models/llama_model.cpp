@@ -67,7 +67,6 @@ class LlamaModel final : public StepModel {
     info_.active_params = weights_.taken_params() - (untied ? embed_.numel() : 0);
     info_.head_params = lm_head_.numel();
     plain_stack_ = plain_stack();
-    plain_tails_ = plain_tails();
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -83,13 +82,11 @@ class LlamaModel final : public StepModel {
   Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
   Tensor take_norm(const std::string& name, int64_t n);
   void reserve_scratch(int64_t n_tokens);
-  // Returns true when the backend also ran the layer's FFN block (Backend::decode_tail).
-  bool attention_block(int layer, LlamaSequence& seq, int64_t n, const int32_t* positions);
+  void attention_block(int layer, LlamaSequence& seq, int64_t n, const int32_t* positions);
   void ffn_block(int layer, int64_t n);
   void residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj,
                         const Tensor& post_norm);
   bool plain_stack() const;
-  bool plain_tails() const;
   bool decode_layers(LlamaSequence& seq, const Tensor& x, int32_t position);
 
   LlamaDescriptor d_;
@@ -109,7 +106,6 @@ class LlamaModel final : public StepModel {
   // its per-step layer list.
   bool plain_stack_ = false;
   std::vector<Backend::DecodeLayer> step_layers_;
-  bool plain_tails_ = false;  // plain_tails(), set at load
 };
 
 Tensor LlamaModel::take_norm(const std::string& name, int64_t n) {
@@ -212,7 +208,7 @@ void LlamaModel::reserve_scratch(int64_t n) {
   scratch_tokens_ = n;
 }
 
-bool LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const int32_t* pos) {
+void LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const int32_t* pos) {
   const LlamaLayer& L = layers_[size_t(il)];
   const int64_t H = d_.n_embd, hd = d_.head_dim;
   const Tensor x = x_.view(act_, {n, H});
@@ -255,13 +251,7 @@ bool LlamaModel::attention_block(int il, LlamaSequence& seq, int64_t n, const in
   ap.softcap = d_.attn_softcap;
   ap.window = d_.window[size_t(il)];
   be.attention(attn, q, kv, pos, ap);
-  const Tensor attn2 = attn.reshaped({n, d_.n_head * hd});
-  if (n == 1 && plain_tails_ &&
-      be.decode_tail({x, attn2, L.o.w, L.ffn_norm, L.gate.w, L.up.w, L.down.w, d_.norm_eps,
-                      d_.norm_offset, d_.act}))
-    return true;
-  residual_product(x, attn2, {o, L.o.w, L.o.bias}, L.post_attn_norm);
-  return false;
+  residual_product(x, attn.reshaped({n, d_.n_head * hd}), {o, L.o.w, L.o.bias}, L.post_attn_norm);
 }
 
 // x += out_proj(in) * residual_scale, with the gemma-style norm of the product in between
@@ -307,18 +297,6 @@ bool LlamaModel::plain_stack() const {
       if (!l->bias.empty()) return false;
   }
   return !d_.use_rope[0] || d_.ropes[size_t(d_.rope_index[0])].rotary_dim == d_.head_dim;
-}
-
-// The layer ends Backend::decode_tail describes: x += o · attn, then the FFN block with its
-// norm before it and none after, no biases on o, gate, up and down, an unscaled residual.
-bool LlamaModel::plain_tails() const {
-  if (!d_.pre_ffn_norm || d_.residual_scale != 1.0f) return false;
-  for (const LlamaLayer& L : layers_) {
-    if (!L.post_attn_norm.empty() || !L.post_ffn_norm.empty() || L.gate.w.empty()) return false;
-    for (const Linear* l : {&L.o, &L.gate, &L.up, &L.down})
-      if (!l->bias.empty()) return false;
-  }
-  return true;
 }
 
 // A one-token step's layers in one backend call, where the backend takes it.
@@ -383,8 +361,10 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
   backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
   seq.kv.reserve_batch(n);
   if (n != 1 || !decode_layers(seq, x, positions_[0])) {
-    for (int il = 0; il < int(d_.n_layer); ++il)
-      if (!attention_block(il, seq, n, positions_.data())) ffn_block(il, n);
+    for (int il = 0; il < int(d_.n_layer); ++il) {
+      attention_block(il, seq, n, positions_.data());
+      ffn_block(il, n);
+    }
   }
   seq.kv.commit_batch();
   if (rows == LogitsRows::None) {

@@ -67,7 +67,6 @@ class Qwen35Model final : public StepModel {
   void attention_block(int il, Qwen35Sequence& seq, int64_t n);
   void linear_block(int il, Qwen35Sequence& seq, int64_t n);
   void mlp_block(int il, int64_t n);
-  void finish_layer(int il, int64_t n, const Tensor& in, const Tensor& o_w, const Tensor& o_bias);
 
   Qwen35Descriptor d_;
   WeightStore store_;  // owns the mappings every weight view points into
@@ -181,7 +180,7 @@ void Qwen35Model::attention_block(int il, Qwen35Sequence& seq, int64_t n) {
   be.attention(attn, q, kv, positions_.data(), ap);
   const Tensor attn2 = attn.reshaped({n, nq});
   if (d_.attn_output_gate) be.mul_sigmoid(attn2, attn2, gate);
-  finish_layer(il, n, attn2, L.o.w, L.o.bias);
+  be.linear_residual(x, attn2, {o_.view(act_, {n, d_.n_embd}), L.o.w, L.o.bias}, 1.0f);
 }
 
 void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
@@ -216,24 +215,7 @@ void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
   be.gated_delta_mixer(normed, qkv, seq.conv_state(li), L.conv_w, a, b, L.a_log, L.dt_bias,
                        seq.recurrent_state(li), p, L.lin_norm, z, d_.norm_eps,
                        {conv, g, beta, core});
-  finish_layer(il, n, normed, L.out_proj, Tensor());
-}
-
-// x += o · in (the attention's or the mixer's output projection), then the MLP block. A decode
-// token's dense layer offers the three products to the backend as one pass first
-// (Backend::decode_tail; the CPU declines).
-void Qwen35Model::finish_layer(int il, int64_t n, const Tensor& in, const Tensor& o_w,
-                               const Tensor& o_bias) {
-  const Qwen35Layer& L = w_.layers[size_t(il)];
-  Backend& be = *backend_;
-  const Tensor x = x_.view(act_, {n, d_.n_embd});
-  if (n == 1 && o_bias.empty() && !d_.moe_layer[size_t(il)] && d_.n_ff > 0) {
-    const Backend::DecodeTail tail{x,        in,         o_w,         L.ffn_norm,     L.mlp_gate,
-                                   L.mlp_up, L.mlp_down, d_.norm_eps, w_.norm_offset, d_.act};
-    if (be.decode_tail(tail)) return;
-  }
-  be.linear_residual(x, in, {o_.view(act_, {n, d_.n_embd}), o_w, o_bias}, 1.0f);
-  mlp_block(il, n);
+  be.linear_residual(x, normed, {o_.view(act_, {n, d_.n_embd}), L.out_proj, Tensor()}, 1.0f);
 }
 
 void Qwen35Model::mlp_block(int il, int64_t n) {
@@ -273,10 +255,11 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   // Each block's products end in a residual add into x (linear_residual), and the next block's
   // input norm happens inside its first products (InputNorm): no pass over x in between.
   for (int il = 0; il < int(d_.n_layer); ++il) {
-    if (d_.linear_layer[size_t(il)])  // each ends in finish_layer: o product and MLP
+    if (d_.linear_layer[size_t(il)])
       linear_block(il, seq, n);
     else
       attention_block(il, seq, n);
+    mlp_block(il, n);
   }
   seq.kv().commit_batch();
   if (rows == LogitsRows::None) {

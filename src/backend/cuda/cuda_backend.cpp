@@ -80,8 +80,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // The one-kernel decode step: =1 always (where it fits), =0 never, unset: by layer size
   // (decode_layers; docs/cuda.md, "One kernel per decode step").
   decode_layers_mode_ = !one_kernel ? -1 : std::string(one_kernel) == "1" ? 1 : 0;
-  const char* tail = std::getenv("HEARTH_DECODE_TAIL");
-  decode_tail_enabled_ = tail && std::string(tail) == "1";
   const char* stage = std::getenv("HEARTH_DECODE_STAGE");
   decode_stage_ = !(stage && std::string(stage) == "0");
   // Measurement switches of the one-kernel step: a per-phase timing report at exit (=1), and
@@ -140,7 +138,6 @@ CudaBackend::~CudaBackend() {
   cudaFree(out_dev_);
   cudaFree(tmp_dev_);
   cudaFree(step_ws_);
-  cudaFree(tail_ws_);
   cudaFree(token_dev_);
   cudaFreeHost(out_host_);
   cudaFreeHost(dyn_host_);
@@ -423,29 +420,7 @@ bool is_gain(const Tensor& g, int64_t n, DType dt) {
 
 }  // namespace
 
-// What both forms of the one-kernel step set alike: the shapes, the norm, the activation and the
-// measurement switches; everything else zero (records compare bytewise).
-StepArgs CudaBackend::step_args(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd,
-                                DType gain_dt, Activation act, float eps, float offset) const {
-  StepArgs a;
-  std::memset(static_cast<void*>(&a), 0, sizeof a);
-  a.H = int32_t(H);
-  a.I = int32_t(I);
-  a.nh = int32_t(nh);
-  a.nkv = int32_t(nkv);
-  a.hd = int32_t(hd);
-  a.vec8 = int32_t(std::max({H, I, nh * hd}) / 8);
-  a.gain_dt = int32_t(gain_dt);
-  a.act = int32_t(act);
-  a.stage = decode_stage_ ? 1 : 0;
-  a.spin = decode_spin_ ? 1 : 0;
-  a.eps = eps;
-  a.offset = offset;
-  return a;
-}
-
 std::atomic<int64_t> g_decode_layers_taken{0};
-std::atomic<int64_t> g_decode_tails_taken{0};
 
 bool CudaBackend::decode_layers(const DecodeLayers& step) {
   if (decode_layers_mode_ == 0 || step.n_layers < 1 || !step.layers) return false;
@@ -473,10 +448,23 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
       (gdt != DType::BF16 && gdt != DType::F32) ||
       (step.rope.rotary_dim != 0 && step.rope.rotary_dim != hd))
     return false;
-  StepArgs a = step_args(H, I, nh, nkv, hd, gdt, step.act, step.eps, step.norm_offset);
+  StepArgs a;
+  std::memset(static_cast<void*>(&a), 0, sizeof a);  // records compare bytewise
   a.n_layers = step.n_layers;
+  a.H = int32_t(H);
+  a.I = int32_t(I);
+  a.nh = int32_t(nh);
+  a.nkv = int32_t(nkv);
+  a.hd = int32_t(hd);
   a.capacity = int32_t(L0.kv.capacity);
+  a.vec8 = int32_t(std::max({H, I, nh * hd}) / 8);
+  a.gain_dt = int32_t(gdt);
+  a.act = int32_t(step.act);
+  a.stage = decode_stage_ ? 1 : 0;
+  a.spin = decode_spin_ ? 1 : 0;
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
+  a.eps = step.eps;
+  a.offset = step.norm_offset;
   a.scale = step.attn_scale;
   a.rope_factor = step.rope.attention_factor;
   if (!decode_step_fits(a)) return false;
@@ -559,54 +547,6 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   return true;
 }
 
-// The one-kernel step's phases 3–5 for one layer (StepArgs::tail): the o product of the
-// attention or mixer output with the residual add, the norm with gate/up and the GLU, and down
-// with the residual add, separated by two grid barriers instead of three launches. Launched
-// without programmatic overlap (decode_step), so every block is resident before any waits at a
-// barrier. Opt-in (HEARTH_DECODE_TAIL=1) until it has been measured (docs/cuda.md).
-bool CudaBackend::decode_tail(const DecodeTail& t) {
-  if (!decode_tail_enabled_) return false;
-  bind();
-  const int64_t H = t.x.numel(), n_in = t.in.numel();
-  const int64_t I = t.gate.ndim == 2 ? t.gate.shape[0] : 0;
-  const int64_t hd = n_in % 128 == 0 ? 128 : 64;  // the kernel reads `in` as nh heads of hd
-  const DType gdt = t.ffn_norm.dtype;
-  auto is_row = [](const Tensor& v) {
-    return v.device == Device::CUDA && v.dtype == DType::BF16 && aligned16(v.data);
-  };
-  if (!is_row(t.x) || !is_row(t.in) || t.x.rows() != 1 || t.in.rows() != 1 || n_in % hd != 0 ||
-      I < 1 || (gdt != DType::BF16 && gdt != DType::F32) || !is_matrix(t.o, H, n_in) ||
-      !is_matrix(t.gate, I, H) || !is_matrix(t.up, I, H) || !is_matrix(t.down, H, I) ||
-      !is_gain(t.ffn_norm, H, gdt))
-    return false;
-  StepArgs a = step_args(H, I, n_in / hd, n_in / hd, hd, gdt, t.act, t.eps, t.norm_offset);
-  a.tail = 1;
-  a.n_layers = 1;
-  a.capacity = 1;
-  if (!decode_step_fits(a)) return false;
-  StepLayerDev& L = a.tail_layer;
-  L.o = static_cast<const uint4*>(t.o.data);
-  L.gate = static_cast<const uint4*>(t.gate.data);
-  L.up = static_cast<const uint4*>(t.up.data);
-  L.down = static_cast<const uint4*>(t.down.data);
-  L.ffn_norm = t.ffn_norm.data;
-  // Scratch: the MLP hidden vector (bf16), then the barrier's arrival count. The count is its
-  // own (decode_layers keeps another); every launch adds whole barriers' worth of arrivals to it.
-  const size_t barrier_at = (size_t(I) * 2 + 15) / 16 * 16;
-  if (barrier_at + 16 > tail_ws_bytes_) {
-    regrow_device(&tail_ws_, tail_ws_bytes_, barrier_at + 16);
-    HEARTH_CUDA_CHECK(cudaMemsetAsync(tail_ws_, 0, tail_ws_bytes_, ctx_.stream));
-  }
-  char* ws = static_cast<char*>(tail_ws_);
-  a.x = static_cast<__nv_bfloat16*>(t.x.data);
-  a.attn = static_cast<__nv_bfloat16*>(t.in.data);  // read only
-  a.h = reinterpret_cast<__nv_bfloat16*>(ws);
-  a.barrier = reinterpret_cast<unsigned long long*>(ws + barrier_at);
-  submit<&cuda::decode_step>(a);
-  g_decode_tails_taken.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 }  // namespace cuda
 
 int cuda_device_count() {
@@ -631,9 +571,6 @@ bool cuda_backend_set_device_sampling(Backend& b, bool on) {
   return false;
 }
 int64_t cuda_gdn_mixer_fused() { return cuda::g_gdn_mixer_fused.load(std::memory_order_relaxed); }
-int64_t cuda_decode_tails_taken() {
-  return cuda::g_decode_tails_taken.load(std::memory_order_relaxed);
-}
 int64_t cuda_decode_layers_taken() {
   return cuda::g_decode_layers_taken.load(std::memory_order_relaxed);
 }

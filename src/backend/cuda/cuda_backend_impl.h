@@ -161,9 +161,6 @@ class CudaBackend final : public Backend {
   // The persistent one-kernel decode step (decode_step.cu) where it applies: bf16 weights and
   // caches, head_dim 64 or 128; opt-in with HEARTH_DECODE_LAYERS=1.
   bool decode_layers(const DecodeLayers& step) override;
-  bool decode_tail(const DecodeTail& tail) override;
-  StepArgs step_args(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd, DType gain_dt,
-                     Activation act, float eps, float offset) const;
 
   // The grouped path gives every (token, slot) pair its own row.
   int64_t moe_scratch_rows(int64_t n_tokens, int64_t k) const override { return n_tokens * k; }
@@ -288,15 +285,14 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
   bool gemm_accumulate_ = true;
-  bool gdn_mixer_ = false;            // the one-kernel Gated DeltaNet mixer (sm_90+)
-  bool decode_tail_enabled_ = false;  // HEARTH_DECODE_TAIL=1: Backend::decode_tail taken
-  int decode_layers_mode_ = -1;       // HEARTH_DECODE_LAYERS: 1 on, 0 off, unset (-1) by layer size
-  bool decode_stage_ = true;          // HEARTH_DECODE_STAGE=0: no staging across its barriers
-  bool decode_trace_ = false;         // HEARTH_DECODE_TRACE=1: per-phase timings at exit
-  bool decode_spin_ = false;          // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
-  bool decode_kv_prefetch_ = true;    // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
-  int trace_layers_ = 0;              // layers of the last traced step (0: none)
-  size_t trace_offset_ = 0;           // where its marks lie in step_ws_
+  bool gdn_mixer_ = false;          // the one-kernel Gated DeltaNet mixer (sm_90+)
+  int decode_layers_mode_ = -1;     // HEARTH_DECODE_LAYERS: 1 on, 0 off, unset (-1) by layer size
+  bool decode_stage_ = true;        // HEARTH_DECODE_STAGE=0: no staging across its barriers
+  bool decode_trace_ = false;       // HEARTH_DECODE_TRACE=1: per-phase timings at exit
+  bool decode_spin_ = false;        // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
+  bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
+  int trace_layers_ = 0;            // layers of the last traced step (0: none)
+  size_t trace_offset_ = 0;         // where its marks lie in step_ws_
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
   // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
@@ -339,8 +335,6 @@ class CudaBackend final : public Backend {
   DeviceBuffer step_layers_dev_;
   void* step_ws_ = nullptr;
   size_t step_ws_bytes_ = 0;
-  void* tail_ws_ = nullptr;  // decode_tail's hidden vector and barrier count
-  size_t tail_ws_bytes_ = 0;
   int32_t* moe_ids_host_ = nullptr;
   size_t moe_ids_host_n_ = 0;
   ExpertRows moe_rows_;

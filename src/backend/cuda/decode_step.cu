@@ -21,14 +21,8 @@
 // phase reads that depends on nothing computed before the barrier, so the wait overlaps that
 // traffic: the first batch of its first weight rows (StepArgs::stage, stage_first) and, for
 // attention, its first unit's cached keys and values (StepArgs::kv_prefetch, prefetch_kv).
-// Taken by default for layers of 64 MB or more (Backend::decode_layers in cuda_backend.cpp;
-// HEARTH_DECODE_LAYERS=1/0 forces it on/off): session 7 measured it 2–5 % ahead of the per-op
-// graph on the 8B shape, 3 % on the 1.7B, and 8 % behind on the 0.6B (docs/cuda.md).
-//
-// Tail mode (StepArgs::tail, Backend::decode_tail): phases 3–5 of one layer only, for stacks
-// the whole-step form does not take (the Qwen3.5 hybrid): the o product's input comes from the
-// attention or token mixer before it, and the launch ends after phase 5. It is a plain launch
-// (no programmatic overlap), so all blocks are resident before any waits at a barrier.
+// Opt-in (HEARTH_DECODE_LAYERS=1): session 6 measured it level with the per-op graph on the
+// 8B shape at 128 tokens, 4 % ahead at 500, and 10 % behind on the 0.6B (docs/cuda.md).
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -460,7 +454,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const int unit0 = blockIdx.x + G * warp, units_step = G * kWarpsB;
   const int hd = E * 32, nq = a.nh * hd, nk = a.nkv * hd;
   const int in_h = a.H / 8, in_q = nq / 8, in_i = a.I / 8;
-  const int pos = a.tail ? 0 : a.pos_first[0], first = a.tail ? 0 : a.pos_first[1];
+  const int pos = a.pos_first[0], first = a.pos_first[1];
   // Attention's key chunks: at most kStepMaxChunks, 32 keys or more each.
   const int n_keys = pos - first + 1;
   const int nc = min((n_keys + 31) / 32, kStepMaxChunks), per = (n_keys + nc - 1) / nc;
@@ -500,34 +494,29 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
   mark(a.trace, 0);
-  if (a.tail)
-    stage([&](int r, int) { return a.tail_layer.o + int64_t(r) * in_q; }, a.H, in_q, false);
-  else if (a.n_layers > 0)
+  if (a.n_layers > 0)
     stage([&](int r, int) { return qkv_row(a.layers[0], r); }, nq + 2 * nk, in_h, false);
   for (int il = 0; il < a.n_layers; ++il) {
-    const StepLayerDev L = a.tail ? a.tail_layer : a.layers[il];
-    unsigned long long bar = 0;
-    if (!a.tail) {
-      // 1. q | k | v = rms_norm(x) · w
-      normalise_to_smem(a, a.x, L.attn_norm, xs);
-      product_rows(
-          nq + 2 * nk, in_h, xs, unit0, units_step, lane, [&](int r) { return qkv_row(L, r); },
-          [&](int r, float s) { a.q[r] = __float2bfloat16(s); },  // q, k, v are one scratch
-          staged);
-      bar = grid_arrive(a, event(il, 0));
-      stage([&](int r, int) { return L.o + int64_t(r) * in_q; }, a.H, in_q, false);
-      if (prefetch)  // after stage(): its wait for earlier copies must not wait for these
-        prefetch_kv<E>(a, L, first_hq / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
-      grid_wait(a, bar, event(il, 0));
-      // 2. q/k norm, rope, cache store and attention, a warp per (query head, chunk of keys)
-      for (int u = unit0; u < a.nh * nc; u += units_step) {
-        const int hq = u % a.nh, c = u / a.nh, lo = first + c * per;
-        chunk_attention<E>(a, L, hq, c, nc, lo, min(pos, lo + per - 1), pos, qs,
-                           u == unit0 && prefetch ? kv_buf : nullptr, lane);
-      }
-      bar = grid_arrive(a, event(il, 1));
-      grid_wait(a, bar, event(il, 1));
+    const StepLayerDev L = a.layers[il];
+    // 1. q | k | v = rms_norm(x) · w
+    normalise_to_smem(a, a.x, L.attn_norm, xs);
+    product_rows(
+        nq + 2 * nk, in_h, xs, unit0, units_step, lane, [&](int r) { return qkv_row(L, r); },
+        [&](int r, float s) { a.q[r] = __float2bfloat16(s); },  // q, k, v are one scratch
+        staged);
+    unsigned long long bar = grid_arrive(a, event(il, 0));
+    stage([&](int r, int) { return L.o + int64_t(r) * in_q; }, a.H, in_q, false);
+    if (prefetch)  // after stage(): its wait for earlier copies must not wait for these
+      prefetch_kv<E>(a, L, first_hq / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
+    grid_wait(a, bar, event(il, 0));
+    // 2. q/k norm, rope, cache store and attention, a warp per (query head, chunk of keys)
+    for (int u = unit0; u < a.nh * nc; u += units_step) {
+      const int hq = u % a.nh, c = u / a.nh, lo = first + c * per;
+      chunk_attention<E>(a, L, hq, c, nc, lo, min(pos, lo + per - 1), pos, qs,
+                         u == unit0 && prefetch ? kv_buf : nullptr, lane);
     }
+    bar = grid_arrive(a, event(il, 1));
+    grid_wait(a, bar, event(il, 1));
     // 3. x += o · attn
     stage_vector(a.attn, nq, xs);
     auto add_to_x = [&](int r, float s) {
@@ -556,7 +545,6 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     product_rows(
         a.H, in_i, xs, unit0, units_step, lane, [&](int r) { return L.down + int64_t(r) * in_i; },
         add_to_x, staged);
-    if (a.tail) break;  // one layer; the kernel's end orders its writes before the next kernel
     bar = grid_arrive(a, event(il, 4));
     if (il + 1 < a.n_layers)
       stage([&](int r, int) { return qkv_row(a.layers[il + 1], r); }, nq + 2 * nk, in_h, false);

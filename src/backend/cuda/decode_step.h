@@ -32,9 +32,6 @@ struct StepArgs {
   int32_t stage;        // 1: stage each phase's first weights in shared memory across the barriers
   int32_t spin;         // 1: the grid barrier polls without sleeping (measurement switch)
   int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
-  // 1: only phases 3–5 of one layer, tail_layer's (Backend::decode_tail): attn holds the o
-  // product's input (nh·hd values), and layers, q/k/v, part, counts and pos_first are unused.
-  int32_t tail;
   float eps, offset, scale, rope_factor;
   __nv_bfloat16* x;  // [H] residual stream
   // Scratch: q [nh·hd], k and v [nkv·hd] (contiguous, in that order: phase 1 writes them as
@@ -46,7 +43,6 @@ struct StepArgs {
   unsigned long long* barrier;  // arrivals at grid barriers; zero before the first launch
   const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
   const float* inv_freq;        // device [hd / 2], or null: no rope
-  StepLayerDev tail_layer;      // tail: o, gate, up, down, ffn_norm
   // Measurement (HEARTH_DECODE_TRACE=1): each block's clock64 at the start and at its arrival
   // at and departure from every grid barrier, [1 + n_layers·kStepPhases·2][blocks]; null: off.
   unsigned long long* trace;
