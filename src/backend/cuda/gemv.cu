@@ -25,7 +25,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gemv_args.cuh"
 
 namespace hearth::cuda {
 
@@ -58,34 +58,8 @@ bool norm_preload() {
 // The largest normalised input a block stages in shared memory (n rows × in × 2 bytes).
 constexpr size_t kMaxNormBytes = 96 * 1024;
 
-struct Seg {
-  const uint4* w;   // [rows, in8]
-  const uint4* w2;  // GLU: the up matrix, same shape
-  void* y;          // [n, rows]; unused when resid is set
-  const void* bias;
-  const void* bias2;
-  void* resid;  // set: resid[n, rows] += rounded(x·wᵀ + bias) * rscale instead of storing y
-  int64_t rows;
-  int64_t first_block;
-  int32_t ydt, bdt, bdt2, rdt;
-  float rscale;
-  int32_t pad;
-};
-
-struct Args {
-  Seg seg[kGemvMaxSegs];
-  int32_t n_seg;
-  int32_t split;  // W: warps per row
-  int32_t act;
-  int32_t preload;  // NORM: first weights into registers before the wait (else into L2)
-  const uint4* x;   // [n, in8]
-  int64_t in8;
-  // NORM kernels: x is un-normalised; the product's input is rms_norm(x) * (norm_w + offset).
-  const void* norm_w;
-  int32_t norm_wdt;
-  float norm_eps, norm_offset;
-  int32_t pad2;
-};
+using Seg = GemvSeg;
+using Args = GemvArgs;
 
 // The segment (matrix) that owns row group `group`.
 __device__ __forceinline__ int seg_of(const Args& a, int64_t group) {
@@ -267,6 +241,10 @@ void allow_norm_smem() {
 
 template <bool GLU>
 void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
+  if (n == 1 && gemv_bulk(ctx, a, total_rows, GLU)) {
+    HEARTH_CUDA_LAUNCHED();
+    return;
+  }
   a.split = gemv_split(ctx, total_rows, a.in8);
   const int rows_per_block = kWarps / a.split;
   int64_t blocks = 0;
@@ -356,6 +334,7 @@ int gemv_resident_blocks(const void* kernel, size_t smem) {
 }
 
 void gemv_init() {
+  gemv_bulk_init();
   allow_norm_smem<1>();
   allow_norm_smem<2>();
   allow_norm_smem<3>();

@@ -1,0 +1,43 @@
+// The decode products' launch arguments, shared by the register-streaming kernel (gemv.cu) and
+// the bulk-copy kernel (gemv_bulk.cu).
+#pragma once
+#include "backend/cuda/device_util.cuh"
+
+namespace hearth::cuda {
+
+struct GemvSeg {
+  const uint4* w;   // [rows, in8]
+  const uint4* w2;  // GLU: the up matrix, same shape
+  void* y;          // [n, rows]; unused when resid is set
+  const void* bias;
+  const void* bias2;
+  void* resid;  // set: resid[n, rows] += rounded(x·wᵀ + bias) * rscale instead of storing y
+  int64_t rows;
+  int64_t first_block;  // gemv_kernel: its first row group; gemv_bulk_kernel: its first row
+  int32_t ydt, bdt, bdt2, rdt;
+  float rscale;
+  int32_t pad;
+};
+
+struct GemvArgs {
+  GemvSeg seg[kGemvMaxSegs];
+  int32_t n_seg;
+  int32_t split;  // W: warps per row
+  int32_t act;
+  int32_t preload;  // NORM: first weights into registers before the wait (else into L2)
+  const uint4* x;   // [n, in8]
+  int64_t in8;
+  // NORM kernels: x is un-normalised; the product's input is rms_norm(x) * (norm_w + offset).
+  const void* norm_w;
+  int32_t norm_wdt;
+  float norm_eps, norm_offset;
+  int32_t pad2;
+};
+
+// gemv_bulk.cu: one activation row through the bulk-copy kernel when it takes the call (sm_90,
+// HEARTH_GEMV_BULK=1, every row fits a pipeline stage); false leaves it to gemv_kernel.
+// total_rows: the rows of all segments.
+bool gemv_bulk(Ctx& ctx, GemvArgs a, int64_t total_rows, bool glu);
+void gemv_bulk_init();
+
+}  // namespace hearth::cuda
