@@ -104,7 +104,8 @@ __device__ __forceinline__ void finish_row(const GemvArgs& a, int64_t r, float a
 
 template <bool GLU, bool NORM>
 __global__ void __launch_bounds__(kThreads)
-    gemv_bulk_kernel(const GemvArgs a, int64_t total_rows, int G, int slots, int stage_bytes) {
+    gemv_bulk_kernel(const GemvArgs a, int64_t total_rows, int G, int slots, int stage_bytes,
+                     uint32_t chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float part[kWarps][2];
@@ -136,8 +137,14 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t local = r0 + i - g.first_block;
       const int run = int(min(int64_t(rows - i), g.rows - local));
       const uint32_t bytes = uint32_t(run) * row_bytes;
-      bulk_copy(dst + size_t(i) * row_bytes, g.w + local * in8, bytes, bar);
-      if constexpr (GLU) bulk_copy(dst + size_t(G + i) * row_bytes, g.w2 + local * in8, bytes, bar);
+      for (uint32_t off = 0; off < bytes; off += chunk) {
+        const uint32_t n = min(chunk, bytes - off);
+        bulk_copy(dst + size_t(i) * row_bytes + off,
+                  reinterpret_cast<const char*>(g.w + local * in8) + off, n, bar);
+        if constexpr (GLU)
+          bulk_copy(dst + size_t(G + i) * row_bytes + off,
+                    reinterpret_cast<const char*>(g.w2 + local * in8) + off, n, bar);
+      }
       i += run;
     }
   };
@@ -224,6 +231,17 @@ size_t smem_budget() {
   return b;
 }
 
+// The largest single bulk copy (HEARTH_GEMV_BULK_CHUNK_KB, for measurements; default: a whole
+// run of rows in one copy).
+uint32_t copy_chunk() {
+  static const uint32_t c = [] {
+    const char* e = std::getenv("HEARTH_GEMV_BULK_CHUNK_KB");
+    const long v = e ? std::atol(e) : 0;
+    return v > 0 ? uint32_t(v) * 1024u : uint32_t(1) << 30;
+  }();
+  return c;
+}
+
 template <bool GLU, bool NORM>
 void allow_smem() {
   HEARTH_CUDA_CHECK(cudaFuncSetAttribute(
@@ -269,7 +287,8 @@ bool gemv_bulk(Ctx& ctx, GemvArgs a, int64_t total_rows, bool glu) {
     const int64_t resident =
         int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
     const unsigned grid = unsigned(std::min(resident, total_rows));
-    launch_pdl(ctx, kernel, dim3(grid), dim3(kThreads), smem, a, total_rows, G, slots, stage_bytes);
+    launch_pdl(ctx, kernel, dim3(grid), dim3(kThreads), smem, a, total_rows, G, slots, stage_bytes,
+               copy_chunk());
   };
   if (glu)
     norm ? go(gemv_bulk_kernel<true, true>) : go(gemv_bulk_kernel<true, false>);
