@@ -19,20 +19,14 @@
 #include <cstdlib>
 #include <vector>
 
-#include "backend/cuda/common.h"
+#include "backend/cuda/device_util.cuh"
+
+using hearth::cuda::ld_stream;
 
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
-
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // Streams words [0, n) of `p` with the whole grid; `wait` runs after the first loads are issued.
 template <typename Wait>
@@ -43,7 +37,7 @@ __device__ uint32_t stream(const uint4* p, size_t n, Wait wait) {
   uint4 v[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
-    v[u] = i + u * stride < n ? load_stream(p + i + u * stride) : make_uint4(0, 0, 0, 0);
+    v[u] = i + u * stride < n ? ld_stream(p + i + u * stride) : make_uint4(0, 0, 0, 0);
   wait();
   for (;;) {
 #pragma unroll
@@ -52,7 +46,7 @@ __device__ uint32_t stream(const uint4* p, size_t n, Wait wait) {
     if (i >= n) break;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      v[u] = i + u * stride < n ? load_stream(p + i + u * stride) : make_uint4(0, 0, 0, 0);
+      v[u] = i + u * stride < n ? ld_stream(p + i + u * stride) : make_uint4(0, 0, 0, 0);
   }
   return acc;
 }

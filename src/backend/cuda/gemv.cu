@@ -61,15 +61,6 @@ constexpr size_t kMaxNormBytes = 96 * 1024;
 using Seg = GemvSeg;
 using Args = GemvArgs;
 
-// The segment (matrix) that owns row group `group`.
-__device__ __forceinline__ int seg_of(const Args& a, int64_t group) {
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kGemvMaxSegs; ++i)
-    if (i < a.n_seg && group >= a.seg[i].first_block) s = i;
-  return s;
-}
-
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }

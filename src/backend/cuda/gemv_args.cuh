@@ -34,6 +34,16 @@ struct GemvArgs {
   int32_t pad2;
 };
 
+// The segment (matrix) that owns unit `i` (a row group in gemv_kernel, a row in
+// gemv_bulk_kernel): the last one whose first_block is at most i.
+__device__ __forceinline__ int seg_of(const GemvArgs& a, int64_t i) {
+  int s = 0;
+#pragma unroll
+  for (int k = 1; k < kGemvMaxSegs; ++k)
+    if (k < a.n_seg && i >= a.seg[k].first_block) s = k;
+  return s;
+}
+
 // gemv_bulk.cu: one activation row through the bulk-copy kernel when it takes the call (sm_90,
 // HEARTH_GEMV_BULK=1, every row fits a pipeline stage); false leaves it to gemv_kernel.
 // total_rows: the rows of all segments.

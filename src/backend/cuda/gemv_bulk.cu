@@ -77,19 +77,10 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 }
 #endif
 
-// The segment that owns row r (segments' first_block holds their first row here).
-__device__ __forceinline__ int seg_of_row(const GemvArgs& a, int64_t r) {
-  int s = 0;
-#pragma unroll
-  for (int i = 1; i < kGemvMaxSegs; ++i)
-    if (i < a.n_seg && r >= a.seg[i].first_block) s = i;
-  return s;
-}
-
 // Stores row r's result as gemv_kernel does (GLU activation, residual add, or plain).
 template <bool GLU>
 __device__ __forceinline__ void finish_row(const GemvArgs& a, int64_t r, float acc, float acc2) {
-  const GemvSeg& g = a.seg[seg_of_row(a, r)];
+  const GemvSeg& g = a.seg[seg_of(a, r)];
   const int64_t row = r - g.first_block;
   const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
   if constexpr (GLU) {
@@ -133,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
     const int rows = int(min(int64_t(G), r_end - r0));
     mbar_expect(bar, uint32_t(rows) * row_bytes * (GLU ? 2 : 1));
     for (int i = 0; i < rows;) {
-      const GemvSeg& g = a.seg[seg_of_row(a, r0 + i)];
+      const GemvSeg& g = a.seg[seg_of(a, r0 + i)];
       const int64_t local = r0 + i - g.first_block;
       const int run = int(min(int64_t(rows - i), g.rows - local));
       const uint32_t bytes = uint32_t(run) * row_bytes;
