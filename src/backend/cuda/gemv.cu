@@ -232,7 +232,7 @@ void allow_norm_smem() {
 
 template <bool GLU>
 void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
-  if (n == 1 && gemv_bulk(ctx, a, total_rows, GLU)) {
+  if (gemv_mma(ctx, a, n, GLU) || (n == 1 && gemv_bulk(ctx, a, total_rows, GLU))) {
     HEARTH_CUDA_LAUNCHED();
     return;
   }
@@ -326,6 +326,7 @@ int gemv_resident_blocks(const void* kernel, size_t smem) {
 
 void gemv_init() {
   gemv_bulk_init();
+  gemv_mma_init();
   allow_norm_smem<1>();
   allow_norm_smem<2>();
   allow_norm_smem<3>();

@@ -44,6 +44,28 @@ __device__ __forceinline__ int seg_of(const GemvArgs& a, int64_t i) {
   return s;
 }
 
+// Stores activation row r's product for output row `row` of segment g, its bias added: the
+// GLU's act(gate) · up, the residual add (resid += rounded(y) · rscale), or y itself.
+template <bool GLU>
+__device__ __forceinline__ void store_row(const GemvSeg& g, int act, int r, int64_t row, float acc,
+                                          float acc2) {
+  const int64_t i = r * g.rows + row;
+  const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
+  if constexpr (GLU) {
+    const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
+    st(g.y, g.ydt, i, activation_f(act, acc + b) * (acc2 + b2));
+  } else if (g.resid) {
+    st(g.resid, g.rdt, i, ld(g.resid, g.rdt, i) + rounded(g.ydt, acc + b) * g.rscale);
+  } else {
+    st(g.y, g.ydt, i, acc + b);
+  }
+}
+
+// gemv_mma.cu: n ≤ 8 activation rows through the tensor-core kernel when it takes the call
+// (HEARTH_GEMV_MMA=1); false leaves it to gemv_kernel.
+bool gemv_mma(Ctx& ctx, GemvArgs a, int64_t n, bool glu);
+void gemv_mma_init();
+
 // gemv_bulk.cu: one activation row through the bulk-copy kernel when it takes the call (sm_90,
 // HEARTH_GEMV_BULK=1, every row fits a pipeline stage); false leaves it to gemv_kernel.
 // total_rows: the rows of all segments.

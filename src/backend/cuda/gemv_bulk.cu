@@ -77,22 +77,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 }
 #endif
 
-// Stores row r's result as gemv_kernel does (GLU activation, residual add, or plain).
-template <bool GLU>
-__device__ __forceinline__ void finish_row(const GemvArgs& a, int64_t r, float acc, float acc2) {
-  const GemvSeg& g = a.seg[seg_of(a, r)];
-  const int64_t row = r - g.first_block;
-  const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
-  if constexpr (GLU) {
-    const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
-    st(g.y, g.ydt, row, activation_f(a.act, acc + b) * (acc2 + b2));
-  } else if (g.resid) {
-    st(g.resid, g.rdt, row, ld(g.resid, g.rdt, row) + rounded(g.ydt, acc + b) * g.rscale);
-  } else {
-    st(g.y, g.ydt, row, acc + b);
-  }
-}
-
 template <bool GLU, bool NORM>
 __global__ void __launch_bounds__(kThreads)
     gemv_bulk_kernel(const GemvArgs a, int64_t total_rows, int G, int slots, int stage_bytes,
@@ -192,7 +176,10 @@ __global__ void __launch_bounds__(kThreads)
             acc2 += part[warp + p][1];
           }
       }
-      if (i < rows && piece == 0 && lane == 0) finish_row<GLU>(a, r0 + i, acc, acc2);
+      if (i < rows && piece == 0 && lane == 0) {
+        const GemvSeg& g = a.seg[seg_of(a, r0 + i)];
+        store_row<GLU>(g, a.act, 0, r0 + i - g.first_block, acc, acc2);
+      }
     }
     __syncthreads();  // the stage is consumed (and part[] free): refill it
     if (tid == 0 && it + slots < n_stages) {
