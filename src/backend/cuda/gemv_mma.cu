@@ -33,7 +33,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;                   // 16-byte weight loads per lane in flight
 constexpr size_t kMaxNormBytes = 96 * 1024;  // gemv.cu's limit for the normalised input
 constexpr int kTargetWarpsPerSm = 48;        // as gemv.cu's default split
 
@@ -55,8 +54,11 @@ __device__ __forceinline__ void mma_word(float (&d)[4], const uint4& x, const ui
   mma_bf16(d, x.z, x.w, w.z, w.w);
 }
 
-template <bool GLU, bool NORM>
-__global__ void __launch_bounds__(kThreads)
+// kUnroll: 16-byte weight loads per lane in flight; kMinBlocks: blocks per SM the registers
+// must allow (1: as many as the code takes). Both chosen per launch (HEARTH_GEMV_MMA_UNROLL,
+// HEARTH_GEMV_MMA_MINB) until measured.
+template <bool GLU, bool NORM, int kUnroll, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     gemv_mma_kernel(const GemvArgs a, int n, int64_t n_groups) {
   extern __shared__ uint4 xs[];                      // NORM: the normalised input [n][in8]
   __shared__ float part[kWarps][GLU ? 2 : 1][8][8];  // [warp][gate/up][activation row][tile row]
@@ -171,20 +173,44 @@ bool mma_enabled() {
   return on;
 }
 
-template <bool GLU, bool NORM>
+int env_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e ? std::atoi(e) : fallback;
+}
+// The kernel variant: loads in flight (4 or 8) and the register cap (HEARTH_GEMV_MMA_MINB=1:
+// 4 blocks per SM, 3 with the GLU).
+bool unroll8() {
+  static const bool v = env_int("HEARTH_GEMV_MMA_UNROLL", 4) == 8;
+  return v;
+}
+bool capped() {
+  static const bool v = env_int("HEARTH_GEMV_MMA_MINB", 0) == 1;
+  return v;
+}
+
+template <bool GLU, bool NORM, typename F>
+void for_variant(F&& f) {
+  constexpr int kCap = GLU ? 3 : 4;
+  if (unroll8())
+    capped() ? f(gemv_mma_kernel<GLU, NORM, 8, kCap>) : f(gemv_mma_kernel<GLU, NORM, 8, 1>);
+  else
+    capped() ? f(gemv_mma_kernel<GLU, NORM, 4, kCap>) : f(gemv_mma_kernel<GLU, NORM, 4, 1>);
+}
+
+template <bool GLU>
 void allow_norm_smem() {
-  if (NORM)
-    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<GLU, NORM>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+  for_variant<GLU, true>([](auto kernel) {
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(kMaxNormBytes)));
+  });
 }
 
 }  // namespace
 
 void gemv_mma_init() {
   if (!mma_enabled()) return;
-  allow_norm_smem<false, true>();
-  allow_norm_smem<true, true>();
+  allow_norm_smem<false>();
+  allow_norm_smem<true>();
 }
 
 bool gemv_mma(Ctx& ctx, GemvArgs a, int64_t n, bool glu) {
@@ -211,9 +237,9 @@ bool gemv_mma(Ctx& ctx, GemvArgs a, int64_t n, bool glu) {
     launch_pdl(ctx, kernel, dim3(grid), dim3(kThreads), smem, a, int(n), n_groups);
   };
   if (glu)
-    norm ? go(gemv_mma_kernel<true, true>) : go(gemv_mma_kernel<true, false>);
+    norm ? for_variant<true, true>(go) : for_variant<true, false>(go);
   else
-    norm ? go(gemv_mma_kernel<false, true>) : go(gemv_mma_kernel<false, false>);
+    norm ? for_variant<false, true>(go) : for_variant<false, false>(go);
   return true;
 }
 
