@@ -10,13 +10,17 @@
 //             before griddepcontrol.wait), as hearth's decode GEMVs run
 //   barrier   one persistent kernel, a grid barrier (release add, acquire polling) per matrix,
 //             as hearth's one-kernel decode step runs
+//   hearth    hearth's own decode GEMVs (gemv.cu, the kernel the environment selects) over the
+//             same matrices: four launches per layer with the input norm, GLU and residual adds
 // Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes).
-// Usage: bench_cuda_stream [reps]   (built only with CUDA; CUDA events; median of reps)
+// Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only the hearth row, e.g. to compare
+// HEARTH_GEMV_* settings run by run; built only with CUDA; CUDA events; median of reps)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device_util.cuh"
@@ -95,12 +99,6 @@ __global__ void __launch_bounds__(kThreads)
   keep(acc, sink);
 }
 
-struct Model {
-  const char* name;
-  int layers;
-  std::vector<double> mb;  // the layer's matrices in streaming order, MB (10^6 bytes)
-};
-
 template <typename Body>
 float time_ms(cudaStream_t s, int reps, const Body& body) {
   cudaEvent_t a, b;
@@ -123,10 +121,95 @@ float time_ms(cudaStream_t s, int reps, const Body& body) {
   return t[t.size() / 2];
 }
 
+// A decode layer's products: the normalised input projection (segments of rows), the output
+// projection (H rows of o_in) with the residual add, gate/up (2 × I rows of H) with the norm and
+// GLU, down (H rows of I) with the residual add.
+struct Model {
+  const char* name;
+  int layers;
+  int64_t H, I, o_in;
+  std::vector<int64_t> in_rows;
+  // The layer's matrices in streaming order, MB (10^6 bytes).
+  std::vector<double> mb() const {
+    int64_t in = 0;
+    for (int64_t r : in_rows) in += r;
+    return {in * H * 2e-6, H * o_in * 2e-6, 2 * I * H * 2e-6, H * I * 2e-6};
+  }
+};
+
+// hearth's own decode GEMVs (gemv.cu: whichever kernel the environment selects) over the same
+// layers, as the decode graph runs them: a graph of four launches per layer with programmatic
+// launch. Weights are a constant fill (the kernels' speed does not depend on the values).
+float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
+  using namespace hearth::cuda;
+  Ctx ctx;
+  ctx.stream = s;
+  ctx.sm_count = sms;
+  ctx.pdl = true;
+  gemv_init();
+  auto bf16 = [](void* p, std::initializer_list<int64_t> dims) {
+    Ten t;
+    t.p = p;
+    t.dtype = kBF16;
+    t.ndim = int32_t(dims.size());
+    int i = 0;
+    for (int64_t d : dims) t.d[i++] = d;
+    return t;
+  };
+  std::vector<void*> owned;
+  auto dev = [&](int64_t elems) {
+    void* p = nullptr;
+    HEARTH_CUDA_CHECK(cudaMalloc(&p, size_t(elems) * 2));
+    HEARTH_CUDA_CHECK(cudaMemsetAsync(p, 0x3c, size_t(elems) * 2, s));  // bf16 ≈ 0.011
+    owned.push_back(p);
+    return p;
+  };
+  const int64_t H = m.H, I = m.I;
+  Ten x = bf16(dev(H), {1, H}), gain = bf16(dev(H), {H}), attn = bf16(dev(m.o_in), {1, m.o_in});
+  Ten hid = bf16(dev(I), {1, I});
+  struct Layer {
+    GemvJobs in;
+    Ten o, gate, up, down;
+  };
+  std::vector<Layer> layers(size_t(m.layers));
+  for (Layer& L : layers) {
+    for (int64_t rows : m.in_rows) {
+      L.in.w[L.in.n] = bf16(dev(rows * H), {rows, H});
+      L.in.y[L.in.n] = bf16(dev(rows), {1, rows});
+      ++L.in.n;
+    }
+    L.o = bf16(dev(H * m.o_in), {H, m.o_in});
+    L.gate = bf16(dev(I * H), {I, H});
+    L.up = bf16(dev(I * H), {I, H});
+    L.down = bf16(dev(H * I), {H, I});
+  }
+  GemvNorm norm;
+  norm.w = gain;
+  norm.eps = 1e-6f;
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(s));
+  HEARTH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (const Layer& L : layers) {
+    gemv_many(ctx, x, L.in, norm);
+    gemv_residual(ctx, x, 1.0f, attn, L.o, Ten(), kBF16);
+    gemv_glu(ctx, hid, x, L.gate, Ten(), L.up, Ten(), int32_t(hearth::Activation::Silu), norm);
+    gemv_residual(ctx, x, 1.0f, hid, L.down, Ten(), kBF16);
+  }
+  HEARTH_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  HEARTH_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  const float ms = time_ms(s, reps, [&] { HEARTH_CUDA_CHECK(cudaGraphLaunch(e, s)); });
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  for (void* p : owned) cudaFree(p);
+  return ms;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+  const bool gemv_only = argc > 2 && std::string(argv[2]) == "gemv";
   cudaDeviceProp prop{};
   HEARTH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int per_sm = 0;
@@ -148,7 +231,7 @@ int main(int argc, char** argv) {
   HEARTH_CUDA_CHECK(cudaMalloc(&count, 8));
 
   // Device-to-device copy of 2 GB, for the issue's reference figure.
-  {
+  if (!gemv_only) {
     const size_t bytes = size_t(2) << 30;
     void *src = nullptr, *dst = nullptr;
     HEARTH_CUDA_CHECK(cudaMalloc(&src, bytes));
@@ -164,16 +247,25 @@ int main(int argc, char** argv) {
   }
 
   const std::vector<Model> models = {
-      {"qwen3-0.6b", 28, {8.39, 4.19, 12.58, 6.29}},
-      {"qwen3-8b", 36, {50.33, 33.55, 201.33, 100.66}},
-      {"qwen3_5-9b (linear layer)", 32, {101.19, 33.55, 201.33, 100.66}},
+      {"qwen3-0.6b", 28, 1024, 3072, 2048, {2048, 1024, 1024}},
+      {"qwen3-8b", 36, 4096, 12288, 4096, {4096, 1024, 1024}},
+      {"qwen3_5-9b (linear layer)", 32, 4096, 12288, 4096, {8192, 4096, 32, 32}},
   };
   for (const Model& m : models) {
+    const std::vector<double> mb = m.mb();
+    if (gemv_only) {
+      double gb = 0;
+      for (double v : mb) gb += v * m.layers / 1e3;
+      const float ms = gemv_chain_ms(s, prop.multiProcessorCount, reps, m);
+      std::printf("%s: hearth GEMVs %8.3f ms  %5.2f TB/s  %4.1f %% of 4.3\n", m.name, ms, gb / ms,
+                  100.0 * gb / ms / 4.3);
+      continue;
+    }
     std::vector<size_t> words;
     size_t total = 0;
     for (int l = 0; l < m.layers; ++l)
-      for (double mb : m.mb) {
-        words.push_back(size_t(mb * 1e6 / 16));
+      for (double v : mb) {
+        words.push_back(size_t(v * 1e6 / 16));
         total += words.back();
       }
     uint4* base = nullptr;
@@ -225,7 +317,7 @@ int main(int argc, char** argv) {
                   100.0 * gb / ms / 4.3);
     };
     std::printf("%s: %d layers of", m.name, m.layers);
-    for (double mb : m.mb) std::printf(" %.1f", mb);
+    for (double v : mb) std::printf(" %.1f", v);
     std::printf(" MB = %.2f GB (roofline at 4.3 TB/s: %.3f ms)\n", gb, gb / 4.3);
     report("flat", time_ms(s, reps, [&] {
              read_kernel<false><<<grid, kThreads, 0, s>>>(base, total, sink);
@@ -247,6 +339,7 @@ int main(int argc, char** argv) {
     cudaFree(base);
     cudaFree(d_starts);
     cudaFree(d_words);
+    report("hearth", gemv_chain_ms(s, prop.multiProcessorCount, reps, m));
   }
   return 0;
 }
