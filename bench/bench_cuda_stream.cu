@@ -62,10 +62,10 @@ __device__ void keep(uint32_t acc, uint32_t* sink) {
 
 template <bool kPdl>
 __global__ void __launch_bounds__(kThreads) read_kernel(const uint4* p, size_t n, uint32_t* sink) {
-  if (kPdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (kPdl) hearth::cuda::pdl_trigger();
   keep(stream(p, n,
               [] {
-                if (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+                if (kPdl) hearth::cuda::pdl_wait();
               }),
        sink);
 }
