@@ -38,7 +38,7 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+[[maybe_unused]] constexpr int kWarps = kThreads / 32;  // (the kernel body is sm_90 only)
 constexpr int kMaxSlots = 8;
 constexpr size_t kMaxSmem = 226 * 1024;  // sm_90: 227 KB per block, less the static arrays
 
