@@ -10,11 +10,11 @@
 //             before griddepcontrol.wait), as hearth's decode GEMVs run
 //   barrier   one persistent kernel, a grid barrier (release add, acquire polling) per matrix,
 //             as hearth's one-kernel decode step runs
-//   hearth    hearth's own decode GEMVs (gemv.cu, the kernel the environment selects) over the
-//             same matrices: four launches per layer with the input norm, GLU and residual adds
+//   register, bulk, mma   hearth's own decode GEMV kernels (backend/cuda/gemv.h) over the same
+//             matrices: four launches per layer with the input norm, GLU and residual adds
 // Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes).
-// Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only the hearth row, e.g. to compare
-// HEARTH_GEMV_* settings run by run; built only with CUDA; CUDA events; median of reps)
+// Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only hearth's rows, e.g. to compare the
+// HEARTH_GEMV_MMA_* variants run by run; built only with CUDA; CUDA events; median of reps)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gemv.h"
 
 using hearth::cuda::ld_stream;
 
@@ -137,7 +138,13 @@ struct Model {
   }
 };
 
-// hearth's own decode GEMVs (gemv.cu: whichever kernel the environment selects) over the same
+// hearth's decode GEMV kernels, each pinned in turn (backend/cuda/gemv.h).
+const std::pair<hearth::cuda::GemvKernel, const char*> kGemvKernels[] = {
+    {hearth::cuda::GemvKernel::Register, "register"},
+    {hearth::cuda::GemvKernel::Bulk, "bulk"},
+    {hearth::cuda::GemvKernel::Mma, "mma"}};
+
+// hearth's own decode GEMVs (gemv.cu: the pinned kernel) over the same
 // layers, as the decode graph runs them: a graph of four launches per layer with programmatic
 // launch. Weights are a constant fill (the kernels' speed does not depend on the values).
 float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
@@ -256,9 +263,12 @@ int main(int argc, char** argv) {
     if (gemv_only) {
       double gb = 0;
       for (double v : mb) gb += v * m.layers / 1e3;
-      const float ms = gemv_chain_ms(s, prop.multiProcessorCount, reps, m);
-      std::printf("%s: hearth GEMVs %8.3f ms  %5.2f TB/s  %4.1f %% of 4.3\n", m.name, ms, gb / ms,
-                  100.0 * gb / ms / 4.3);
+      for (const auto& [kernel, name] : kGemvKernels) {
+        hearth::cuda::gemv_set_kernel(kernel);
+        const float ms = gemv_chain_ms(s, prop.multiProcessorCount, reps, m);
+        std::printf("%s: %-8s %8.3f ms  %5.2f TB/s  %4.1f %% of 4.3\n", m.name, name, ms, gb / ms,
+                    100.0 * gb / ms / 4.3);
+      }
       continue;
     }
     std::vector<size_t> words;
@@ -339,7 +349,10 @@ int main(int argc, char** argv) {
     cudaFree(base);
     cudaFree(d_starts);
     cudaFree(d_words);
-    report("hearth", gemv_chain_ms(s, prop.multiProcessorCount, reps, m));
+    for (const auto& [kernel, name] : kGemvKernels) {
+      hearth::cuda::gemv_set_kernel(kernel);
+      report(name, gemv_chain_ms(s, prop.multiProcessorCount, reps, m));
+    }
   }
   return 0;
 }

@@ -17,6 +17,7 @@
 // is chosen so that the launch has enough warps to keep every SM streaming: a 1024-row matrix
 // on 132 SMs would otherwise give each SM only 8 warps.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -55,6 +56,7 @@ bool norm_preload() {
   }();
   return on;
 }
+std::atomic<int> g_pinned{int(GemvKernel::Auto)};
 // The largest normalised input a block stages in shared memory (n rows × in × 2 bytes).
 constexpr size_t kMaxNormBytes = 96 * 1024;
 
@@ -323,6 +325,23 @@ int gemv_resident_blocks(const void* kernel, size_t smem) {
   }
   return it->second;
 }
+
+size_t allow_dynamic_smem(const void* kernel, size_t wanted) {
+  int device = 0, optin = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
+  HEARTH_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes fa{};
+  HEARTH_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  const size_t room = size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
+  const size_t allowed = std::min(wanted, room);
+  HEARTH_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(allowed)));
+  return allowed;
+}
+
+void gemv_set_kernel(GemvKernel k) { g_pinned.store(int(k), std::memory_order_relaxed); }
+GemvKernel gemv_pinned_kernel() { return GemvKernel(g_pinned.load(std::memory_order_relaxed)); }
 
 void gemv_init() {
   gemv_bulk_init();

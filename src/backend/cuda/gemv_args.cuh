@@ -2,6 +2,7 @@
 // the bulk-copy kernel (gemv_bulk.cu).
 #pragma once
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gemv.h"
 
 namespace hearth::cuda {
 
@@ -60,6 +61,11 @@ __device__ __forceinline__ void store_row(const GemvSeg& g, int act, int r, int6
     st(g.y, g.ydt, i, acc + b);
   }
 }
+
+// Raises `kernel`'s dynamic shared memory limit to `wanted` bytes, or to what the device allows
+// beside the kernel's static arrays if that is less (sm_89 allows 99 KB per block, sm_80 163 KB,
+// sm_90 227 KB); returns the limit set. Once per kernel, outside graph capture.
+size_t allow_dynamic_smem(const void* kernel, size_t wanted);
 
 // gemv_mma.cu: n ≤ 8 activation rows through the tensor-core kernel when it takes the call
 // (HEARTH_GEMV_MMA=1); false leaves it to gemv_kernel.

@@ -199,14 +199,21 @@ bool bulk_enabled() {
   }();
   return on;
 }
+// Whether this kernel takes the launch: pinned, or the environment's choice under Auto.
+bool chosen() {
+  const GemvKernel k = gemv_pinned_kernel();
+  return k == GemvKernel::Bulk || (k == GemvKernel::Auto && bulk_enabled());
+}
 // Shared memory per block (KB) the stages and x may take; HEARTH_GEMV_BULK_KB, for measurements.
+// The least of the four kernels' shared memory limits (gemv_bulk_init).
+size_t g_allowed = 0;
 size_t smem_budget() {
   static const size_t b = [] {
     const char* e = std::getenv("HEARTH_GEMV_BULK_KB");
     const long v = e ? std::atol(e) : 0;
     return v > 0 ? std::min(size_t(v) * 1024, kMaxSmem) : size_t(200) * 1024;
   }();
-  return b;
+  return std::min(b, g_allowed);
 }
 
 // The largest single bulk copy (HEARTH_GEMV_BULK_CHUNK_KB, for measurements; default: a whole
@@ -222,14 +229,14 @@ uint32_t copy_chunk() {
 
 template <bool GLU, bool NORM>
 void allow_smem() {
-  HEARTH_CUDA_CHECK(cudaFuncSetAttribute(
-      gemv_bulk_kernel<GLU, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+  const size_t allowed =
+      allow_dynamic_smem(reinterpret_cast<const void*>(gemv_bulk_kernel<GLU, NORM>), kMaxSmem);
+  g_allowed = g_allowed == 0 ? allowed : std::min(g_allowed, allowed);
 }
 
 }  // namespace
 
 void gemv_bulk_init() {
-  if (!bulk_enabled()) return;
   allow_smem<false, false>();
   allow_smem<false, true>();
   allow_smem<true, false>();
@@ -237,7 +244,7 @@ void gemv_bulk_init() {
 }
 
 bool gemv_bulk(Ctx& ctx, GemvArgs a, int64_t total_rows, bool glu) {
-  if (!bulk_enabled() || !ctx.pdl || total_rows < 1) return false;
+  if (!chosen() || !ctx.pdl || total_rows < 1) return false;
   const size_t row_bytes = size_t(a.in8) * 16;
   const size_t per_row = row_bytes * (glu ? 2 : 1);
   const size_t fixed = row_bytes + kMaxSlots * 8;  // x, the mbarriers

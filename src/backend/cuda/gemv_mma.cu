@@ -172,6 +172,11 @@ bool mma_enabled() {
   }();
   return on;
 }
+// Whether this kernel takes the launch: pinned, or the environment's choice under Auto.
+bool chosen() {
+  const GemvKernel k = gemv_pinned_kernel();
+  return k == GemvKernel::Mma || (k == GemvKernel::Auto && mma_enabled());
+}
 
 int env_int(const char* name, int fallback) {
   const char* e = std::getenv(name);
@@ -197,27 +202,29 @@ void for_variant(F&& f) {
     capped() ? f(gemv_mma_kernel<GLU, NORM, 4, kCap>) : f(gemv_mma_kernel<GLU, NORM, 4, 1>);
 }
 
+// The normalised input's largest size each NORM kernel (plain, GLU) may take: 96 KB, less where
+// the device allows less beside the kernel's static arrays (gemv_mma_init).
+size_t g_norm_bytes[2] = {0, 0};
+
 template <bool GLU>
 void allow_norm_smem() {
   for_variant<GLU, true>([](auto kernel) {
-    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(kMaxNormBytes)));
+    g_norm_bytes[GLU] = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxNormBytes);
   });
 }
 
 }  // namespace
 
 void gemv_mma_init() {
-  if (!mma_enabled()) return;
   allow_norm_smem<false>();
   allow_norm_smem<true>();
 }
 
 bool gemv_mma(Ctx& ctx, GemvArgs a, int64_t n, bool glu) {
-  if (!mma_enabled() || n < 1 || n > 8 || a.in8 >= (int64_t(1) << 31)) return false;
+  if (!chosen() || n < 1 || n > 8 || a.in8 >= (int64_t(1) << 31)) return false;
   const bool norm = a.norm_w != nullptr;
   const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
-  if (smem > kMaxNormBytes) return false;
+  if (smem > (norm ? g_norm_bytes[glu] : 0)) return false;
   // Tiles of 8 rows per segment, numbered across segments (first_block: a segment's first tile).
   int64_t tiles = 0;
   for (int i = 0; i < a.n_seg; ++i) {
