@@ -343,6 +343,20 @@ size_t allow_dynamic_smem(const void* kernel, size_t wanted) {
 void gemv_set_kernel(GemvKernel k) { g_pinned.store(int(k), std::memory_order_relaxed); }
 GemvKernel gemv_pinned_kernel() { return GemvKernel(g_pinned.load(std::memory_order_relaxed)); }
 
+bool gemv_takes(GemvKernel k) {
+  static const bool bulk_env = [] {
+    const char* e = std::getenv("HEARTH_GEMV_BULK");
+    return e && std::string(e) == "1";
+  }();
+  static const bool mma_env = [] {
+    const char* e = std::getenv("HEARTH_GEMV_MMA");
+    return e && std::string(e) == "1";
+  }();
+  const GemvKernel pinned = gemv_pinned_kernel();
+  if (pinned != GemvKernel::Auto) return pinned == k;
+  return (k == GemvKernel::Bulk && bulk_env) || (k == GemvKernel::Mma && mma_env);
+}
+
 void gemv_init() {
   gemv_bulk_init();
   gemv_mma_init();

@@ -62,6 +62,10 @@ __device__ __forceinline__ void store_row(const GemvSeg& g, int act, int r, int6
   }
 }
 
+// Whether the opt-in kernel k (Bulk or Mma) should take a launch it fits: pinned by
+// gemv_set_kernel, or under Auto its switch (HEARTH_GEMV_BULK=1, HEARTH_GEMV_MMA=1) set.
+bool gemv_takes(GemvKernel k);
+
 // Raises `kernel`'s dynamic shared memory limit to `wanted` bytes, or to what the device allows
 // beside the kernel's static arrays if that is less (sm_89 allows 99 KB per block, sm_80 163 KB,
 // sm_90 227 KB); returns the limit set. Once per kernel, outside graph capture.

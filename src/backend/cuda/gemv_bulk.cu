@@ -192,18 +192,6 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-bool bulk_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("HEARTH_GEMV_BULK");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-// Whether this kernel takes the launch: pinned, or the environment's choice under Auto.
-bool chosen() {
-  const GemvKernel k = gemv_pinned_kernel();
-  return k == GemvKernel::Bulk || (k == GemvKernel::Auto && bulk_enabled());
-}
 // Shared memory per block (KB) the stages and x may take; HEARTH_GEMV_BULK_KB, for measurements.
 // The least of the four kernels' shared memory limits (gemv_bulk_init).
 size_t g_allowed = 0;
@@ -244,7 +232,7 @@ void gemv_bulk_init() {
 }
 
 bool gemv_bulk(Ctx& ctx, GemvArgs a, int64_t total_rows, bool glu) {
-  if (!chosen() || !ctx.pdl || total_rows < 1) return false;
+  if (!gemv_takes(GemvKernel::Bulk) || !ctx.pdl || total_rows < 1) return false;
   const size_t row_bytes = size_t(a.in8) * 16;
   const size_t per_row = row_bytes * (glu ? 2 : 1);
   const size_t fixed = row_bytes + kMaxSlots * 8;  // x, the mbarriers

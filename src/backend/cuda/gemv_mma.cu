@@ -165,19 +165,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-bool mma_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("HEARTH_GEMV_MMA");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-// Whether this kernel takes the launch: pinned, or the environment's choice under Auto.
-bool chosen() {
-  const GemvKernel k = gemv_pinned_kernel();
-  return k == GemvKernel::Mma || (k == GemvKernel::Auto && mma_enabled());
-}
-
 int env_int(const char* name, int fallback) {
   const char* e = std::getenv(name);
   return e ? std::atoi(e) : fallback;
@@ -221,7 +208,7 @@ void gemv_mma_init() {
 }
 
 bool gemv_mma(Ctx& ctx, GemvArgs a, int64_t n, bool glu) {
-  if (!chosen() || n < 1 || n > 8 || a.in8 >= (int64_t(1) << 31)) return false;
+  if (!gemv_takes(GemvKernel::Mma) || n < 1 || n > 8 || a.in8 >= (int64_t(1) << 31)) return false;
   const bool norm = a.norm_w != nullptr;
   const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
   if (smem > (norm ? g_norm_bytes[glu] : 0)) return false;
