@@ -146,14 +146,14 @@ const std::pair<hearth::cuda::GemvKernel, const char*> kGemvKernels[] = {
 
 // hearth's own decode GEMVs (gemv.cu: the pinned kernel) over the same
 // layers, as the decode graph runs them: a graph of four launches per layer with programmatic
-// launch. Weights are a constant fill (the kernels' speed does not depend on the values).
+// launch (gemv_init has run). Weights are a constant fill (the kernels' speed does not depend on
+// the values).
 float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
   using namespace hearth::cuda;
   Ctx ctx;
   ctx.stream = s;
   ctx.sm_count = sms;
   ctx.pdl = true;
-  gemv_init();
   auto bf16 = [](void* p, std::initializer_list<int64_t> dims) {
     Ten t;
     t.p = p;
@@ -217,6 +217,8 @@ float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   const bool gemv_only = argc > 2 && std::string(argv[2]) == "gemv";
+  HEARTH_CUDA_CHECK(cudaSetDevice(0));
+  hearth::cuda::gemv_init();  // the GEMV kernels' shared-memory limits, once
   cudaDeviceProp prop{};
   HEARTH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int per_sm = 0;

@@ -32,21 +32,13 @@ namespace hearth::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kGemvWarps;
 // 16-byte loads per lane in flight per matrix, and the warps per SM the row split aims for:
 // 4 loads beat 8 on the H200 (session 2), and with the input norm and residual folded in, a
 // split aiming at 48 warps per SM beat 32, 64, 96 and 128 on the 8B (211.6 t/s against
 // 206.4 at 64) and matched 64 on the 0.6B and the 9B (PERFORMANCE.md, session 3).
-// HEARTH_GEMV_WARPS_PER_SM overrides it for measurements (read once).
+// HEARTH_GEMV_WARPS_PER_SM overrides it for measurements (read once; gemv_warps_per_sm).
 constexpr int kUnroll = 4;
-int warps_per_sm() {
-  static const int w = [] {
-    const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
-    const int v = e ? std::atoi(e) : 0;
-    return v > 0 ? v : 48;
-  }();
-  return w;
-}
 // HEARTH_GEMV_NORM_PRELOAD=0: NORM kernels only prefetch their first weights into L2 before
 // the wait (the session-4 behaviour), for measurements.
 bool norm_preload() {
@@ -57,29 +49,12 @@ bool norm_preload() {
   return on;
 }
 std::atomic<int> g_pinned{int(GemvKernel::Auto)};
-// The largest normalised input a block stages in shared memory (n rows × in × 2 bytes).
-constexpr size_t kMaxNormBytes = 96 * 1024;
 
 using Seg = GemvSeg;
 using Args = GemvArgs;
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// xs[r][i] = bf16(x[r][i] * inv_rms(x[r]) * (w[i] + offset)) for the block's N rows; the same
-// arithmetic as rms_norm (norm.cu), so the product sees the values the norm would have stored.
-template <int N>
-__device__ void normalise_input(const Args& a, uint4* xs) {
-  const float len = float(a.in8 * 8);
-  for (int r = 0; r < N; ++r) {
-    const uint4* xr = a.x + r * a.in8;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
-    const float inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
-    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x)
-      xs[r * a.in8 + i] = scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
-  }
 }
 
 template <int N, bool GLU, bool NORM>
@@ -123,7 +98,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     }
     pdl_wait();
     waited = true;
-    normalise_input<N>(a, xs);
+    normalise_input(a, N, xs);
     __syncthreads();
   }
   // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
@@ -202,24 +177,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
       }
       __syncthreads();  // part[] is rewritten by the next group
     }
-    if (live && lane == 0 && piece == 0) {
-      const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
-      if constexpr (GLU) {
-        const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
+    if (live && lane == 0 && piece == 0)
 #pragma unroll
-        for (int r = 0; r < N; ++r)
-          st(g.y, g.ydt, r * g.rows + row, activation_f(a.act, acc[r] + b) * (acc2[r] + b2));
-      } else if (g.resid) {
-#pragma unroll
-        for (int r = 0; r < N; ++r) {
-          const int64_t i = r * g.rows + row;
-          st(g.resid, g.rdt, i, ld(g.resid, g.rdt, i) + rounded(g.ydt, acc[r] + b) * g.rscale);
-        }
-      } else {
-#pragma unroll
-        for (int r = 0; r < N; ++r) st(g.y, g.ydt, r * g.rows + row, acc[r] + b);
-      }
-    }
+      for (int r = 0; r < N; ++r) store_row<GLU>(g, a.act, r, row, acc[r], acc2[r]);
   }
   if (!waited) pdl_wait();
 }
@@ -228,8 +188,7 @@ template <int N>
 void allow_norm_smem() {
   for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true>),
                         reinterpret_cast<const void*>(gemv_kernel<N, true, true>)})
-    HEARTH_CUDA_CHECK(
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxNormBytes)));
+    allow_dynamic_smem(k, kGemvMaxNormBytes);  // (its static arrays leave the 96 KB on sm_80+)
 }
 
 template <bool GLU>
@@ -302,10 +261,19 @@ void set_norm(Args& a, const GemvNorm& norm) {
 
 }  // namespace
 
+int gemv_warps_per_sm() {
+  static const int w = [] {
+    const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
+    const int v = e ? std::atoi(e) : 0;
+    return v > 0 ? v : 48;
+  }();
+  return w;
+}
+
 // Warps per row: enough warps in flight to cover the memory latency on every SM (the
 // warps_per_sm target), while each lane still gets at least two 16-byte loads.
 int gemv_split(const Ctx& ctx, int64_t rows, int64_t words) {
-  const int64_t target = int64_t(ctx.sm_count) * warps_per_sm();
+  const int64_t target = int64_t(ctx.sm_count) * gemv_warps_per_sm();
   int split = 1;
   while (split < kWarps && rows * split < target && words / (split * 2) >= 32 * 2) split *= 2;
   return split;
@@ -341,7 +309,6 @@ size_t allow_dynamic_smem(const void* kernel, size_t wanted) {
 }
 
 void gemv_set_kernel(GemvKernel k) { g_pinned.store(int(k), std::memory_order_relaxed); }
-GemvKernel gemv_pinned_kernel() { return GemvKernel(g_pinned.load(std::memory_order_relaxed)); }
 
 bool gemv_takes(GemvKernel k) {
   static const bool bulk_env = [] {
@@ -352,7 +319,7 @@ bool gemv_takes(GemvKernel k) {
     const char* e = std::getenv("HEARTH_GEMV_MMA");
     return e && std::string(e) == "1";
   }();
-  const GemvKernel pinned = gemv_pinned_kernel();
+  const auto pinned = GemvKernel(g_pinned.load(std::memory_order_relaxed));
   if (pinned != GemvKernel::Auto) return pinned == k;
   return (k == GemvKernel::Bulk && bulk_env) || (k == GemvKernel::Mma && mma_env);
 }
@@ -376,7 +343,7 @@ bool gemv_fits(const Ten& x, const Ten& w) {
 }
 
 bool gemv_norm_fits(const Ten& x, const Ten& norm_w) {
-  return norm_w.numel() == x.cols() && size_t(x.numel()) * 2 <= kMaxNormBytes;
+  return norm_w.numel() == x.cols() && size_t(x.numel()) * 2 <= kGemvMaxNormBytes;
 }
 
 void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs, const GemvNorm& norm) {

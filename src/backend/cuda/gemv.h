@@ -11,6 +11,5 @@ namespace hearth::cuda {
 // register kernel elsewhere. Process-wide; for tests and benchmarks, not for production use.
 enum class GemvKernel : int { Auto = 0, Register = 1, Bulk = 2, Mma = 3 };
 void gemv_set_kernel(GemvKernel k);
-GemvKernel gemv_pinned_kernel();
 
 }  // namespace hearth::cuda

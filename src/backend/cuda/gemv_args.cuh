@@ -6,6 +6,13 @@
 
 namespace hearth::cuda {
 
+// Every decode GEMV kernel runs blocks of this many warps; the input norm stages at most this
+// many bytes (n rows × in × 2) of normalised input in shared memory.
+constexpr int kGemvWarps = 8;
+constexpr size_t kGemvMaxNormBytes = 96 * 1024;
+// The warps per SM the kernels' work split aims for (48; HEARTH_GEMV_WARPS_PER_SM overrides).
+int gemv_warps_per_sm();
+
 struct GemvSeg {
   const uint4* w;   // [rows, in8]
   const uint4* w2;  // GLU: the up matrix, same shape
@@ -43,6 +50,21 @@ __device__ __forceinline__ int seg_of(const GemvArgs& a, int64_t i) {
   for (int k = 1; k < kGemvMaxSegs; ++k)
     if (k < a.n_seg && i >= a.seg[k].first_block) s = k;
   return s;
+}
+
+// xs[r][i] = bf16(x[r][i] · inv_rms(x[r]) · (w[i] + offset)) for the n activation rows, by the
+// whole block: the same arithmetic as rms_norm (norm.cu), so a product sees the values the norm
+// would have stored.
+__device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, uint4* xs) {
+  const float len = float(a.in8 * 8);
+  for (int r = 0; r < n; ++r) {
+    const uint4* xr = a.x + r * a.in8;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
+    const float inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x)
+      xs[r * a.in8 + i] = scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
+  }
 }
 
 // Stores activation row r's product for output row `row` of segment g, its bias added: the

@@ -37,8 +37,8 @@ namespace hearth::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-[[maybe_unused]] constexpr int kWarps = kThreads / 32;  // (the kernel body is sm_90 only)
+constexpr int kWarps = kGemvWarps;
+constexpr int kThreads = kWarps * 32;
 constexpr int kMaxSlots = 8;
 constexpr size_t kMaxSmem = 226 * 1024;  // sm_90: 227 KB per block, less the static arrays
 
@@ -129,11 +129,7 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
 
   if constexpr (NORM) {
-    float ss = 0.0f;
-    for (int64_t i = tid; i < in8; i += kThreads) ss = add_squares_bf16x8(a.x[i], ss);
-    const float inv = rsqrtf(block_sum(ss) / float(in8 * 8) + a.norm_eps);
-    for (int64_t i = tid; i < in8; i += kThreads)
-      xs[i] = scale_bf16x8(a.x[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
+    normalise_input(a, 1, xs);
   } else {
     for (int64_t i = tid; i < in8; i += kThreads) xs[i] = a.x[i];
   }

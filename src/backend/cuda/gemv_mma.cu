@@ -31,10 +31,8 @@ namespace hearth::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr size_t kMaxNormBytes = 96 * 1024;  // gemv.cu's limit for the normalised input
-constexpr int kTargetWarpsPerSm = 48;        // as gemv.cu's default split
+constexpr int kWarps = kGemvWarps;
+constexpr int kThreads = kWarps * 32;
 
 // d += a · b for one m16n8k16 tile; a: x's fragment (rows g+8 zero), b: the weights'.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0,
@@ -91,15 +89,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   pdl_wait();
   const uint4* x = a.x;
   if constexpr (NORM) {
-    const float cols = float(in8 * 8);
-    for (int r = 0; r < n; ++r) {
-      const uint4* xr = a.x + r * in8;
-      float ss = 0.0f;
-      for (int64_t i = threadIdx.x; i < in8; i += kThreads) ss = add_squares_bf16x8(xr[i], ss);
-      const float inv = rsqrtf(block_sum(ss) / cols + a.norm_eps);
-      for (int64_t i = threadIdx.x; i < in8; i += kThreads)
-        xs[r * in8 + i] = scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
-    }
+    normalise_input(a, n, xs);
     __syncthreads();
     x = xs;
   }
@@ -196,7 +186,8 @@ size_t g_norm_bytes[2] = {0, 0};
 template <bool GLU>
 void allow_norm_smem() {
   for_variant<GLU, true>([](auto kernel) {
-    g_norm_bytes[GLU] = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxNormBytes);
+    g_norm_bytes[GLU] =
+        allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kGemvMaxNormBytes);
   });
 }
 
@@ -219,7 +210,7 @@ bool gemv_mma(Ctx& ctx, GemvArgs a, int64_t n, bool glu) {
     tiles += (a.seg[i].rows + 7) / 8;
   }
   // Warps per tile: enough warps for every SM, while each lane keeps a full batch of loads.
-  const int64_t target = int64_t(ctx.sm_count) * kTargetWarpsPerSm;
+  const int64_t target = int64_t(ctx.sm_count) * gemv_warps_per_sm();
   int W = 1;
   while (W < kWarps && tiles * W < target && a.in8 >= int64_t(16) * (2 * W)) W *= 2;
   a.split = W;
