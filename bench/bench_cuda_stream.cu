@@ -10,11 +10,13 @@
 //             before griddepcontrol.wait), as hearth's decode GEMVs run
 //   barrier   one persistent kernel, a grid barrier (release add, acquire polling) per matrix,
 //             as hearth's one-kernel decode step runs
-//   register, bulk, mma   hearth's own decode GEMV kernels (backend/cuda/gemv.h) over the same
+//   register, bulk, mma, ring   hearth's own decode GEMV kernels (backend/cuda/gemv.h) over the
+//   same
 //             matrices: four launches per layer with the input norm, GLU and residual adds
 // Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes).
-// Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only hearth's rows, e.g. to compare the
-// HEARTH_GEMV_MMA_* variants run by run; built only with CUDA; CUDA events; median of reps)
+// Usage: bench_cuda_stream [reps] [gemv [kernels]]   ("gemv": only hearth's rows, e.g. to compare
+// variants run by run; kernels: a comma list of register, bulk, mma, ring, default all; built
+// only with CUDA; CUDA events; median of reps)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -142,7 +144,9 @@ struct Model {
 const std::pair<hearth::cuda::GemvKernel, const char*> kGemvKernels[] = {
     {hearth::cuda::GemvKernel::Register, "register"},
     {hearth::cuda::GemvKernel::Bulk, "bulk"},
-    {hearth::cuda::GemvKernel::Mma, "mma"}};
+    {hearth::cuda::GemvKernel::Mma, "mma"},
+    {hearth::cuda::GemvKernel::Ring, "ring"},
+    {hearth::cuda::GemvKernel::Even, "even"}};
 
 // hearth's own decode GEMVs (gemv.cu: the pinned kernel) over the same
 // layers, as the decode graph runs them: a graph of four launches per layer with programmatic
@@ -154,6 +158,8 @@ float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
   ctx.stream = s;
   ctx.sm_count = sms;
   ctx.pdl = true;
+  HEARTH_CUDA_CHECK(cudaMalloc(&ctx.gemv_ws, gemv_workspace_bytes(sms)));
+  HEARTH_CUDA_CHECK(cudaMemset(ctx.gemv_ws, 0, gemv_workspace_bytes(sms)));
   auto bf16 = [](void* p, std::initializer_list<int64_t> dims) {
     Ten t;
     t.p = p;
@@ -209,6 +215,7 @@ float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
   cudaGraphExecDestroy(e);
   cudaGraphDestroy(g);
   for (void* p : owned) cudaFree(p);
+  cudaFree(ctx.gemv_ws);
   return ms;
 }
 
@@ -217,6 +224,8 @@ float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   const bool gemv_only = argc > 2 && std::string(argv[2]) == "gemv";
+  const std::string only =
+      argc > 3 ? argv[3] : "";  // gemv: the kernels to run, e.g. "register,ring"
   HEARTH_CUDA_CHECK(cudaSetDevice(0));
   hearth::cuda::gemv_init();  // the GEMV kernels' shared-memory limits, once
   cudaDeviceProp prop{};
@@ -266,6 +275,9 @@ int main(int argc, char** argv) {
       double gb = 0;
       for (double v : mb) gb += v * m.layers / 1e3;
       for (const auto& [kernel, name] : kGemvKernels) {
+        if (!only.empty() &&
+            ("," + only + ",").find("," + std::string(name) + ",") == std::string::npos)
+          continue;
         hearth::cuda::gemv_set_kernel(kernel);
         const float ms = gemv_chain_ms(s, prop.multiProcessorCount, reps, m);
         std::printf("%s: %-8s %8.3f ms  %5.2f TB/s  %4.1f %% of 4.3\n", m.name, name, ms, gb / ms,

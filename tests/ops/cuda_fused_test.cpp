@@ -57,7 +57,9 @@ void for_each_gemv_kernel(const std::function<void(const std::string&)>& body) {
   const std::pair<cuda::GemvKernel, const char*> kernels[] = {
       {cuda::GemvKernel::Register, " [register]"},
       {cuda::GemvKernel::Bulk, " [bulk]"},
-      {cuda::GemvKernel::Mma, " [mma]"}};
+      {cuda::GemvKernel::Mma, " [mma]"},
+      {cuda::GemvKernel::Ring, " [ring]"},
+      {cuda::GemvKernel::Even, " [even]"}};
   for (const auto& [kernel, name] : kernels) {
     cuda::gemv_set_kernel(kernel);
     body(name);

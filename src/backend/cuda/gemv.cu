@@ -193,7 +193,8 @@ void allow_norm_smem() {
 
 template <bool GLU>
 void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
-  if (gemv_mma(ctx, a, n, GLU) || (n == 1 && gemv_bulk(ctx, a, total_rows, GLU))) {
+  if (gemv_even(ctx, a, n, GLU, total_rows) || gemv_mma(ctx, a, n, GLU) ||
+      (n == 1 && gemv_bulk(ctx, a, total_rows, GLU))) {
     HEARTH_CUDA_LAUNCHED();
     return;
   }
@@ -203,6 +204,10 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   for (int i = 0; i < a.n_seg; ++i) {
     a.seg[i].first_block = blocks;
     blocks += (a.seg[i].rows + rows_per_block - 1) / rows_per_block;
+  }
+  if (gemv_ring(ctx, a, n, GLU, blocks)) {
+    HEARTH_CUDA_LAUNCHED();
+    return;
   }
   const bool norm = a.norm_w != nullptr;
   a.preload = norm_preload() ? 1 : 0;
@@ -319,14 +324,25 @@ bool gemv_takes(GemvKernel k) {
     const char* e = std::getenv("HEARTH_GEMV_MMA");
     return e && std::string(e) == "1";
   }();
+  static const bool ring_env = [] {
+    const char* e = std::getenv("HEARTH_GEMV_RING");
+    return e && std::string(e) == "1";
+  }();
+  static const bool even_env = [] {
+    const char* e = std::getenv("HEARTH_GEMV_EVEN");
+    return e && std::string(e) == "1";
+  }();
   const auto pinned = GemvKernel(g_pinned.load(std::memory_order_relaxed));
   if (pinned != GemvKernel::Auto) return pinned == k;
-  return (k == GemvKernel::Bulk && bulk_env) || (k == GemvKernel::Mma && mma_env);
+  return (k == GemvKernel::Bulk && bulk_env) || (k == GemvKernel::Mma && mma_env) ||
+         (k == GemvKernel::Ring && ring_env) || (k == GemvKernel::Even && even_env);
 }
 
 void gemv_init() {
   gemv_bulk_init();
   gemv_mma_init();
+  gemv_ring_init();
+  gemv_even_init();
   allow_norm_smem<1>();
   allow_norm_smem<2>();
   allow_norm_smem<3>();

@@ -9,7 +9,7 @@ namespace hearth::cuda {
 // Auto: the environment's choice (the register kernel unless a switch above is set). A pinned
 // kernel runs wherever it applies (Bulk: one activation row on sm_90; Mma: up to 8 rows) and the
 // register kernel elsewhere. Process-wide; for tests and benchmarks, not for production use.
-enum class GemvKernel : int { Auto = 0, Register = 1, Bulk = 2, Mma = 3 };
+enum class GemvKernel : int { Auto = 0, Register = 1, Bulk = 2, Mma = 3, Ring = 4, Even = 5 };
 void gemv_set_kernel(GemvKernel k);
 
 }  // namespace hearth::cuda

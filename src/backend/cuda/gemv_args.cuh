@@ -104,4 +104,16 @@ void gemv_mma_init();
 bool gemv_bulk(Ctx& ctx, GemvArgs a, int64_t total_rows, bool glu);
 void gemv_bulk_init();
 
+// gemv_ring.cu: n ≤ 8 activation rows through the cp.async-ring kernel when it takes the call
+// (HEARTH_GEMV_RING=1); `a` as gemv_kernel takes it (split and row groups set), n_groups its
+// row groups. false leaves it to gemv_kernel.
+bool gemv_ring(Ctx& ctx, const GemvArgs& a, int64_t n, bool glu, int64_t n_groups);
+void gemv_ring_init();
+
+// gemv_even.cu: n ≤ 8 activation rows through the even-split kernel when it takes the call
+// (HEARTH_GEMV_EVEN=1, ctx.gemv_ws set); total_rows: the rows of all segments. false leaves it
+// to gemv_kernel.
+bool gemv_even(Ctx& ctx, GemvArgs a, int64_t n, bool glu, int64_t total_rows);
+void gemv_even_init();
+
 }  // namespace hearth::cuda
