@@ -57,9 +57,30 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-template <int N, bool GLU, bool NORM>
+// dot8 with the second word already in f32 (x0: elements 0-3, x1: 4-7): the same terms, summed
+// in the same order, so the same result.
+__device__ __forceinline__ float dot8_f32(const uint4& a, const float4& x0, const float4& x1) {
+  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const float2 xb[4] = {{x0.x, x0.y}, {x0.z, x0.w}, {x1.x, x1.y}, {x1.z, x1.w}};
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 fa = __bfloat1622float2(pa[j]);
+    s = fmaf(fa.x, xb[j].x, s);
+    s = fmaf(fa.y, xb[j].y, s);
+  }
+  return s;
+}
+
+// kMode (NORM kernels, measurements; HEARTH_GEMV_MODE for one activation row): bit 0 keeps the
+// normalised input in shared memory as f32 (no conversion in the inner loop, twice the shared
+// reads), bit 1 drops the register preload (first weights only requested into L2) so the
+// kernel needs fewer registers and more blocks fit on an SM.
+template <int N, bool GLU, bool NORM, int kMode = 0>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t n_groups) {
-  extern __shared__ uint4 xs[];  // NORM: the normalised input [N][in8]
+  constexpr bool kXf32 = NORM && (kMode & 1), kLean = NORM && (kMode & 2);
+  extern __shared__ uint4 xs[];  // NORM: the normalised input [N][in8] (kXf32: f32, [N][in8][2])
+  float4* xsf = reinterpret_cast<float4*>(xs);
   __shared__ float part[kWarps][GLU ? 2 * N : N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows_per_block = kWarps / a.split;
@@ -72,12 +93,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   // NORM: the block's first batch of weights, loaded into registers before the wait (the
   // whole block normalises x after it, so without them no weight would be in flight until the
   // normalised row is in shared memory). a.preload = 0 only requests them into L2.
-  uint4 pre_w[kUnroll], pre_u[GLU ? kUnroll : 1];
+  uint4 pre_w[kLean ? 1 : kUnroll], pre_u[GLU && !kLean ? kUnroll : 1];
   bool preloaded = false;
   if constexpr (NORM) {
     const Seg& g = a.seg[seg_of(a, blockIdx.x)];
     const int64_t row = (blockIdx.x - g.first_block) * rows_per_block + slot;
-    if (row < g.rows && a.preload) {
+    if constexpr (kLean) {
+    } else if (row < g.rows && a.preload) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c_lo + lane + u * 32;
@@ -98,7 +120,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     }
     pdl_wait();
     waited = true;
-    normalise_input(a, N, xs);
+    if constexpr (kXf32)
+      normalise_input(a, N, [&](int r, int64_t i, const uint4& v) {
+        float f[8];
+        bf16x8_to_f32(v, f);
+        xsf[(r * a.in8 + i) * 2] = make_float4(f[0], f[1], f[2], f[3]);
+        xsf[(r * a.in8 + i) * 2 + 1] = make_float4(f[4], f[5], f[6], f[7]);
+      });
+    else
+      normalise_input(a, N, xs);
     __syncthreads();
   }
   // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
@@ -121,9 +151,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32;
-        if (preloaded) {
-          wv[u] = pre_w[u];
-          if constexpr (GLU) uv[u] = pre_u[u];
+        if (!kLean && preloaded) {
+          wv[u] = pre_w[kLean ? 0 : u];
+          if constexpr (GLU && !kLean) uv[u] = pre_u[u];
         } else {
           wv[u] = c < c_hi ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
           if constexpr (GLU) uv[u] = c < c_hi ? ld_stream(ur + c) : make_uint4(0, 0, 0, 0);
@@ -140,9 +170,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
         if (c < c_hi) {
 #pragma unroll
           for (int r = 0; r < N; ++r) {
-            const uint4 xv = NORM ? xs[r * a.in8 + c] : a.x[r * a.in8 + c];
-            acc[r] += dot8(wv[u], xv);
-            if constexpr (GLU) acc2[r] += dot8(uv[u], xv);
+            if constexpr (kXf32) {
+              const float4 x0 = xsf[(r * a.in8 + c) * 2], x1 = xsf[(r * a.in8 + c) * 2 + 1];
+              acc[r] += dot8_f32(wv[u], x0, x1);
+              if constexpr (GLU) acc2[r] += dot8_f32(uv[u], x0, x1);
+            } else {
+              const uint4 xv = NORM ? xs[r * a.in8 + c] : a.x[r * a.in8 + c];
+              acc[r] += dot8(wv[u], xv);
+              if constexpr (GLU) acc2[r] += dot8(uv[u], xv);
+            }
           }
         }
       }
@@ -189,6 +225,25 @@ void allow_norm_smem() {
   for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true>),
                         reinterpret_cast<const void*>(gemv_kernel<N, true, true>)})
     allow_dynamic_smem(k, kGemvMaxNormBytes);  // (its static arrays leave the 96 KB on sm_80+)
+  if constexpr (N == 1) {
+    for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<1, false, true, 1>),
+                          reinterpret_cast<const void*>(gemv_kernel<1, true, true, 1>),
+                          reinterpret_cast<const void*>(gemv_kernel<1, false, true, 2>),
+                          reinterpret_cast<const void*>(gemv_kernel<1, true, true, 2>),
+                          reinterpret_cast<const void*>(gemv_kernel<1, false, true, 3>),
+                          reinterpret_cast<const void*>(gemv_kernel<1, true, true, 3>)})
+      allow_dynamic_smem(k, kGemvMaxNormBytes);
+  }
+}
+
+// HEARTH_GEMV_MODE=0..3: gemv_kernel's kMode for one-row NORM launches (read once).
+int norm_mode() {
+  static const int m = [] {
+    const char* e = std::getenv("HEARTH_GEMV_MODE");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 0 && v <= 3 ? v : 0;
+  }();
+  return m;
 }
 
 template <bool GLU>
@@ -211,7 +266,8 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   }
   const bool norm = a.norm_w != nullptr;
   a.preload = norm_preload() ? 1 : 0;
-  const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
+  const int mode = norm && n == 1 && size_t(a.in8) * 32 <= kGemvMaxNormBytes ? norm_mode() : 0;
+  const size_t smem = norm ? size_t(n) * size_t(a.in8) * ((mode & 1) ? 32 : 16) : 0;
   auto go = [&](auto kernel) {
     const int64_t resident =
         int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
@@ -220,7 +276,11 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   };
   auto by_norm = [&](auto n_rows) {
     constexpr int N = decltype(n_rows)::value;
-    if (norm)
+    if (norm && N == 1 && mode != 0)
+      mode == 1   ? go(gemv_kernel<1, GLU, true, 1>)
+      : mode == 2 ? go(gemv_kernel<1, GLU, true, 2>)
+                  : go(gemv_kernel<1, GLU, true, 3>);
+    else if (norm)
       go(gemv_kernel<N, GLU, true>);
     else
       go(gemv_kernel<N, GLU, false>);

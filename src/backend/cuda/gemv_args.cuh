@@ -55,7 +55,9 @@ __device__ __forceinline__ int seg_of(const GemvArgs& a, int64_t i) {
 // xs[r][i] = bf16(x[r][i] · inv_rms(x[r]) · (w[i] + offset)) for the n activation rows, by the
 // whole block: the same arithmetic as rms_norm (norm.cu), so a product sees the values the norm
 // would have stored.
-__device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, uint4* xs) {
+// Store(r, i, word) puts word i of row r wherever the kernel keeps it.
+template <typename Store>
+__device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, Store store) {
   const float len = float(a.in8 * 8);
   for (int r = 0; r < n; ++r) {
     const uint4* xr = a.x + r * a.in8;
@@ -63,8 +65,11 @@ __device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, uint4*
     for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
     const float inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
     for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x)
-      xs[r * a.in8 + i] = scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
+      store(r, i, scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset));
   }
+}
+__device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, uint4* xs) {
+  normalise_input(a, n, [&](int r, int64_t i, const uint4& v) { xs[r * a.in8 + i] = v; });
 }
 
 // Stores activation row r's product for output row `row` of segment g, its bias added: the
