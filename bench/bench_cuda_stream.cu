@@ -10,13 +10,11 @@
 //             before griddepcontrol.wait), as hearth's decode GEMVs run
 //   barrier   one persistent kernel, a grid barrier (release add, acquire polling) per matrix,
 //             as hearth's one-kernel decode step runs
-//   register, bulk, mma, ring   hearth's own decode GEMV kernels (backend/cuda/gemv.h) over the
-//   same
-//             matrices: four launches per layer with the input norm, GLU and residual adds
+//   hearth    hearth's own decode GEMVs (gemv.cu, the kernel the environment selects) over the
+//             same matrices: four launches per layer with the input norm, GLU and residual adds
 // Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes).
-// Usage: bench_cuda_stream [reps] [gemv [kernels]]   ("gemv": only hearth's rows, e.g. to compare
-// variants run by run; kernels: a comma list of register, bulk, mma, ring, default all; built
-// only with CUDA; CUDA events; median of reps)
+// Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only the hearth row, e.g. to compare
+// HEARTH_GEMV_* settings run by run; built only with CUDA; CUDA events; median of reps)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -26,7 +24,6 @@
 #include <vector>
 
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/gemv.h"
 
 using hearth::cuda::ld_stream;
 
@@ -140,26 +137,15 @@ struct Model {
   }
 };
 
-// hearth's decode GEMV kernels, each pinned in turn (backend/cuda/gemv.h).
-const std::pair<hearth::cuda::GemvKernel, const char*> kGemvKernels[] = {
-    {hearth::cuda::GemvKernel::Register, "register"},
-    {hearth::cuda::GemvKernel::Bulk, "bulk"},
-    {hearth::cuda::GemvKernel::Mma, "mma"},
-    {hearth::cuda::GemvKernel::Ring, "ring"},
-    {hearth::cuda::GemvKernel::Even, "even"}};
-
-// hearth's own decode GEMVs (gemv.cu: the pinned kernel) over the same
+// hearth's own decode GEMVs (gemv.cu: whichever kernel the environment selects) over the same
 // layers, as the decode graph runs them: a graph of four launches per layer with programmatic
-// launch (gemv_init has run). Weights are a constant fill (the kernels' speed does not depend on
-// the values).
+// launch (gemv_init has run). Weights are a constant fill (the kernels' speed does not depend on the values).
 float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
   using namespace hearth::cuda;
   Ctx ctx;
   ctx.stream = s;
   ctx.sm_count = sms;
   ctx.pdl = true;
-  HEARTH_CUDA_CHECK(cudaMalloc(&ctx.gemv_ws, gemv_workspace_bytes(sms)));
-  HEARTH_CUDA_CHECK(cudaMemset(ctx.gemv_ws, 0, gemv_workspace_bytes(sms)));
   auto bf16 = [](void* p, std::initializer_list<int64_t> dims) {
     Ten t;
     t.p = p;
@@ -215,7 +201,6 @@ float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
   cudaGraphExecDestroy(e);
   cudaGraphDestroy(g);
   for (void* p : owned) cudaFree(p);
-  cudaFree(ctx.gemv_ws);
   return ms;
 }
 
@@ -224,8 +209,6 @@ float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   const bool gemv_only = argc > 2 && std::string(argv[2]) == "gemv";
-  const std::string only =
-      argc > 3 ? argv[3] : "";  // gemv: the kernels to run, e.g. "register,ring"
   HEARTH_CUDA_CHECK(cudaSetDevice(0));
   hearth::cuda::gemv_init();  // the GEMV kernels' shared-memory limits, once
   cudaDeviceProp prop{};
@@ -274,15 +257,9 @@ int main(int argc, char** argv) {
     if (gemv_only) {
       double gb = 0;
       for (double v : mb) gb += v * m.layers / 1e3;
-      for (const auto& [kernel, name] : kGemvKernels) {
-        if (!only.empty() &&
-            ("," + only + ",").find("," + std::string(name) + ",") == std::string::npos)
-          continue;
-        hearth::cuda::gemv_set_kernel(kernel);
-        const float ms = gemv_chain_ms(s, prop.multiProcessorCount, reps, m);
-        std::printf("%s: %-8s %8.3f ms  %5.2f TB/s  %4.1f %% of 4.3\n", m.name, name, ms, gb / ms,
-                    100.0 * gb / ms / 4.3);
-      }
+      const float ms = gemv_chain_ms(s, prop.multiProcessorCount, reps, m);
+      std::printf("%s: hearth GEMVs %8.3f ms  %5.2f TB/s  %4.1f %% of 4.3\n", m.name, ms, gb / ms,
+                  100.0 * gb / ms / 4.3);
       continue;
     }
     std::vector<size_t> words;
@@ -363,10 +340,7 @@ int main(int argc, char** argv) {
     cudaFree(base);
     cudaFree(d_starts);
     cudaFree(d_words);
-    for (const auto& [kernel, name] : kGemvKernels) {
-      hearth::cuda::gemv_set_kernel(kernel);
-      report(name, gemv_chain_ms(s, prop.multiProcessorCount, reps, m));
-    }
+    report("hearth", gemv_chain_ms(s, prop.multiProcessorCount, reps, m));
   }
   return 0;
 }

@@ -1,8 +1,8 @@
 // The CUDA backend's fused decode ops (linear_many and linear_glu with and without the input
-// norm folded in, linear_residual — each through every decode GEMV kernel — qk_norm_rope_store)
-// against the CPU backend's composed forms, and pick_token against the host picker. Same error
-// measure as cuda_ops_test.cpp: max |gpu - cpu| / (|cpu| + rms(cpu)), 1e-2 for bf16 outputs; inputs
-// are bf16-representable random values, outputs poisoned with NaN. Skipped without a GPU.
+// norm folded in, linear_residual, qk_norm_rope_store) against the CPU backend's composed forms,
+// and pick_token against the host picker. Same error measure as cuda_ops_test.cpp: max |gpu - cpu|
+// / (|cpu| + rms(cpu)), 1e-2 for bf16 outputs; inputs are bf16-representable random values, outputs
+// poisoned with NaN. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +18,6 @@
 
 #ifdef HEARTH_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/gemv.h"
 #include "cuda_test_util.h"
 
 namespace hearth {
@@ -48,24 +47,6 @@ Tensor cpu_normalised(Backend& cpu, auto& scratch, const Tensor& x, const Backen
   return scratch.c;
 }
 
-// Runs body once per decode GEMV kernel (backend/cuda/gemv.h) with the kernel's name; where a
-// pinned kernel does not apply, the register kernel runs. Auto again afterwards.
-void for_each_gemv_kernel(const std::function<void(const std::string&)>& body) {
-  struct Reset {
-    ~Reset() { cuda::gemv_set_kernel(cuda::GemvKernel::Auto); }
-  } reset;
-  const std::pair<cuda::GemvKernel, const char*> kernels[] = {
-      {cuda::GemvKernel::Register, " [register]"},
-      {cuda::GemvKernel::Bulk, " [bulk]"},
-      {cuda::GemvKernel::Mma, " [mma]"},
-      {cuda::GemvKernel::Ring, " [ring]"},
-      {cuda::GemvKernel::Even, " [even]"}};
-  for (const auto& [kernel, name] : kernels) {
-    cuda::gemv_set_kernel(kernel);
-    body(name);
-  }
-}
-
 std::string norm_name(const NormCase& nc) {
   if (!nc.on) return " no-norm";
   return std::string(" norm(") + (nc.gain_dtype == DType::F32 ? "f32" : "bf16") + ", offset " +
@@ -87,92 +68,86 @@ TEST_F(CudaFused, LinearMany) {
                                    {5, 64, {7}, false},
                                    {8, 8192, {300}, false}};
   uint32_t seed = 1;
-  for_each_gemv_kernel([&](const std::string& kernel) {
-    for (const auto& c : cases) {
-      for (const NormCase& nc : kNormCases) {
-        auto x = make({c.n, c.in}, randn(size_t(c.n * c.in), seed++));
-        auto gain = make({c.in}, randn(size_t(c.in), seed++, 0.1f), nc.gain_dtype);
-        auto scratch = out({c.n, c.in});
-        std::vector<Pair> ws, bs, ys;
-        for (int64_t rows : c.outs) {
-          ws.push_back(make({rows, c.in}, randn(size_t(rows * c.in), seed++, 0.05f)));
-          bs.push_back(c.bias ? make({rows}, randn(size_t(rows), seed++)) : Pair());
-          ys.push_back(out({c.n, rows}));
-        }
-        std::vector<Backend::LinearOut> g, h;
-        for (size_t i = 0; i < c.outs.size(); ++i) {
-          g.push_back({ys[i].g, ws[i].g, bs[i].g});
-          h.push_back({ys[i].c, ws[i].c, bs[i].c});
-        }
-        const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
-        const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
-        gpu_->linear_many(x.g, g.data(), int(g.size()), nc.on ? &gn : nullptr);
-        cpu_->linear_many(nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c, h.data(),
-                          int(h.size()), nullptr);
-        for (size_t i = 0; i < c.outs.size(); ++i)
-          expect_close(ys[i], kBf16Tol,
-                       "linear_many n=" + std::to_string(c.n) + " in=" + std::to_string(c.in) +
-                           " out=" + std::to_string(c.outs[i]) + norm_name(nc) + kernel);
-        expect_close(x, 1e-12, "linear_many leaves its input alone" + norm_name(nc) + kernel);
+  for (const auto& c : cases) {
+    for (const NormCase& nc : kNormCases) {
+      auto x = make({c.n, c.in}, randn(size_t(c.n * c.in), seed++));
+      auto gain = make({c.in}, randn(size_t(c.in), seed++, 0.1f), nc.gain_dtype);
+      auto scratch = out({c.n, c.in});
+      std::vector<Pair> ws, bs, ys;
+      for (int64_t rows : c.outs) {
+        ws.push_back(make({rows, c.in}, randn(size_t(rows * c.in), seed++, 0.05f)));
+        bs.push_back(c.bias ? make({rows}, randn(size_t(rows), seed++)) : Pair());
+        ys.push_back(out({c.n, rows}));
       }
+      std::vector<Backend::LinearOut> g, h;
+      for (size_t i = 0; i < c.outs.size(); ++i) {
+        g.push_back({ys[i].g, ws[i].g, bs[i].g});
+        h.push_back({ys[i].c, ws[i].c, bs[i].c});
+      }
+      const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
+      const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
+      gpu_->linear_many(x.g, g.data(), int(g.size()), nc.on ? &gn : nullptr);
+      cpu_->linear_many(nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c, h.data(),
+                        int(h.size()), nullptr);
+      for (size_t i = 0; i < c.outs.size(); ++i)
+        expect_close(ys[i], kBf16Tol,
+                     "linear_many n=" + std::to_string(c.n) + " in=" + std::to_string(c.in) +
+                         " out=" + std::to_string(c.outs[i]) + norm_name(nc));
+      expect_close(x, 1e-12, "linear_many leaves its input alone" + norm_name(nc));
     }
-  });
+  }
 }
 
 TEST_F(CudaFused, LinearGlu) {
   uint32_t seed = 50;
-  for_each_gemv_kernel([&](const std::string& kernel) {
-    for (Activation act : {Activation::Silu, Activation::GeluTanh, Activation::Gelu}) {
-      for (int64_t n : {1, 5, 8}) {
-        for (int64_t ff : {17, 3072}) {
-          for (const NormCase& nc : kNormCases) {
-            const int64_t in = 1024;
-            auto x = make({n, in}, randn(size_t(n * in), seed++));
-            auto gain = make({in}, randn(size_t(in), seed++, 0.1f), nc.gain_dtype);
-            auto scratch = out({n, in});
-            auto wg = make({ff, in}, randn(size_t(ff * in), seed++, 0.05f));
-            auto wu = make({ff, in}, randn(size_t(ff * in), seed++, 0.05f));
-            auto bg = make({ff}, randn(size_t(ff), seed++));
-            auto y = out({n, ff}), up = out({n, ff});
-            const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
-            const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
-            gpu_->linear_glu(y.g, up.g, x.g, {y.g, wg.g, bg.g}, {up.g, wu.g, Tensor()}, act,
-                             nc.on ? &gn : nullptr);
-            cpu_->linear_glu(y.c, up.c, nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c,
-                             {y.c, wg.c, bg.c}, {up.c, wu.c, Tensor()}, act, nullptr);
-            expect_close(y, kBf16Tol,
-                         "linear_glu act=" + std::to_string(int(act)) + " n=" + std::to_string(n) +
-                             " ff=" + std::to_string(ff) + norm_name(nc) + kernel);
-          }
+  for (Activation act : {Activation::Silu, Activation::GeluTanh, Activation::Gelu}) {
+    for (int64_t n : {1, 5, 8}) {
+      for (int64_t ff : {17, 3072}) {
+        for (const NormCase& nc : kNormCases) {
+          const int64_t in = 1024;
+          auto x = make({n, in}, randn(size_t(n * in), seed++));
+          auto gain = make({in}, randn(size_t(in), seed++, 0.1f), nc.gain_dtype);
+          auto scratch = out({n, in});
+          auto wg = make({ff, in}, randn(size_t(ff * in), seed++, 0.05f));
+          auto wu = make({ff, in}, randn(size_t(ff * in), seed++, 0.05f));
+          auto bg = make({ff}, randn(size_t(ff), seed++));
+          auto y = out({n, ff}), up = out({n, ff});
+          const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
+          const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
+          gpu_->linear_glu(y.g, up.g, x.g, {y.g, wg.g, bg.g}, {up.g, wu.g, Tensor()}, act,
+                           nc.on ? &gn : nullptr);
+          cpu_->linear_glu(y.c, up.c, nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c,
+                           {y.c, wg.c, bg.c}, {up.c, wu.c, Tensor()}, act, nullptr);
+          expect_close(y, kBf16Tol,
+                       "linear_glu act=" + std::to_string(int(act)) + " n=" + std::to_string(n) +
+                           " ff=" + std::to_string(ff) + norm_name(nc));
         }
       }
     }
-  });
+  }
 }
 
 // x += (in · wᵀ + bias) * scale: the GEMV epilogue (n ≤ 8), the GEMM's accumulate (n > 8, no
 // bias) and the composed form (n > 8 with a bias).
 TEST_F(CudaFused, LinearResidual) {
   uint32_t seed = 80;
-  for_each_gemv_kernel([&](const std::string& kernel) {
-    for (int64_t n : {1, 7, 33}) {
-      for (int64_t out_dim : {1024, 4096}) {
-        for (bool bias : {false, true}) {
-          const int64_t in = 2048;
-          auto x = make({n, out_dim}, randn(size_t(n * out_dim), seed++));
-          auto a = make({n, in}, randn(size_t(n * in), seed++));
-          auto w = make({out_dim, in}, randn(size_t(out_dim * in), seed++, 0.05f));
-          auto b = bias ? make({out_dim}, randn(size_t(out_dim), seed++)) : Pair();
-          auto y = out({n, out_dim});
-          gpu_->linear_residual(x.g, a.g, {y.g, w.g, b.g}, 0.5f);
-          cpu_->linear_residual(x.c, a.c, {y.c, w.c, b.c}, 0.5f);
-          expect_close(x, kBf16Tol,
-                       "linear_residual n=" + std::to_string(n) +
-                           " out=" + std::to_string(out_dim) + (bias ? " bias" : "") + kernel);
-        }
+  for (int64_t n : {1, 7, 33}) {
+    for (int64_t out_dim : {1024, 4096}) {
+      for (bool bias : {false, true}) {
+        const int64_t in = 2048;
+        auto x = make({n, out_dim}, randn(size_t(n * out_dim), seed++));
+        auto a = make({n, in}, randn(size_t(n * in), seed++));
+        auto w = make({out_dim, in}, randn(size_t(out_dim * in), seed++, 0.05f));
+        auto b = bias ? make({out_dim}, randn(size_t(out_dim), seed++)) : Pair();
+        auto y = out({n, out_dim});
+        gpu_->linear_residual(x.g, a.g, {y.g, w.g, b.g}, 0.5f);
+        cpu_->linear_residual(x.c, a.c, {y.c, w.c, b.c}, 0.5f);
+        expect_close(x, kBf16Tol,
+                     "linear_residual n=" + std::to_string(n) + " out=" + std::to_string(out_dim) +
+                         (bias ? " bias" : ""));
       }
     }
-  });
+  }
 }
 
 TEST_F(CudaFused, QkNormRopeStore) {

@@ -79,9 +79,6 @@ struct Ctx {
   // before any launch; zeroed when allocated, and every launch leaves the counters at zero).
   float* attn_ws = nullptr;
   size_t attn_ws_bytes = 0;
-  // The even-split decode GEMV's row counters and partial sums (gemv_workspace_bytes, zeroed
-  // when allocated; every launch leaves the counters at zero). Null: that kernel is not used.
-  void* gemv_ws = nullptr;
 };
 
 // --- launchers (ctx first, then the op's operands; device pointers only) ---
@@ -110,8 +107,6 @@ int gemv_split(const Ctx& ctx, int64_t rows, int64_t words);
 int gemv_resident_blocks(const void* kernel, size_t smem);
 // Allows the input-norm variants their shared memory (once, outside any graph capture).
 void gemv_init();
-// The workspace Ctx::gemv_ws needs on a GPU of sm_count SMs.
-size_t gemv_workspace_bytes(int sm_count);
 bool gemv_fits(const Ten& x, const Ten& w);
 // The input RMSNorm a GEMV can apply itself: rms_norm(x) * (w + offset) per row.
 struct GemvNorm {

@@ -104,8 +104,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   HEARTH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dyn_dev_), kDynInts * 4));
   HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&graph_done_, cudaEventDisableTiming));
   ring_ = kGraphDynInts;
-  HEARTH_CUDA_CHECK(cudaMalloc(&ctx_.gemv_ws, gemv_workspace_bytes(ctx_.sm_count)));
-  HEARTH_CUDA_CHECK(cudaMemset(ctx_.gemv_ws, 0, gemv_workspace_bytes(ctx_.sm_count)));
   attention_init();
   gemv_init();
   pick_token_init(ctx_);
@@ -136,7 +134,6 @@ CudaBackend::~CudaBackend() {
   step_layers_dev_ = DeviceBuffer();
   linear_plans_clear();
   cudaFree(ctx_.attn_ws);
-  cudaFree(ctx_.gemv_ws);
   cudaFree(ctx_.lt_workspace);
   cudaFree(out_dev_);
   cudaFree(tmp_dev_);

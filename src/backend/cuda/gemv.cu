@@ -16,8 +16,11 @@
 // contiguous 1/W of its columns, and their partial sums meet in shared memory. W (1, 2, 4 or 8)
 // is chosen so that the launch has enough warps to keep every SM streaming: a 1024-row matrix
 // on 132 SMs would otherwise give each SM only 8 warps.
+//
+// Five other designs were built, run on the H200 and removed as slower than this one (bulk
+// copies, tensor cores, a cp.async ring, an even split of row pieces, f32 input / no preload):
+// docs/design-notes.md, "Decode GEMV designs measured and removed".
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -26,13 +29,16 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/cuda/gemv_args.cuh"
+#include "backend/cuda/device_util.cuh"
 
 namespace hearth::cuda {
 
 namespace {
 
-constexpr int kWarps = kGemvWarps;
+// Blocks of this many warps; the input norm stages at most kMaxNormBytes (n rows × in × 2) of
+// normalised input in shared memory.
+constexpr int kWarps = 8;
+constexpr size_t kMaxNormBytes = 96 * 1024;
 // 16-byte loads per lane in flight per matrix, and the warps per SM the row split aims for:
 // 4 loads beat 8 on the H200 (session 2), and with the input norm and residual folded in, a
 // split aiming at 48 warps per SM beat 32, 64, 96 and 128 on the 8B (211.6 t/s against
@@ -48,39 +54,114 @@ bool norm_preload() {
   }();
   return on;
 }
-std::atomic<int> g_pinned{int(GemvKernel::Auto)};
+
+struct GemvSeg {
+  const uint4* w;   // [rows, in8]
+  const uint4* w2;  // GLU: the up matrix, same shape
+  void* y;          // [n, rows]; unused when resid is set
+  const void* bias;
+  const void* bias2;
+  void* resid;  // set: resid[n, rows] += rounded(x·wᵀ + bias) * rscale instead of storing y
+  int64_t rows;
+  int64_t first_block;  // its first row group
+  int32_t ydt, bdt, bdt2, rdt;
+  float rscale;
+  int32_t pad;
+};
+
+struct GemvArgs {
+  GemvSeg seg[kGemvMaxSegs];
+  int32_t n_seg;
+  int32_t split;  // W: warps per row
+  int32_t act;
+  int32_t preload;  // NORM: first weights into registers before the wait (else into L2)
+  const uint4* x;   // [n, in8]
+  int64_t in8;
+  // NORM kernels: x is un-normalised; the product's input is rms_norm(x) * (norm_w + offset).
+  const void* norm_w;
+  int32_t norm_wdt;
+  float norm_eps, norm_offset;
+  int32_t pad2;
+};
+
+// The segment (matrix) that owns row group `i`: the last one whose first_block is at most i.
+__device__ __forceinline__ int seg_of(const GemvArgs& a, int64_t i) {
+  int s = 0;
+#pragma unroll
+  for (int k = 1; k < kGemvMaxSegs; ++k)
+    if (k < a.n_seg && i >= a.seg[k].first_block) s = k;
+  return s;
+}
+
+// xs[r][i] = bf16(x[r][i] · inv_rms(x[r]) · (w[i] + offset)) for the n activation rows, by the
+// whole block: the same arithmetic as rms_norm (norm.cu), so a product sees the values the norm
+// would have stored.
+__device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, uint4* xs) {
+  const float len = float(a.in8 * 8);
+  for (int r = 0; r < n; ++r) {
+    const uint4* xr = a.x + r * a.in8;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
+    const float inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x)
+      xs[r * a.in8 + i] = scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
+  }
+}
+
+// Stores activation row r's product for output row `row` of segment g, its bias added: the
+// GLU's act(gate) · up, the residual add (resid += rounded(y) · rscale), or y itself.
+template <bool GLU>
+__device__ __forceinline__ void store_row(const GemvSeg& g, int act, int r, int64_t row, float acc,
+                                          float acc2) {
+  const int64_t i = r * g.rows + row;
+  const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
+  if constexpr (GLU) {
+    const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
+    st(g.y, g.ydt, i, activation_f(act, acc + b) * (acc2 + b2));
+  } else if (g.resid) {
+    st(g.resid, g.rdt, i, ld(g.resid, g.rdt, i) + rounded(g.ydt, acc + b) * g.rscale);
+  } else {
+    st(g.y, g.ydt, i, acc + b);
+  }
+}
 
 using Seg = GemvSeg;
 using Args = GemvArgs;
+
+// The warps per SM the work split aims for (48; HEARTH_GEMV_WARPS_PER_SM overrides).
+int gemv_warps_per_sm() {
+  static const int w = [] {
+    const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
+    const int v = e ? std::atoi(e) : 0;
+    return v > 0 ? v : 48;
+  }();
+  return w;
+}
+
+// Raises `kernel`'s dynamic shared memory limit to `wanted` bytes, or to what the device allows
+// beside the kernel's static arrays if that is less (sm_89 allows 99 KB per block, sm_80 163 KB,
+// sm_90 227 KB); returns the limit set. Once per kernel, outside graph capture.
+size_t allow_dynamic_smem(const void* kernel, size_t wanted) {
+  int device = 0, optin = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
+  HEARTH_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes fa{};
+  HEARTH_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  const size_t room = size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
+  const size_t allowed = std::min(wanted, room);
+  HEARTH_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(allowed)));
+  return allowed;
+}
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// dot8 with the second word already in f32 (x0: elements 0-3, x1: 4-7): the same terms, summed
-// in the same order, so the same result.
-__device__ __forceinline__ float dot8_f32(const uint4& a, const float4& x0, const float4& x1) {
-  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const float2 xb[4] = {{x0.x, x0.y}, {x0.z, x0.w}, {x1.x, x1.y}, {x1.z, x1.w}};
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 fa = __bfloat1622float2(pa[j]);
-    s = fmaf(fa.x, xb[j].x, s);
-    s = fmaf(fa.y, xb[j].y, s);
-  }
-  return s;
-}
-
-// kMode (NORM kernels, measurements; HEARTH_GEMV_MODE for one activation row): bit 0 keeps the
-// normalised input in shared memory as f32 (no conversion in the inner loop, twice the shared
-// reads), bit 1 drops the register preload (first weights only requested into L2) so the
-// kernel needs fewer registers and more blocks fit on an SM.
-template <int N, bool GLU, bool NORM, int kMode = 0>
+template <int N, bool GLU, bool NORM>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t n_groups) {
-  constexpr bool kXf32 = NORM && (kMode & 1), kLean = NORM && (kMode & 2);
-  extern __shared__ uint4 xs[];  // NORM: the normalised input [N][in8] (kXf32: f32, [N][in8][2])
-  float4* xsf = reinterpret_cast<float4*>(xs);
+  extern __shared__ uint4 xs[];  // NORM: the normalised input [N][in8]
   __shared__ float part[kWarps][GLU ? 2 * N : N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows_per_block = kWarps / a.split;
@@ -93,13 +174,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   // NORM: the block's first batch of weights, loaded into registers before the wait (the
   // whole block normalises x after it, so without them no weight would be in flight until the
   // normalised row is in shared memory). a.preload = 0 only requests them into L2.
-  uint4 pre_w[kLean ? 1 : kUnroll], pre_u[GLU && !kLean ? kUnroll : 1];
+  uint4 pre_w[kUnroll], pre_u[GLU ? kUnroll : 1];
   bool preloaded = false;
   if constexpr (NORM) {
     const Seg& g = a.seg[seg_of(a, blockIdx.x)];
     const int64_t row = (blockIdx.x - g.first_block) * rows_per_block + slot;
-    if constexpr (kLean) {
-    } else if (row < g.rows && a.preload) {
+    if (row < g.rows && a.preload) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c_lo + lane + u * 32;
@@ -120,15 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     }
     pdl_wait();
     waited = true;
-    if constexpr (kXf32)
-      normalise_input(a, N, [&](int r, int64_t i, const uint4& v) {
-        float f[8];
-        bf16x8_to_f32(v, f);
-        xsf[(r * a.in8 + i) * 2] = make_float4(f[0], f[1], f[2], f[3]);
-        xsf[(r * a.in8 + i) * 2 + 1] = make_float4(f[4], f[5], f[6], f[7]);
-      });
-    else
-      normalise_input(a, N, xs);
+    normalise_input(a, N, xs);
     __syncthreads();
   }
   // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
@@ -151,9 +223,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32;
-        if (!kLean && preloaded) {
-          wv[u] = pre_w[kLean ? 0 : u];
-          if constexpr (GLU && !kLean) uv[u] = pre_u[u];
+        if (preloaded) {
+          wv[u] = pre_w[u];
+          if constexpr (GLU) uv[u] = pre_u[u];
         } else {
           wv[u] = c < c_hi ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
           if constexpr (GLU) uv[u] = c < c_hi ? ld_stream(ur + c) : make_uint4(0, 0, 0, 0);
@@ -170,15 +242,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
         if (c < c_hi) {
 #pragma unroll
           for (int r = 0; r < N; ++r) {
-            if constexpr (kXf32) {
-              const float4 x0 = xsf[(r * a.in8 + c) * 2], x1 = xsf[(r * a.in8 + c) * 2 + 1];
-              acc[r] += dot8_f32(wv[u], x0, x1);
-              if constexpr (GLU) acc2[r] += dot8_f32(uv[u], x0, x1);
-            } else {
-              const uint4 xv = NORM ? xs[r * a.in8 + c] : a.x[r * a.in8 + c];
-              acc[r] += dot8(wv[u], xv);
-              if constexpr (GLU) acc2[r] += dot8(uv[u], xv);
-            }
+            const uint4 xv = NORM ? xs[r * a.in8 + c] : a.x[r * a.in8 + c];
+            acc[r] += dot8(wv[u], xv);
+            if constexpr (GLU) acc2[r] += dot8(uv[u], xv);
           }
         }
       }
@@ -224,35 +290,11 @@ template <int N>
 void allow_norm_smem() {
   for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true>),
                         reinterpret_cast<const void*>(gemv_kernel<N, true, true>)})
-    allow_dynamic_smem(k, kGemvMaxNormBytes);  // (its static arrays leave the 96 KB on sm_80+)
-  if constexpr (N == 1) {
-    for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<1, false, true, 1>),
-                          reinterpret_cast<const void*>(gemv_kernel<1, true, true, 1>),
-                          reinterpret_cast<const void*>(gemv_kernel<1, false, true, 2>),
-                          reinterpret_cast<const void*>(gemv_kernel<1, true, true, 2>),
-                          reinterpret_cast<const void*>(gemv_kernel<1, false, true, 3>),
-                          reinterpret_cast<const void*>(gemv_kernel<1, true, true, 3>)})
-      allow_dynamic_smem(k, kGemvMaxNormBytes);
-  }
-}
-
-// HEARTH_GEMV_MODE=0..3: gemv_kernel's kMode for one-row NORM launches (read once).
-int norm_mode() {
-  static const int m = [] {
-    const char* e = std::getenv("HEARTH_GEMV_MODE");
-    const int v = e ? std::atoi(e) : 0;
-    return v >= 0 && v <= 3 ? v : 0;
-  }();
-  return m;
+    allow_dynamic_smem(k, kMaxNormBytes);  // (its static arrays leave the 96 KB on sm_80+)
 }
 
 template <bool GLU>
 void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
-  if (gemv_even(ctx, a, n, GLU, total_rows) || gemv_mma(ctx, a, n, GLU) ||
-      (n == 1 && gemv_bulk(ctx, a, total_rows, GLU))) {
-    HEARTH_CUDA_LAUNCHED();
-    return;
-  }
   a.split = gemv_split(ctx, total_rows, a.in8);
   const int rows_per_block = kWarps / a.split;
   int64_t blocks = 0;
@@ -260,14 +302,9 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
     a.seg[i].first_block = blocks;
     blocks += (a.seg[i].rows + rows_per_block - 1) / rows_per_block;
   }
-  if (gemv_ring(ctx, a, n, GLU, blocks)) {
-    HEARTH_CUDA_LAUNCHED();
-    return;
-  }
   const bool norm = a.norm_w != nullptr;
   a.preload = norm_preload() ? 1 : 0;
-  const int mode = norm && n == 1 && size_t(a.in8) * 32 <= kGemvMaxNormBytes ? norm_mode() : 0;
-  const size_t smem = norm ? size_t(n) * size_t(a.in8) * ((mode & 1) ? 32 : 16) : 0;
+  const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
   auto go = [&](auto kernel) {
     const int64_t resident =
         int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
@@ -276,11 +313,7 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   };
   auto by_norm = [&](auto n_rows) {
     constexpr int N = decltype(n_rows)::value;
-    if (norm && N == 1 && mode != 0)
-      mode == 1   ? go(gemv_kernel<1, GLU, true, 1>)
-      : mode == 2 ? go(gemv_kernel<1, GLU, true, 2>)
-                  : go(gemv_kernel<1, GLU, true, 3>);
-    else if (norm)
+    if (norm)
       go(gemv_kernel<N, GLU, true>);
     else
       go(gemv_kernel<N, GLU, false>);
@@ -326,15 +359,6 @@ void set_norm(Args& a, const GemvNorm& norm) {
 
 }  // namespace
 
-int gemv_warps_per_sm() {
-  static const int w = [] {
-    const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
-    const int v = e ? std::atoi(e) : 0;
-    return v > 0 ? v : 48;
-  }();
-  return w;
-}
-
 // Warps per row: enough warps in flight to cover the memory latency on every SM (the
 // warps_per_sm target), while each lane still gets at least two 16-byte loads.
 int gemv_split(const Ctx& ctx, int64_t rows, int64_t words) {
@@ -359,50 +383,7 @@ int gemv_resident_blocks(const void* kernel, size_t smem) {
   return it->second;
 }
 
-size_t allow_dynamic_smem(const void* kernel, size_t wanted) {
-  int device = 0, optin = 0;
-  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
-  HEARTH_CUDA_CHECK(
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes fa{};
-  HEARTH_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-  const size_t room = size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
-  const size_t allowed = std::min(wanted, room);
-  HEARTH_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(allowed)));
-  return allowed;
-}
-
-void gemv_set_kernel(GemvKernel k) { g_pinned.store(int(k), std::memory_order_relaxed); }
-
-bool gemv_takes(GemvKernel k) {
-  static const bool bulk_env = [] {
-    const char* e = std::getenv("HEARTH_GEMV_BULK");
-    return e && std::string(e) == "1";
-  }();
-  static const bool mma_env = [] {
-    const char* e = std::getenv("HEARTH_GEMV_MMA");
-    return e && std::string(e) == "1";
-  }();
-  static const bool ring_env = [] {
-    const char* e = std::getenv("HEARTH_GEMV_RING");
-    return e && std::string(e) == "1";
-  }();
-  static const bool even_env = [] {
-    const char* e = std::getenv("HEARTH_GEMV_EVEN");
-    return e && std::string(e) == "1";
-  }();
-  const auto pinned = GemvKernel(g_pinned.load(std::memory_order_relaxed));
-  if (pinned != GemvKernel::Auto) return pinned == k;
-  return (k == GemvKernel::Bulk && bulk_env) || (k == GemvKernel::Mma && mma_env) ||
-         (k == GemvKernel::Ring && ring_env) || (k == GemvKernel::Even && even_env);
-}
-
 void gemv_init() {
-  gemv_bulk_init();
-  gemv_mma_init();
-  gemv_ring_init();
-  gemv_even_init();
   allow_norm_smem<1>();
   allow_norm_smem<2>();
   allow_norm_smem<3>();
@@ -419,7 +400,7 @@ bool gemv_fits(const Ten& x, const Ten& w) {
 }
 
 bool gemv_norm_fits(const Ten& x, const Ten& norm_w) {
-  return norm_w.numel() == x.cols() && size_t(x.numel()) * 2 <= kGemvMaxNormBytes;
+  return norm_w.numel() == x.cols() && size_t(x.numel()) * 2 <= kMaxNormBytes;
 }
 
 void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs, const GemvNorm& norm) {
