@@ -159,8 +159,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-template <int N, bool GLU, bool NORM>
+// kSkip (measurement only, HEARTH_GEMV_SKIP; one activation row): parts of the work left out so
+// that a chain of launches shows what each costs. Bit 0: the input norm (x is not read; the
+// products use whatever shared memory holds); bit 1: the arithmetic (the loaded words are only
+// folded together, as bench_cuda_stream's streaming kernel does, and x is not read); bit 2: the
+// epilogue (nothing is stored). 7 leaves the kernel's skeleton: its grid, row split, loads, waits
+// and barriers. The results are garbage; only the timing means anything.
+template <int N, bool GLU, bool NORM, int kSkip = 0>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t n_groups) {
+  constexpr bool kNoNorm = kSkip & 1, kNoMath = kSkip & 2, kNoStore = kSkip & 4;
   extern __shared__ uint4 xs[];  // NORM: the normalised input [N][in8]
   __shared__ float part[kWarps][GLU ? 2 * N : N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -200,8 +207,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     }
     pdl_wait();
     waited = true;
-    normalise_input(a, N, xs);
-    __syncthreads();
+    if constexpr (!kNoNorm) {
+      normalise_input(a, N, xs);
+      __syncthreads();
+    }
   }
   // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
   // partial last wave leaves SMs idle (a 6144-row matrix is 1.45 waves of one-shot blocks).
@@ -212,6 +221,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     float acc[N], acc2[N];
 #pragma unroll
     for (int r = 0; r < N; ++r) acc[r] = acc2[r] = 0.0f;
+    uint32_t fold = 0;  // kNoMath: the loaded words, folded
     const uint4* wr = g.w + row * a.in8;
     const uint4* ur = GLU ? g.w2 + row * a.in8 : nullptr;
     // The first batch of weight loads is issued before pdl_wait(): weights are never written,
@@ -239,7 +249,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32;
-        if (c < c_hi) {
+        if (kNoMath && c < c_hi) {
+          fold ^= wv[u].x ^ wv[u].y ^ wv[u].z ^ wv[u].w;
+          if constexpr (GLU) fold ^= uv[u].x ^ uv[u].y ^ uv[u].z ^ uv[u].w;
+        } else if (c < c_hi) {
 #pragma unroll
           for (int r = 0; r < N; ++r) {
             const uint4 xv = NORM ? xs[r * a.in8 + c] : a.x[r * a.in8 + c];
@@ -250,7 +263,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
       }
     }
     preloaded = false;  // (also when this lane had no columns of the first row)
-    if (!waited) {      // every thread waits before any write
+    if constexpr (kNoMath) acc[0] = __uint_as_float(fold);
+    if (!waited) {  // every thread waits before any write
       pdl_wait();
       waited = true;
     }
@@ -279,18 +293,34 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
       }
       __syncthreads();  // part[] is rewritten by the next group
     }
-    if (live && lane == 0 && piece == 0)
+    // (kNoStore keeps the sums alive with a store that almost never happens)
+    if (live && lane == 0 && piece == 0 && (!kNoStore || acc[0] == 1.2345678f))
 #pragma unroll
       for (int r = 0; r < N; ++r) store_row<GLU>(g, a.act, r, row, acc[r], acc2[r]);
   }
   if (!waited) pdl_wait();
 }
 
-template <int N>
+template <int N, int kSkip = 0>
 void allow_norm_smem() {
-  for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true>),
-                        reinterpret_cast<const void*>(gemv_kernel<N, true, true>)})
+  for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true, kSkip>),
+                        reinterpret_cast<const void*>(gemv_kernel<N, true, true, kSkip>)})
     allow_dynamic_smem(k, kMaxNormBytes);  // (its static arrays leave the 96 KB on sm_80+)
+}
+
+// HEARTH_GEMV_SKIP=1, 2, 4 or 7: gemv_kernel's kSkip for one-row launches (read once; others 0).
+int skip_mode() {
+  static const int m = [] {
+    const char* e = std::getenv("HEARTH_GEMV_SKIP");
+    const int v = e ? std::atoi(e) : 0;
+    if (v != 1 && v != 2 && v != 4 && v != 7) return 0;
+    std::fprintf(stderr,
+                 "hearth: HEARTH_GEMV_SKIP=%d: decode products are timing skeletons, their "
+                 "results are garbage (measurement only)\n",
+                 v);
+    return v;
+  }();
+  return m;
 }
 
 template <bool GLU>
@@ -305,18 +335,37 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
   const bool norm = a.norm_w != nullptr;
   a.preload = norm_preload() ? 1 : 0;
   const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
-  auto go = [&](auto kernel) {
+  // `sized`: the kernel whose occupancy sets the grid (a skip variant runs on the grid of the
+  // full kernel, so only the work differs).
+  auto go = [&](auto kernel, auto sized) {
     const int64_t resident =
-        int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
+        int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(sized), smem);
     const unsigned grid = unsigned(std::min(blocks, resident));
     launch_pdl(ctx, kernel, dim3(grid), dim3(kWarps * 32), smem, a, blocks);
   };
-  auto by_norm = [&](auto n_rows) {
+  auto with_skip = [&](auto norm_c, auto n_rows) {
+    constexpr bool NM = decltype(norm_c)::value;
     constexpr int N = decltype(n_rows)::value;
+    const auto full = gemv_kernel<N, GLU, NM>;
+    if constexpr (N == 1) {
+      switch (skip_mode()) {
+        case 1:
+          return go(gemv_kernel<1, GLU, NM, 1>, full);
+        case 2:
+          return go(gemv_kernel<1, GLU, NM, 2>, full);
+        case 4:
+          return go(gemv_kernel<1, GLU, NM, 4>, full);
+        case 7:
+          return go(gemv_kernel<1, GLU, NM, 7>, full);
+      }
+    }
+    go(full, full);
+  };
+  auto by_norm = [&](auto n_rows) {
     if (norm)
-      go(gemv_kernel<N, GLU, true>);
+      with_skip(std::true_type(), n_rows);
     else
-      go(gemv_kernel<N, GLU, false>);
+      with_skip(std::false_type(), n_rows);
   };
   switch (n) {
     case 1:
@@ -384,6 +433,10 @@ int gemv_resident_blocks(const void* kernel, size_t smem) {
 }
 
 void gemv_init() {
+  allow_norm_smem<1, 1>();
+  allow_norm_smem<1, 2>();
+  allow_norm_smem<1, 4>();
+  allow_norm_smem<1, 7>();
   allow_norm_smem<1>();
   allow_norm_smem<2>();
   allow_norm_smem<3>();
