@@ -55,7 +55,7 @@ bool norm_preload() {
   return on;
 }
 
-struct GemvSeg {
+struct Seg {
   const uint4* w;   // [rows, in8]
   const uint4* w2;  // GLU: the up matrix, same shape
   void* y;          // [n, rows]; unused when resid is set
@@ -69,8 +69,8 @@ struct GemvSeg {
   int32_t pad;
 };
 
-struct GemvArgs {
-  GemvSeg seg[kGemvMaxSegs];
+struct Args {
+  Seg seg[kGemvMaxSegs];
   int32_t n_seg;
   int32_t split;  // W: warps per row
   int32_t act;
@@ -85,7 +85,7 @@ struct GemvArgs {
 };
 
 // The segment (matrix) that owns row group `i`: the last one whose first_block is at most i.
-__device__ __forceinline__ int seg_of(const GemvArgs& a, int64_t i) {
+__device__ __forceinline__ int seg_of(const Args& a, int64_t i) {
   int s = 0;
 #pragma unroll
   for (int k = 1; k < kGemvMaxSegs; ++k)
@@ -96,7 +96,7 @@ __device__ __forceinline__ int seg_of(const GemvArgs& a, int64_t i) {
 // xs[r][i] = bf16(x[r][i] · inv_rms(x[r]) · (w[i] + offset)) for the n activation rows, by the
 // whole block: the same arithmetic as rms_norm (norm.cu), so a product sees the values the norm
 // would have stored.
-__device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, uint4* xs) {
+__device__ __forceinline__ void normalise_input(const Args& a, int n, uint4* xs) {
   const float len = float(a.in8 * 8);
   for (int r = 0; r < n; ++r) {
     const uint4* xr = a.x + r * a.in8;
@@ -111,7 +111,7 @@ __device__ __forceinline__ void normalise_input(const GemvArgs& a, int n, uint4*
 // Stores activation row r's product for output row `row` of segment g, its bias added: the
 // GLU's act(gate) · up, the residual add (resid += rounded(y) · rscale), or y itself.
 template <bool GLU>
-__device__ __forceinline__ void store_row(const GemvSeg& g, int act, int r, int64_t row, float acc,
+__device__ __forceinline__ void store_row(const Seg& g, int act, int r, int64_t row, float acc,
                                           float acc2) {
   const int64_t i = r * g.rows + row;
   const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
@@ -124,9 +124,6 @@ __device__ __forceinline__ void store_row(const GemvSeg& g, int act, int r, int6
     st(g.y, g.ydt, i, acc + b);
   }
 }
-
-using Seg = GemvSeg;
-using Args = GemvArgs;
 
 // The warps per SM the work split aims for (48; HEARTH_GEMV_WARPS_PER_SM overrides).
 int gemv_warps_per_sm() {
