@@ -166,26 +166,63 @@ class Parser {
     dst = d;
   }
 
+  // The members of the object whose '{' is at the cursor: member(key) runs with the cursor on
+  // each value (it may take the key's string).
+  template <typename Member>
+  void each_member(const char* key_error, const char* close_error, Member&& member) {
+    ++p_;
+    skip_ws();
+    if (p_ < end_ && *p_ == '}') {
+      ++p_;
+      return;
+    }
+    std::string key;
+    for (;;) {
+      skip_ws();
+      if (p_ >= end_ || *p_ != '"') error(key_error);
+      parse_string(key);
+      expect(':', "expected ':'");
+      skip_ws();
+      member(key);
+      skip_ws();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        continue;
+      }
+      expect('}', close_error);
+      return;
+    }
+  }
+
+  // The elements of the array whose '[' is at the cursor: element() reads each one.
+  template <typename Element>
+  void each_element(const char* close_error, Element&& element) {
+    ++p_;
+    skip_ws();
+    if (p_ < end_ && *p_ == ']') {
+      ++p_;
+      return;
+    }
+    for (;;) {
+      element();
+      skip_ws();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        continue;
+      }
+      expect(']', close_error);
+      return;
+    }
+  }
+
   void parse_value(json& dst, int depth, Where where) {
     if (depth > 256) error("nesting too deep");
     skip_ws();
     if (p_ >= end_) error("unexpected end of input");
     char c = *p_;
     if (c == '{') {
-      ++p_;
       dst = json::object();
-      skip_ws();
-      if (p_ < end_ && *p_ == '}') {
-        ++p_;
-        return;
-      }
-      std::string key;
-      for (;;) {
-        skip_ws();
-        if (p_ >= end_ || *p_ != '"') error("expected a string key");
-        parse_string(key);
-        expect(':', "expected ':'");
-        skip_ws();
+      return each_member("expected a string key", "expected ',' or '}'", [&](std::string& key) {
         if (where == Where::Model && key == "vocab" && p_ < end_ && *p_ == '{') {
           parse_vocab();
         } else if (where == Where::Model && key == "merges" && p_ < end_ && *p_ == '[') {
@@ -194,34 +231,14 @@ class Parser {
           Where child = where == Where::Root && key == "model" ? Where::Model : Where::Other;
           parse_value(dst[key], depth + 1, child);
         }
-        skip_ws();
-        if (p_ < end_ && *p_ == ',') {
-          ++p_;
-          continue;
-        }
-        expect('}', "expected ',' or '}'");
-        return;
-      }
+      });
     }
     if (c == '[') {
-      ++p_;
       dst = json::array();
-      skip_ws();
-      if (p_ < end_ && *p_ == ']') {
-        ++p_;
-        return;
-      }
-      for (;;) {
+      return each_element("expected ',' or ']'", [&] {
         dst.push_back(json());
         parse_value(dst.back(), depth + 1, Where::Other);
-        skip_ws();
-        if (p_ < end_ && *p_ == ',') {
-          ++p_;
-          continue;
-        }
-        expect(']', "expected ',' or ']'");
-        return;
-      }
+      });
     }
     if (c == '"') {
       std::string s;
@@ -247,49 +264,25 @@ class Parser {
 
   void parse_vocab() {
     out_.has_vocab = true;
-    ++p_;
-    skip_ws();
-    if (p_ < end_ && *p_ == '}') {
-      ++p_;
-      return;
-    }
-    std::string key;
-    for (;;) {
-      skip_ws();
-      if (p_ >= end_ || *p_ != '"') error("expected a string key in model.vocab");
-      parse_string(key);
-      expect(':', "expected ':'");
-      skip_ws();
-      int64_t id = -1;
-      auto r = std::from_chars(p_, end_, id);
-      if (r.ec != std::errc() ||
-          (r.ptr < end_ && (*r.ptr == '.' || *r.ptr == 'e' || *r.ptr == 'E')))
-        fail("{}: model.vocab[{:?}]: expected an integer id", file_, key);
-      if (id < 0 || id > INT32_MAX)
-        fail("{}: model.vocab[{:?}]: id {} out of range", file_, key, id);
-      p_ = r.ptr;
-      out_.vocab.emplace_back(std::move(key), static_cast<int32_t>(id));
-      key = std::string();
-      skip_ws();
-      if (p_ < end_ && *p_ == ',') {
-        ++p_;
-        continue;
-      }
-      expect('}', "expected ',' or '}' in model.vocab");
-      return;
-    }
+    each_member("expected a string key in model.vocab", "expected ',' or '}' in model.vocab",
+                [&](std::string& key) {
+                  int64_t id = -1;
+                  auto r = std::from_chars(p_, end_, id);
+                  if (r.ec != std::errc() ||
+                      (r.ptr < end_ && (*r.ptr == '.' || *r.ptr == 'e' || *r.ptr == 'E')))
+                    fail("{}: model.vocab[{:?}]: expected an integer id", file_, key);
+                  if (id < 0 || id > INT32_MAX)
+                    fail("{}: model.vocab[{:?}]: id {} out of range", file_, key, id);
+                  p_ = r.ptr;
+                  out_.vocab.emplace_back(std::move(key), static_cast<int32_t>(id));
+                  key = std::string();
+                });
   }
 
   void parse_merges() {
     out_.has_merges = true;
-    ++p_;
-    skip_ws();
-    if (p_ < end_ && *p_ == ']') {
-      ++p_;
-      return;
-    }
     std::string s;
-    for (;;) {
+    each_element("expected ',' or ']' in model.merges", [&] {
       skip_ws();
       size_t index = out_.merges.size();
       if (p_ < end_ && *p_ == '"') {
@@ -321,14 +314,7 @@ class Parser {
       } else {
         fail("{}: model.merges[{}]: expected two tokens", file_, index);
       }
-      skip_ws();
-      if (p_ < end_ && *p_ == ',') {
-        ++p_;
-        continue;
-      }
-      expect(']', "expected ',' or ']' in model.merges");
-      return;
-    }
+    });
   }
 
   const char* begin_;
