@@ -20,7 +20,8 @@ class Macro : public Object {
   bool callable() const override { return true; }
   Value call(Evaluator& ev, CallArgs& args) override {
     auto closure = closure_.lock();
-    if (!closure) runtime_fail("macro '" + name_ + "' was called after the scope that defined it ended");
+    if (!closure)
+      runtime_fail("macro '" + name_ + "' was called after the scope that defined it ended");
     return ev.call_macro(*def_, name_, closure, args);
   }
   std::string repr() const override { return "<Macro '" + name_ + "'>"; }
@@ -65,8 +66,10 @@ class LoopObject : public Object, public std::enable_shared_from_this<LoopObject
     if (name == "length") return Value(n);
     if (name == "depth") return Value(static_cast<int64_t>(depth_));
     if (name == "depth0") return Value(static_cast<int64_t>(depth_ - 1));
-    if (name == "previtem") return i > 0 ? items_[index0 - 1] : Value::undefined("there is no previous item");
-    if (name == "nextitem") return i + 1 < n ? items_[index0 + 1] : Value::undefined("there is no next item");
+    if (name == "previtem")
+      return i > 0 ? items_[index0 - 1] : Value::undefined("there is no previous item");
+    if (name == "nextitem")
+      return i + 1 < n ? items_[index0 + 1] : Value::undefined("there is no next item");
     // Weak: loop.changed() stores its arguments, which could hold these very functions.
     std::weak_ptr<LoopObject> weak = std::const_pointer_cast<LoopObject>(shared_from_this());
     auto lock = [](const std::weak_ptr<LoopObject>& w) {
@@ -168,7 +171,8 @@ void Evaluator::check_size(size_t bytes) const {
 }
 
 void Evaluator::step() {
-  if (++steps_ > options_.max_steps) runtime_fail(fmt::format("template exceeded {} steps", options_.max_steps));
+  if (++steps_ > options_.max_steps)
+    runtime_fail(fmt::format("template exceeded {} steps", options_.max_steps));
 }
 
 std::time_t Evaluator::now() const { return options_.now ? *options_.now : std::time(nullptr); }
@@ -180,19 +184,7 @@ void Evaluator::append(const std::string& text) {
 
 std::string Evaluator::capture(const StmtList& body, std::shared_ptr<Scope> scope) {
   std::string buf;
-  std::string* saved_out = out_;
-  auto saved_scope = scope_;
-  out_ = &buf;
-  scope_ = std::move(scope);
-  try {
-    exec_block(body);
-  } catch (...) {
-    out_ = saved_out;
-    scope_ = saved_scope;
-    throw;
-  }
-  out_ = saved_out;
-  scope_ = saved_scope;
+  in_scope(std::move(scope), &buf, [&] { exec_block(body); });
   return buf;
 }
 
@@ -208,8 +200,12 @@ Evaluator::Flow Evaluator::exec(const Stmt& s) {
   line_ = s.line;
   step();
   switch (s.kind) {
-    case StmtKind::Output: append(s.text); break;
-    case StmtKind::Print: append(eval(*s.expr).to_str()); break;
+    case StmtKind::Output:
+      append(s.text);
+      break;
+    case StmtKind::Print:
+      append(eval(*s.expr).to_str());
+      break;
     case StmtKind::If:
       for (const auto& [test, body] : s.branches) {
         if (eval(*test).truthy()) return exec_block(body);
@@ -230,7 +226,9 @@ Evaluator::Flow Evaluator::exec(const Stmt& s) {
       assign(*s.target, v, *scope_);
       break;
     }
-    case StmtKind::Macro: scope_->set(s.text, Value::object(std::make_shared<Macro>(&s, s.text, scope_))); break;
+    case StmtKind::Macro:
+      scope_->set(s.text, Value::object(std::make_shared<Macro>(&s, s.text, scope_)));
+      break;
     case StmtKind::CallBlock: {
       const Expr& call = *s.expr;
       Value callee = eval(*call.a);
@@ -247,21 +245,14 @@ Evaluator::Flow Evaluator::exec(const Stmt& s) {
     case StmtKind::With: {
       auto inner = std::make_shared<Scope>(scope_);
       for (const auto& [target, value] : s.assignments) assign(*target, eval(*value), *inner);
-      auto saved = scope_;
-      scope_ = inner;
-      Flow f;
-      try {
-        f = exec_block(s.body);
-      } catch (...) {
-        scope_ = saved;
-        throw;
-      }
-      scope_ = saved;
-      return f;
+      return in_scope(inner, nullptr, [&] { return exec_block(s.body); });
     }
-    case StmtKind::Break: return Flow::Break;
-    case StmtKind::Continue: return Flow::Continue;
-    case StmtKind::Generation: return exec_block(s.body);
+    case StmtKind::Break:
+      return Flow::Break;
+    case StmtKind::Continue:
+      return Flow::Continue;
+    case StmtKind::Generation:
+      return exec_block(s.body);
   }
   return Flow::Normal;
 }
@@ -274,16 +265,7 @@ Evaluator::Flow Evaluator::exec_for(const Stmt& s, const Value& iterable, int de
     for (const Value& item : items) {
       auto probe = std::make_shared<Scope>(outer);
       assign(*s.target, item, *probe);
-      scope_ = probe;
-      bool keep;
-      try {
-        keep = eval(*s.filter).truthy();
-      } catch (...) {
-        scope_ = outer;
-        throw;
-      }
-      scope_ = outer;
-      if (keep) kept.push_back(item);
+      if (in_scope(probe, nullptr, [&] { return eval(*s.filter).truthy(); })) kept.push_back(item);
     }
     items = std::move(kept);
   }
@@ -299,41 +281,21 @@ Evaluator::Flow Evaluator::exec_for(const Stmt& s, const Value& iterable, int de
     auto iteration = std::make_shared<Scope>(outer);
     assign(*s.target, items[i], *iteration);
     iteration->set("loop", loop_value);
-    scope_ = iteration;
-    Flow f;
-    try {
-      f = exec_block(s.body);
-    } catch (...) {
-      scope_ = outer;
-      throw;
-    }
-    scope_ = outer;
-    if (f == Flow::Break) break;
+    if (in_scope(iteration, nullptr, [&] { return exec_block(s.body); }) == Flow::Break) break;
   }
   return Flow::Normal;
 }
 
-Value Evaluator::call_loop(const Stmt& loop, const std::shared_ptr<Scope>& outer, const Value& iterable, int depth) {
+Value Evaluator::call_loop(const Stmt& loop, const std::shared_ptr<Scope>& outer,
+                           const Value& iterable, int depth) {
   DepthGuard guard(call_depth_, options_.max_call_depth, "maximum recursion depth exceeded");
   std::string buf;
-  std::string* saved_out = out_;
-  auto saved_scope = scope_;
-  out_ = &buf;
-  scope_ = outer;
-  try {
-    exec_for(loop, iterable, depth);
-  } catch (...) {
-    out_ = saved_out;
-    scope_ = saved_scope;
-    throw;
-  }
-  out_ = saved_out;
-  scope_ = saved_scope;
+  in_scope(outer, &buf, [&] { exec_for(loop, iterable, depth); });
   return Value(std::move(buf));
 }
 
-Value Evaluator::call_macro(const Stmt& def, const std::string& name, const std::shared_ptr<Scope>& closure,
-                            CallArgs& args) {
+Value Evaluator::call_macro(const Stmt& def, const std::string& name,
+                            const std::shared_ptr<Scope>& closure, CallArgs& args) {
   DepthGuard guard(call_depth_, options_.max_call_depth, "maximum recursion depth exceeded");
   step();
   auto scope = std::make_shared<Scope>(closure);
@@ -390,7 +352,8 @@ Value Evaluator::call_macro(const Stmt& def, const std::string& name, const std:
     for (size_t i = params.size(); i < args.pos.size(); ++i) rest.push_back(args.pos[i]);
     scope->set("varargs", Value::tuple(std::move(rest)));
   } else if (args.pos.size() > params.size()) {
-    runtime_fail("macro '" + name + "' takes not more than " + std::to_string(params.size()) + " argument(s)");
+    runtime_fail("macro '" + name + "' takes not more than " + std::to_string(params.size()) +
+                 " argument(s)");
   }
   return Value(capture(def.body, scope));
 }
@@ -401,7 +364,8 @@ void Evaluator::assign(const Expr& target, const Value& value, Scope& scope) {
   } else if (target.kind == ExprKind::Tuple) {
     ValueList items = value_iterate(value);
     size_t want = target.items.size();
-    if (items.size() > want) runtime_fail("too many values to unpack (expected " + std::to_string(want) + ")");
+    if (items.size() > want)
+      runtime_fail("too many values to unpack (expected " + std::to_string(want) + ")");
     if (items.size() < want) {
       runtime_fail("not enough values to unpack (expected " + std::to_string(want) + ", got " +
                    std::to_string(items.size()) + ")");
@@ -426,7 +390,8 @@ Value Evaluator::lookup(const std::string& name) const {
 
 Value Evaluator::call(const Value& callee, CallArgs& args) {
   if (callee.is_undefined()) runtime_fail(callee.str());
-  if (!callee.is_object() || !callee.obj()->callable()) runtime_fail("'" + callee.type_name() + "' object is not callable");
+  if (!callee.is_object() || !callee.obj()->callable())
+    runtime_fail("'" + callee.type_name() + "' object is not callable");
   return callee.obj()->call(*this, args);
 }
 
@@ -444,25 +409,29 @@ bool Evaluator::apply_test(const std::string& name, const Value& operand, CallAr
 
 Value Evaluator::get_attr(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
-    case Value::Kind::Undefined: runtime_fail(obj.str());
+    case Value::Kind::Undefined:
+      runtime_fail(obj.str());
     case Value::Kind::Dict: {
       if (has_method(obj, name)) return find_method(obj, name);
       if (const Value* v = obj.dict().find(name)) return *v;
       return Value::undefined("'dict object' has no attribute '" + name + "'");
     }
-    case Value::Kind::Object: return obj.obj()->get_attr(name);
+    case Value::Kind::Object:
+      return obj.obj()->get_attr(name);
     case Value::Kind::String:
     case Value::Kind::List:
     case Value::Kind::Tuple:
       if (has_method(obj, name)) return find_method(obj, name);
       [[fallthrough]];
-    default: return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
+    default:
+      return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
   }
 }
 
 Value Evaluator::get_item(const Value& obj, const Value& key) {
   switch (obj.kind()) {
-    case Value::Kind::Undefined: runtime_fail(obj.str());
+    case Value::Kind::Undefined:
+      runtime_fail(obj.str());
     case Value::Kind::Dict:
       if (const Value* v = obj.dict().find(key)) return *v;
       break;
@@ -481,7 +450,8 @@ Value Evaluator::get_item(const Value& obj, const Value& key) {
         return Value::undefined(obj.type_name() + " object has no element " + key.repr());
       }
       break;
-    default: break;
+    default:
+      break;
   }
   if (key.is_string()) return get_attr(obj, key.str());  // jinja falls back to attributes
   return Value::undefined(obj.type_name() + " object has no element " + key.repr());
@@ -493,13 +463,15 @@ Value Evaluator::eval_slice(const Value& obj, const Expr& slice) {
     if (!slice.items[i]) return std::nullopt;
     Value v = eval(*slice.items[i]);
     if (v.is_none()) return std::nullopt;
-    if (!v.is_int() && !v.is_bool()) runtime_fail("slice indices must be integers or None or have an __index__ method");
+    if (!v.is_int() && !v.is_bool())
+      runtime_fail("slice indices must be integers or None or have an __index__ method");
     return v.as_int();
   };
   auto start = part(0), stop = part(1), step_v = part(2);
   int64_t step = step_v.value_or(1);
   if (step == 0) runtime_fail("slice step cannot be zero");
-  if (!obj.is_string() && !obj.is_sequence_like()) runtime_fail("'" + obj.type_name() + "' object is not subscriptable");
+  if (!obj.is_string() && !obj.is_sequence_like())
+    runtime_fail("'" + obj.type_name() + "' object is not subscriptable");
   int64_t n = value_length(obj);
   // Python's PySlice_AdjustIndices.
   auto adjust = [&](std::optional<int64_t> v, int64_t dflt) {
@@ -524,7 +496,8 @@ Value Evaluator::eval_slice(const Value& obj, const Expr& slice) {
   }
   ValueList out;
   for (size_t i : idx) out.push_back(obj.items()[i]);
-  return obj.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+  return obj.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out))
+                                          : Value::list(std::move(out));
 }
 
 CallArgs Evaluator::eval_args(const CallArgsExpr& a) {
@@ -565,13 +538,16 @@ Value Evaluator::eval(const Expr& e) {
   DepthGuard guard(eval_depth_, kMaxEvalDepth, "maximum recursion depth exceeded");
   line_ = e.line;
   switch (e.kind) {
-    case ExprKind::Const: return e.value;
-    case ExprKind::Name: return lookup(e.name);
+    case ExprKind::Const:
+      return e.value;
+    case ExprKind::Name:
+      return lookup(e.name);
     case ExprKind::List:
     case ExprKind::Tuple: {
       ValueList items;
       for (const auto& i : e.items) items.push_back(eval(*i));
-      return e.kind == ExprKind::List ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+      return e.kind == ExprKind::List ? Value::list(std::move(items))
+                                      : Value::tuple(std::move(items));
     }
     case ExprKind::Dict: {
       ValueDict d;
@@ -581,13 +557,15 @@ Value Evaluator::eval(const Expr& e) {
       }
       return Value::dict(std::move(d));
     }
-    case ExprKind::Getattr: return get_attr(eval(*e.a), e.name);
+    case ExprKind::Getattr:
+      return get_attr(eval(*e.a), e.name);
     case ExprKind::Getitem: {
       Value obj = eval(*e.a);
       if (e.b->kind == ExprKind::Slice) return eval_slice(obj, *e.b);
       return get_item(obj, eval(*e.b));
     }
-    case ExprKind::Slice: runtime_fail("slice outside of a subscript");
+    case ExprKind::Slice:
+      runtime_fail("slice outside of a subscript");
     case ExprKind::Call: {
       Value callee = eval(*e.a);
       CallArgs args = eval_args(e.args);
@@ -607,14 +585,16 @@ Value Evaluator::eval(const Expr& e) {
       bool r = apply_test(e.name, operand, args);
       return Value(e.negated ? !r : r);
     }
-    case ExprKind::Neg: return negate(eval(*e.a));
+    case ExprKind::Neg:
+      return negate(eval(*e.a));
     case ExprKind::Pos: {
       Value v = eval(*e.a);
       if (v.is_undefined()) runtime_fail(v.str());
       if (!v.is_number()) runtime_fail("bad operand type for unary +: '" + v.type_name() + "'");
       return v.is_bool() ? Value(v.as_int()) : v;
     }
-    case ExprKind::Not: return Value(!eval(*e.a).truthy());
+    case ExprKind::Not:
+      return Value(!eval(*e.a).truthy());
     case ExprKind::Binary: {
       Value a = eval(*e.a);
       Value b = eval(*e.b);
@@ -653,7 +633,8 @@ Value Evaluator::eval(const Expr& e) {
       return Value::undefined("the inline if-expression on line " + std::to_string(e.line) +
                               " evaluated to false and no else section was defined.");
     }
-    case ExprKind::NsRef: runtime_fail("namespace reference outside of an assignment");
+    case ExprKind::NsRef:
+      runtime_fail("namespace reference outside of an assignment");
   }
   return Value();
 }

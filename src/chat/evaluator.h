@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chat/ast.h"
@@ -46,8 +47,10 @@ class Evaluator {
   void track(const std::shared_ptr<Namespace>& ns);  // broken up when the render ends
 
   // Used by macro and loop objects.
-  Value call_macro(const Stmt& def, const std::string& name, const std::shared_ptr<Scope>& closure, CallArgs& args);
-  Value call_loop(const Stmt& loop, const std::shared_ptr<Scope>& outer, const Value& iterable, int depth);
+  Value call_macro(const Stmt& def, const std::string& name, const std::shared_ptr<Scope>& closure,
+                   CallArgs& args);
+  Value call_loop(const Stmt& loop, const std::shared_ptr<Scope>& outer, const Value& iterable,
+                  int depth);
 
  private:
   enum class Flow { Normal, Break, Continue };
@@ -64,6 +67,22 @@ class Evaluator {
   Value eval_slice(const Value& obj, const Expr& slice);
   bool compare(const std::string& op, const Value& a, const Value& b);
   void append(const std::string& text);
+  // Runs f() with `scope` as the current scope and, when `out` is set, `out` as the output; the
+  // previous ones are back however f() leaves (an exception propagates through).
+  template <typename F>
+  auto in_scope(std::shared_ptr<Scope> scope, std::string* out, F&& f) {
+    struct Restore {
+      Evaluator& e;
+      std::shared_ptr<Scope> scope;
+      std::string* out;
+      ~Restore() {
+        e.scope_ = std::move(scope);
+        e.out_ = out;
+      }
+    } restore{*this, std::exchange(scope_, std::move(scope)),
+              out ? std::exchange(out_, out) : out_};
+    return f();
+  }
 
   const RenderOptions& options_;
   std::shared_ptr<Scope> scope_;
