@@ -10,8 +10,9 @@
 //             before griddepcontrol.wait), as hearth's decode GEMVs run
 //   barrier   one persistent kernel, a grid barrier (release add, acquire polling) per matrix,
 //             as hearth's one-kernel decode step runs
-//   hearth    hearth's own decode GEMVs (gemv.cu, the kernel the environment selects) over the
-//             same matrices: four launches per layer with the input norm, GLU and residual adds
+//   hearth    hearth's own decode GEMVs (gemv.cu; HEARTH_GEMV_SKIP and the other HEARTH_GEMV_*
+//             measurement switches apply) over the same matrices: four launches per layer with
+//             the input norm, GLU and residual adds
 // Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes).
 // Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only the hearth row, e.g. to compare
 // HEARTH_GEMV_* settings run by run; built only with CUDA; CUDA events; median of reps)
@@ -137,9 +138,10 @@ struct Model {
   }
 };
 
-// hearth's own decode GEMVs (gemv.cu: whichever kernel the environment selects) over the same
+// hearth's own decode GEMVs (gemv.cu, with the HEARTH_GEMV_* switches set) over the same
 // layers, as the decode graph runs them: a graph of four launches per layer with programmatic
-// launch (gemv_init has run). Weights are a constant fill (the kernels' speed does not depend on the values).
+// launch (gemv_init has run). Weights are a constant fill (the kernels' speed does not depend on
+// the values).
 float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
   using namespace hearth::cuda;
   Ctx ctx;

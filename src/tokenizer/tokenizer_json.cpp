@@ -166,53 +166,41 @@ class Parser {
     dst = d;
   }
 
+  // The items of the object or array whose opening bracket is at the cursor, up to the matching
+  // `close`: item() reads each, the commas between them are checked here.
+  template <typename Item>
+  void each_item(char close, const char* close_error, Item&& item) {
+    ++p_;
+    skip_ws();
+    if (p_ < end_ && *p_ == close) {
+      ++p_;
+      return;
+    }
+    for (;;) {
+      item();
+      skip_ws();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        continue;
+      }
+      expect(close, close_error);
+      return;
+    }
+  }
+
   // The members of the object whose '{' is at the cursor: member(key) runs with the cursor on
   // each value (it may take the key's string).
   template <typename Member>
   void each_member(const char* key_error, const char* close_error, Member&& member) {
-    ++p_;
-    skip_ws();
-    if (p_ < end_ && *p_ == '}') {
-      ++p_;
-      return;
-    }
     std::string key;
-    for (;;) {
+    each_item('}', close_error, [&] {
       skip_ws();
       if (p_ >= end_ || *p_ != '"') error(key_error);
       parse_string(key);
       expect(':', "expected ':'");
       skip_ws();
       member(key);
-      skip_ws();
-      if (p_ < end_ && *p_ == ',') {
-        ++p_;
-        continue;
-      }
-      expect('}', close_error);
-      return;
-    }
-  }
-
-  // The elements of the array whose '[' is at the cursor: element() reads each one.
-  template <typename Element>
-  void each_element(const char* close_error, Element&& element) {
-    ++p_;
-    skip_ws();
-    if (p_ < end_ && *p_ == ']') {
-      ++p_;
-      return;
-    }
-    for (;;) {
-      element();
-      skip_ws();
-      if (p_ < end_ && *p_ == ',') {
-        ++p_;
-        continue;
-      }
-      expect(']', close_error);
-      return;
-    }
+    });
   }
 
   void parse_value(json& dst, int depth, Where where) {
@@ -235,7 +223,7 @@ class Parser {
     }
     if (c == '[') {
       dst = json::array();
-      return each_element("expected ',' or ']'", [&] {
+      return each_item(']', "expected ',' or ']'", [&] {
         dst.push_back(json());
         parse_value(dst.back(), depth + 1, Where::Other);
       });
@@ -282,7 +270,7 @@ class Parser {
   void parse_merges() {
     out_.has_merges = true;
     std::string s;
-    each_element("expected ',' or ']' in model.merges", [&] {
+    each_item(']', "expected ',' or ']' in model.merges", [&] {
       skip_ws();
       size_t index = out_.merges.size();
       if (p_ < end_ && *p_ == '"') {

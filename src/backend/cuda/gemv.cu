@@ -43,7 +43,7 @@ constexpr size_t kMaxNormBytes = 96 * 1024;
 // 4 loads beat 8 on the H200 (session 2), and with the input norm and residual folded in, a
 // split aiming at 48 warps per SM beat 32, 64, 96 and 128 on the 8B (211.6 t/s against
 // 206.4 at 64) and matched 64 on the 0.6B and the 9B (PERFORMANCE.md, session 3).
-// HEARTH_GEMV_WARPS_PER_SM overrides it for measurements (read once; gemv_warps_per_sm).
+// HEARTH_GEMV_WARPS_PER_SM overrides it for measurements (read once; warps_per_sm).
 constexpr int kUnroll = 4;
 // HEARTH_GEMV_NORM_PRELOAD=0: NORM kernels only prefetch their first weights into L2 before
 // the wait (the session-4 behaviour), for measurements.
@@ -93,12 +93,12 @@ __device__ __forceinline__ int seg_of(const Args& a, int64_t i) {
   return s;
 }
 
-// xs[r][i] = bf16(x[r][i] · inv_rms(x[r]) · (w[i] + offset)) for the n activation rows, by the
-// whole block: the same arithmetic as rms_norm (norm.cu), so a product sees the values the norm
-// would have stored.
-__device__ __forceinline__ void normalise_input(const Args& a, int n, uint4* xs) {
+// xs[r][i] = bf16(x[r][i] * inv_rms(x[r]) * (w[i] + offset)) for the block's N rows; the same
+// arithmetic as rms_norm (norm.cu), so the product sees the values the norm would have stored.
+template <int N>
+__device__ void normalise_input(const Args& a, uint4* xs) {
   const float len = float(a.in8 * 8);
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < N; ++r) {
     const uint4* xr = a.x + r * a.in8;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
@@ -108,48 +108,14 @@ __device__ __forceinline__ void normalise_input(const Args& a, int n, uint4* xs)
   }
 }
 
-// Stores activation row r's product for output row `row` of segment g, its bias added: the
-// GLU's act(gate) · up, the residual add (resid += rounded(y) · rscale), or y itself.
-template <bool GLU>
-__device__ __forceinline__ void store_row(const Seg& g, int act, int r, int64_t row, float acc,
-                                          float acc2) {
-  const int64_t i = r * g.rows + row;
-  const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
-  if constexpr (GLU) {
-    const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
-    st(g.y, g.ydt, i, activation_f(act, acc + b) * (acc2 + b2));
-  } else if (g.resid) {
-    st(g.resid, g.rdt, i, ld(g.resid, g.rdt, i) + rounded(g.ydt, acc + b) * g.rscale);
-  } else {
-    st(g.y, g.ydt, i, acc + b);
-  }
-}
-
 // The warps per SM the work split aims for (48; HEARTH_GEMV_WARPS_PER_SM overrides).
-int gemv_warps_per_sm() {
+int warps_per_sm() {
   static const int w = [] {
     const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
     const int v = e ? std::atoi(e) : 0;
     return v > 0 ? v : 48;
   }();
   return w;
-}
-
-// Raises `kernel`'s dynamic shared memory limit to `wanted` bytes, or to what the device allows
-// beside the kernel's static arrays if that is less (sm_89 allows 99 KB per block, sm_80 163 KB,
-// sm_90 227 KB); returns the limit set. Once per kernel, outside graph capture.
-size_t allow_dynamic_smem(const void* kernel, size_t wanted) {
-  int device = 0, optin = 0;
-  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
-  HEARTH_CUDA_CHECK(
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes fa{};
-  HEARTH_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-  const size_t room = size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
-  const size_t allowed = std::min(wanted, room);
-  HEARTH_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(allowed)));
-  return allowed;
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -205,7 +171,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     pdl_wait();
     waited = true;
     if constexpr (!kNoNorm) {
-      normalise_input(a, N, xs);
+      normalise_input<N>(a, xs);
       __syncthreads();
     }
   }
@@ -291,9 +257,24 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
       __syncthreads();  // part[] is rewritten by the next group
     }
     // (kNoStore keeps the sums alive with a store that almost never happens)
-    if (live && lane == 0 && piece == 0 && (!kNoStore || acc[0] == 1.2345678f))
+    if (live && lane == 0 && piece == 0 && (!kNoStore || acc[0] == 1.2345678f)) {
+      const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
+      if constexpr (GLU) {
+        const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
 #pragma unroll
-      for (int r = 0; r < N; ++r) store_row<GLU>(g, a.act, r, row, acc[r], acc2[r]);
+        for (int r = 0; r < N; ++r)
+          st(g.y, g.ydt, r * g.rows + row, activation_f(a.act, acc[r] + b) * (acc2[r] + b2));
+      } else if (g.resid) {
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+          const int64_t i = r * g.rows + row;
+          st(g.resid, g.rdt, i, ld(g.resid, g.rdt, i) + rounded(g.ydt, acc[r] + b) * g.rscale);
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < N; ++r) st(g.y, g.ydt, r * g.rows + row, acc[r] + b);
+      }
+    }
   }
   if (!waited) pdl_wait();
 }
@@ -302,7 +283,8 @@ template <int N, int kSkip = 0>
 void allow_norm_smem() {
   for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true, kSkip>),
                         reinterpret_cast<const void*>(gemv_kernel<N, true, true, kSkip>)})
-    allow_dynamic_smem(k, kMaxNormBytes);  // (its static arrays leave the 96 KB on sm_80+)
+    HEARTH_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxNormBytes)));
 }
 
 // HEARTH_GEMV_SKIP=1, 2, 4 or 7: gemv_kernel's kSkip for one-row launches (read once; others 0).
@@ -408,7 +390,7 @@ void set_norm(Args& a, const GemvNorm& norm) {
 // Warps per row: enough warps in flight to cover the memory latency on every SM (the
 // warps_per_sm target), while each lane still gets at least two 16-byte loads.
 int gemv_split(const Ctx& ctx, int64_t rows, int64_t words) {
-  const int64_t target = int64_t(ctx.sm_count) * gemv_warps_per_sm();
+  const int64_t target = int64_t(ctx.sm_count) * warps_per_sm();
   int split = 1;
   while (split < kWarps && rows * split < target && words / (split * 2) >= 32 * 2) split *= 2;
   return split;
