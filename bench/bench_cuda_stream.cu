@@ -9,7 +9,13 @@
 //   pdl       a kernel per matrix with programmatic dependent launch (first loads issued
 //             before griddepcontrol.wait), as hearth's decode GEMVs run
 //   barrier   one persistent kernel, a grid barrier (release add, acquire polling) per matrix,
-//             as hearth's one-kernel decode step runs
+//             as hearth's one-kernel decode step runs; "barrier-a" arrives before issuing the
+//             next matrix's first loads instead of after
+//   loader    one persistent kernel with the same barriers, in which a loader warp per block
+//             streams every matrix's share into a shared-memory ring (bulk copies) without
+//             waiting for them, so the loads run up to the ring's size ahead of the barrier
+//             the consumers wait at: what a decode megakernel whose weight loads run ahead of
+//             its dependencies could reach (sm_90)
 //   hearth    hearth's own decode GEMVs (gemv.cu; HEARTH_GEMV_SKIP and the other HEARTH_GEMV_*
 //             measurement switches apply) over the same matrices: four launches per layer with
 //             the input norm, GLU and residual adds
@@ -77,27 +83,159 @@ struct Chain {
   int count;
 };
 
+// A grid barrier in two halves (one thread of a block): arrive once the block is done with a
+// matrix (release: its writes are visible to whoever sees the count), then wait until `target`
+// arrivals (acquire).
+__device__ __forceinline__ void grid_arrive(unsigned long long* count) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(count) : "memory");
+}
+__device__ __forceinline__ void grid_wait_for(unsigned long long* count,
+                                              unsigned long long target) {
+  unsigned long long seen = 0;
+  do {
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
+  } while (seen < target);
+}
+
 // All matrices in one kernel, a grid barrier before each but the first. The barrier count only
-// grows (reset before each launch), so phase k waits until k · gridDim arrivals.
+// grows (reset before each launch), so phase k waits until k · gridDim arrivals. The block
+// arrives after issuing the next matrix's first loads, or with kArriveFirst before them (a
+// release may have to wait for the arriving thread's loads in flight).
+template <bool kArriveFirst>
 __global__ void __launch_bounds__(kThreads)
     barrier_kernel(Chain c, unsigned long long* count, uint32_t* sink) {
   uint32_t acc = 0;
   for (int k = 0; k < c.count; ++k) {
+    if (kArriveFirst && k > 0) {
+      __syncthreads();
+      if (threadIdx.x == 0) grid_arrive(count);
+    }
     acc ^= stream(c.p[k], c.n[k], [&] {
       if (k == 0) return;
-      __syncthreads();
+      if (!kArriveFirst) __syncthreads();
       if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(count) : "memory");
-        const unsigned long long target = (unsigned long long)k * gridDim.x;
-        unsigned long long seen = 0;
-        do {
-          asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
-        } while (seen < target);
+        if (!kArriveFirst) grid_arrive(count);
+        grid_wait_for(count, (unsigned long long)k * gridDim.x);
       }
       __syncthreads();
     });
   }
   keep(acc, sink);
+}
+
+// The loader kernel: warp 0 of each block copies the block's chunks of every matrix in turn
+// (chunk j of a matrix to block j mod grid) into a ring of kSlots slots, each guarded by a
+// "full" mbarrier (the copy landed) and an "empty" one (a consumer is done with it). Consumer
+// warps take the block's chunks round-robin, and before the chunks of matrix k wait at a grid
+// barrier for every block to have consumed matrix k - 1; the loader never waits there.
+constexpr int kConsumers = 8;
+constexpr int kLoaderThreads = (kConsumers + 1) * 32;
+constexpr uint32_t kChunk = 16 * 1024;
+constexpr int kSlots = 12;  // 192 KB of ring per block, one block per SM
+constexpr size_t kRingBytes = size_t(kSlots) * kChunk;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+#endif
+
+__global__ void __launch_bounds__(kLoaderThreads, 1)
+    loader_kernel(Chain c, unsigned long long* count, uint32_t* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ uint64_t full[kSlots], empty[kSlots];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const size_t G = gridDim.x;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSlots; ++s) {
+      mbar_init(&full[s]);
+      mbar_init(&empty[s]);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto chunk_bytes = [&](int k, size_t j) {
+    return uint32_t(min(size_t(kChunk), c.n[k] * 16 - j * kChunk));
+  };
+  if (warp == 0) {  // the loader: one thread issues every copy
+    if (lane != 0) return;
+    uint32_t n = 0;  // the block's chunks so far, over all matrices
+    for (int k = 0; k < c.count; ++k) {
+      const size_t chunks = (c.n[k] * 16 + kChunk - 1) / kChunk;
+      const char* base = reinterpret_cast<const char*>(c.p[k]);
+      for (size_t j = blockIdx.x; j < chunks; j += G, ++n) {
+        const int s = int(n % kSlots);
+        const uint32_t use = n / kSlots;
+        if (use > 0) {
+          mbar_wait(&empty[s], (use - 1) & 1);
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        }
+        mbar_expect(&full[s], chunk_bytes(k, j));
+        bulk_copy(ring + size_t(s) * kChunk, base + j * kChunk, chunk_bytes(k, j), &full[s]);
+      }
+    }
+    return;
+  }
+  const int w = warp - 1;
+  uint32_t acc = 0, n = 0;
+  for (int k = 0; k < c.count; ++k) {
+    if (k > 0) {  // named barrier 1: the consumer warps only (the loader has left or runs on)
+      asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");
+      if (threadIdx.x == 32) {
+        grid_arrive(count);
+        grid_wait_for(count, (unsigned long long)k * G);
+      }
+      asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");
+    }
+    const size_t chunks = (c.n[k] * 16 + kChunk - 1) / kChunk;
+    for (size_t j = blockIdx.x, i = 0; j < chunks; j += G, ++n, ++i) {
+      if (int(i % kConsumers) != w) continue;
+      const int s = int(n % kSlots);
+      mbar_wait(&full[s], (n / kSlots) & 1);
+      const uint4* q = reinterpret_cast<const uint4*>(ring + size_t(s) * kChunk);
+      for (uint32_t x = lane; x < chunk_bytes(k, j) / 16; x += 32) {
+        const uint4 v = q[x];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+  }
+  keep(acc, sink);
+#else
+  __trap();  // launched on sm_90+ only
+#endif
 }
 
 template <typename Body>
@@ -220,9 +358,12 @@ int main(int argc, char** argv) {
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read_kernel<true>, kThreads, 0));
   const int grid = prop.multiProcessorCount * per_sm;
   int per_sm_barrier = 0;
-  HEARTH_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_barrier, barrier_kernel, kThreads, 0));
+  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm_barrier, barrier_kernel<false>, kThreads, 0));
   const int grid_barrier = prop.multiProcessorCount * per_sm_barrier;
+  if (prop.major >= 9)
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(
+        loader_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRingBytes)));
   std::printf("%s, %d SMs; read grid %d blocks of %d, barrier grid %d\n", prop.name,
               prop.multiProcessorCount, grid, kThreads, grid_barrier);
 
@@ -335,9 +476,21 @@ int main(int argc, char** argv) {
     const Chain c{d_starts, d_words, int(starts.size())};
     report("barrier", time_ms(s, reps, [&] {
              HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
-             barrier_kernel<<<grid_barrier, kThreads, 0, s>>>(c, count, sink);
+             barrier_kernel<false><<<grid_barrier, kThreads, 0, s>>>(c, count, sink);
              HEARTH_CUDA_CHECK(cudaGetLastError());
            }));
+    report("barrier-a", time_ms(s, reps, [&] {
+             HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
+             barrier_kernel<true><<<grid_barrier, kThreads, 0, s>>>(c, count, sink);
+             HEARTH_CUDA_CHECK(cudaGetLastError());
+           }));
+    if (prop.major >= 9)
+      report("loader", time_ms(s, reps, [&] {
+               HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
+               loader_kernel<<<prop.multiProcessorCount, kLoaderThreads, kRingBytes, s>>>(c, count,
+                                                                                          sink);
+               HEARTH_CUDA_CHECK(cudaGetLastError());
+             }));
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(s));
     cudaFree(base);
     cudaFree(d_starts);
