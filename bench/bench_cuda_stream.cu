@@ -15,7 +15,9 @@
 //             streams every matrix's share into a shared-memory ring (bulk copies) without
 //             waiting for them, so the loads run up to the ring's size ahead of the barrier
 //             the consumers wait at: what a decode megakernel whose weight loads run ahead of
-//             its dependencies could reach (sm_90)
+//             its dependencies could reach (sm_90); "loader+dot" computes the products from
+//             the ring as a decode GEMV would (input vector read after each barrier, outputs
+//             stored)
 //   hearth    hearth's own decode GEMVs (gemv.cu; HEARTH_GEMV_SKIP and the other HEARTH_GEMV_*
 //             measurement switches apply) over the same matrices: four launches per layer with
 //             the input norm, GLU and residual adds
@@ -80,6 +82,7 @@ __global__ void __launch_bounds__(kThreads) read_kernel(const uint4* p, size_t n
 struct Chain {
   const uint4* const* p;  // device array of matrix starts
   const size_t* n;        // their lengths in 16-byte words
+  const int* in8;         // their row lengths in 16-byte words
   int count;
 };
 
@@ -123,16 +126,21 @@ __global__ void __launch_bounds__(kThreads)
   keep(acc, sink);
 }
 
-// The loader kernel: warp 0 of each block copies the block's chunks of every matrix in turn
-// (chunk j of a matrix to block j mod grid) into a ring of kSlots slots, each guarded by a
-// "full" mbarrier (the copy landed) and an "empty" one (a consumer is done with it). Consumer
-// warps take the block's chunks round-robin, and before the chunks of matrix k wait at a grid
-// barrier for every block to have consumed matrix k - 1; the loader never waits there.
+// The loader kernels: warp 0 of each block copies the block's chunks of every matrix in turn
+// (chunk j of a matrix to block j mod grid; a chunk is whole rows, about 16 KB) into a ring of
+// kSlots slots, each guarded by a "full" mbarrier (the copy landed) and an "empty" one (a
+// consumer is done with it). Consumer warps take the block's chunks round-robin, and before the
+// chunks of matrix k wait at a grid barrier for every block to have consumed matrix k - 1; the
+// loader never waits there. kDot: the consumers compute the chunk's rows · x as a decode GEMV
+// does (x, the matrix's input, read from global memory into shared memory after the barrier,
+// as a product's input made by the phase before would be; y stored), else they only fold the
+// words together.
 constexpr int kConsumers = 8;
 constexpr int kLoaderThreads = (kConsumers + 1) * 32;
-constexpr uint32_t kChunk = 16 * 1024;
-constexpr int kSlots = 12;  // 192 KB of ring per block, one block per SM
-constexpr size_t kRingBytes = size_t(kSlots) * kChunk;
+constexpr uint32_t kSlotBytes = 24 * 1024;  // a row of 12288 bf16 fits
+constexpr int kSlots = 8;                   // 192 KB of ring per block, one block per SM
+constexpr size_t kRingBytes = size_t(kSlots) * kSlotBytes;
+constexpr int kMaxIn8 = 1536;  // x in shared memory: rows of up to 12288 bf16
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -168,12 +176,28 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       "l"(src), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
+
+// Matrix k's chunking: rows of in8[k] words, rows_per_chunk of them per chunk.
+struct Chunking {
+  size_t row_words, rows_per_chunk, chunk_words, chunks;
+  __device__ Chunking(const Chain& c, int k)
+      : row_words(size_t(c.in8[k])),
+        rows_per_chunk(max(size_t(1), size_t(16 * 1024 / 16) / row_words)),
+        chunk_words(rows_per_chunk * row_words),
+        chunks((c.n[k] + chunk_words - 1) / chunk_words) {}
+  __device__ uint32_t words(const Chain& c, int k, size_t j) const {
+    return uint32_t(min(chunk_words, c.n[k] - j * chunk_words));
+  }
+};
+
 #endif
 
+template <bool kDot>
 __global__ void __launch_bounds__(kLoaderThreads, 1)
-    loader_kernel(Chain c, unsigned long long* count, uint32_t* sink) {
+    loader_kernel(Chain c, const uint4* x, float* y, unsigned long long* count, uint32_t* sink) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char ring[];
+  uint4* const xs = reinterpret_cast<uint4*>(ring + kRingBytes);  // kDot: [kMaxIn8]
   __shared__ uint64_t full[kSlots], empty[kSlots];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const size_t G = gridDim.x;
@@ -185,48 +209,58 @@ __global__ void __launch_bounds__(kLoaderThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  auto chunk_bytes = [&](int k, size_t j) {
-    return uint32_t(min(size_t(kChunk), c.n[k] * 16 - j * kChunk));
-  };
   if (warp == 0) {  // the loader: one thread issues every copy
     if (lane != 0) return;
     uint32_t n = 0;  // the block's chunks so far, over all matrices
     for (int k = 0; k < c.count; ++k) {
-      const size_t chunks = (c.n[k] * 16 + kChunk - 1) / kChunk;
-      const char* base = reinterpret_cast<const char*>(c.p[k]);
-      for (size_t j = blockIdx.x; j < chunks; j += G, ++n) {
+      const Chunking ch(c, k);
+      for (size_t j = blockIdx.x; j < ch.chunks; j += G, ++n) {
         const int s = int(n % kSlots);
         const uint32_t use = n / kSlots;
         if (use > 0) {
           mbar_wait(&empty[s], (use - 1) & 1);
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
-        mbar_expect(&full[s], chunk_bytes(k, j));
-        bulk_copy(ring + size_t(s) * kChunk, base + j * kChunk, chunk_bytes(k, j), &full[s]);
+        const uint32_t bytes = ch.words(c, k, j) * 16;
+        mbar_expect(&full[s], bytes);
+        bulk_copy(ring + size_t(s) * kSlotBytes, c.p[k] + j * ch.chunk_words, bytes, &full[s]);
       }
     }
     return;
   }
   const int w = warp - 1;
+  const int ctid = int(threadIdx.x) - 32;  // among the consumers
   uint32_t acc = 0, n = 0;
   for (int k = 0; k < c.count; ++k) {
+    const Chunking ch(c, k);
     if (k > 0) {  // named barrier 1: the consumer warps only (the loader has left or runs on)
       asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");
-      if (threadIdx.x == 32) {
+      if (ctid == 0) {
         grid_arrive(count);
         grid_wait_for(count, (unsigned long long)k * G);
       }
       asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");
     }
-    const size_t chunks = (c.n[k] * 16 + kChunk - 1) / kChunk;
-    for (size_t j = blockIdx.x, i = 0; j < chunks; j += G, ++n, ++i) {
+    if (kDot) {  // this matrix's input, written (in a real step) before the barrier
+      for (size_t i = ctid; i < ch.row_words; i += kConsumers * 32) xs[i] = __ldcg(x + i);
+      asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");
+    }
+    for (size_t j = blockIdx.x, i = 0; j < ch.chunks; j += G, ++n, ++i) {
       if (int(i % kConsumers) != w) continue;
       const int s = int(n % kSlots);
       mbar_wait(&full[s], (n / kSlots) & 1);
-      const uint4* q = reinterpret_cast<const uint4*>(ring + size_t(s) * kChunk);
-      for (uint32_t x = lane; x < chunk_bytes(k, j) / 16; x += 32) {
-        const uint4 v = q[x];
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+      const uint4* q = reinterpret_cast<const uint4*>(ring + size_t(s) * kSlotBytes);
+      const uint32_t words = ch.words(c, k, j);
+      if (kDot) {
+        for (uint32_t r = 0; r * ch.row_words < words; ++r) {
+          float dot = 0.0f;
+          for (size_t col = lane; col < ch.row_words; col += 32)
+            dot += hearth::cuda::dot8(q[r * ch.row_words + col], xs[col]);
+          dot = hearth::cuda::warp_sum(dot);
+          if (lane == 0) y[j * ch.rows_per_chunk + r] = dot;
+        }
+      } else {
+        for (uint32_t v = lane; v < words; v += 32) acc ^= q[v].x ^ q[v].y ^ q[v].z ^ q[v].w;
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
@@ -274,6 +308,8 @@ struct Model {
     for (int64_t r : in_rows) in += r;
     return {in * H * 2e-6, H * o_in * 2e-6, 2 * I * H * 2e-6, H * I * 2e-6};
   }
+  // Their row lengths, in 16-byte words.
+  std::vector<int> in8() const { return {int(H / 8), int(o_in / 8), int(H / 8), int(I / 8)}; }
 };
 
 // hearth's own decode GEMVs (gemv.cu, with the HEARTH_GEMV_* switches set) over the same
@@ -361,9 +397,17 @@ int main(int argc, char** argv) {
   HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm_barrier, barrier_kernel<false>, kThreads, 0));
   const int grid_barrier = prop.multiProcessorCount * per_sm_barrier;
+  // The loader kernels' ring and input vector, and the input and output of their products.
+  const size_t loader_smem = kRingBytes + size_t(kMaxIn8) * 16;
   if (prop.major >= 9)
-    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(
-        loader_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRingBytes)));
+    for (auto k : {loader_kernel<false>, loader_kernel<true>})
+      HEARTH_CUDA_CHECK(
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(loader_smem)));
+  uint4* x = nullptr;
+  float* y = nullptr;
+  HEARTH_CUDA_CHECK(cudaMalloc(&x, size_t(kMaxIn8) * 16));
+  HEARTH_CUDA_CHECK(cudaMemset(x, 0x3c, size_t(kMaxIn8) * 16));  // bf16 ≈ 0.011
+  HEARTH_CUDA_CHECK(cudaMalloc(&y, size_t(32768) * 4));          // the most rows of a matrix
   std::printf("%s, %d SMs; read grid %d blocks of %d, barrier grid %d\n", prop.name,
               prop.multiProcessorCount, grid, kThreads, grid_barrier);
 
@@ -406,10 +450,12 @@ int main(int argc, char** argv) {
       continue;
     }
     std::vector<size_t> words;
+    std::vector<int> in8;
     size_t total = 0;
     for (int l = 0; l < m.layers; ++l)
-      for (double v : mb) {
-        words.push_back(size_t(v * 1e6 / 16));
+      for (size_t i = 0; i < mb.size(); ++i) {
+        words.push_back(size_t(mb[i] * 1e6 / 16));
+        in8.push_back(m.in8()[i]);
         total += words.back();
       }
     uint4* base = nullptr;
@@ -423,8 +469,12 @@ int main(int argc, char** argv) {
     }
     const uint4** d_starts = nullptr;
     size_t* d_words = nullptr;
+    int* d_in8 = nullptr;
     HEARTH_CUDA_CHECK(cudaMalloc(&d_starts, starts.size() * sizeof(void*)));
     HEARTH_CUDA_CHECK(cudaMalloc(&d_words, words.size() * sizeof(size_t)));
+    HEARTH_CUDA_CHECK(cudaMalloc(&d_in8, in8.size() * sizeof(int)));
+    HEARTH_CUDA_CHECK(
+        cudaMemcpy(d_in8, in8.data(), in8.size() * sizeof(int), cudaMemcpyHostToDevice));
     HEARTH_CUDA_CHECK(
         cudaMemcpy(d_starts, starts.data(), starts.size() * sizeof(void*), cudaMemcpyHostToDevice));
     HEARTH_CUDA_CHECK(
@@ -473,7 +523,7 @@ int main(int argc, char** argv) {
              time_ms(s, reps, [&] { HEARTH_CUDA_CHECK(cudaGraphLaunch(e, s)); }));
       cudaGraphExecDestroy(e);
     }
-    const Chain c{d_starts, d_words, int(starts.size())};
+    const Chain c{d_starts, d_words, d_in8, int(starts.size())};
     report("barrier", time_ms(s, reps, [&] {
              HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
              barrier_kernel<false><<<grid_barrier, kThreads, 0, s>>>(c, count, sink);
@@ -484,17 +534,22 @@ int main(int argc, char** argv) {
              barrier_kernel<true><<<grid_barrier, kThreads, 0, s>>>(c, count, sink);
              HEARTH_CUDA_CHECK(cudaGetLastError());
            }));
-    if (prop.major >= 9)
-      report("loader", time_ms(s, reps, [&] {
-               HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
-               loader_kernel<<<prop.multiProcessorCount, kLoaderThreads, kRingBytes, s>>>(c, count,
-                                                                                          sink);
-               HEARTH_CUDA_CHECK(cudaGetLastError());
-             }));
+    if (prop.major >= 9) {
+      for (bool dot : {false, true}) {
+        auto kernel = dot ? loader_kernel<true> : loader_kernel<false>;
+        report(dot ? "loader+dot" : "loader", time_ms(s, reps, [&] {
+                 HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
+                 kernel<<<prop.multiProcessorCount, kLoaderThreads, loader_smem, s>>>(c, x, y,
+                                                                                      count, sink);
+                 HEARTH_CUDA_CHECK(cudaGetLastError());
+               }));
+      }
+    }
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(s));
     cudaFree(base);
     cudaFree(d_starts);
     cudaFree(d_words);
+    cudaFree(d_in8);
     report("hearth", gemv_chain_ms(s, prop.multiProcessorCount, reps, m));
   }
   return 0;
