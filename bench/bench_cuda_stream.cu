@@ -449,13 +449,14 @@ int main(int argc, char** argv) {
                   100.0 * gb / ms / 4.3);
       continue;
     }
+    const std::vector<int> row_words = m.in8();
     std::vector<size_t> words;
     std::vector<int> in8;
     size_t total = 0;
     for (int l = 0; l < m.layers; ++l)
       for (size_t i = 0; i < mb.size(); ++i) {
         words.push_back(size_t(mb[i] * 1e6 / 16));
-        in8.push_back(m.in8()[i]);
+        in8.push_back(row_words[i]);
         total += words.back();
       }
     uint4* base = nullptr;
