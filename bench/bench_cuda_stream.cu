@@ -126,6 +126,18 @@ __global__ void __launch_bounds__(kThreads)
   keep(acc, sink);
 }
 
+// Grid barriers and nothing else: what one costs with no loads in flight and no imbalance.
+__global__ void barriers_only_kernel(int n, unsigned long long* count) {
+  for (int k = 1; k <= n; ++k) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      grid_arrive(count);
+      grid_wait_for(count, (unsigned long long)k * gridDim.x);
+    }
+    __syncthreads();
+  }
+}
+
 // The loader kernels: warp 0 of each block copies the block's chunks of every matrix in turn
 // (chunk j of a matrix to block j mod grid; a chunk is whole rows, about 16 KB) into a ring of
 // kSlots slots, each guarded by a "full" mbarrier (the copy landed) and an "empty" one (a
@@ -192,7 +204,8 @@ struct Chunking {
 
 #endif
 
-template <bool kDot>
+// kDot: 0 fold the words, 1 a plain dot loop, 2 four loads per lane in flight.
+template <int kDot>
 __global__ void __launch_bounds__(kLoaderThreads, 1)
     loader_kernel(Chain c, const uint4* x, float* y, unsigned long long* count, uint32_t* sink) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -251,12 +264,32 @@ __global__ void __launch_bounds__(kLoaderThreads, 1)
       mbar_wait(&full[s], (n / kSlots) & 1);
       const uint4* q = reinterpret_cast<const uint4*>(ring + size_t(s) * kSlotBytes);
       const uint32_t words = ch.words(c, k, j);
-      if (kDot) {
+      if (kDot == 1) {
         for (uint32_t r = 0; r * ch.row_words < words; ++r) {
           float dot = 0.0f;
           for (size_t col = lane; col < ch.row_words; col += 32)
             dot += hearth::cuda::dot8(q[r * ch.row_words + col], xs[col]);
           dot = hearth::cuda::warp_sum(dot);
+          if (lane == 0) y[j * ch.rows_per_chunk + r] = dot;
+        }
+      } else if (kDot == 2) {  // four words per lane in flight, four independent sums
+        const uint32_t row = uint32_t(ch.row_words);
+        for (uint32_t r = 0; r * row < words; ++r) {
+          const uint4* qr = q + r * row;
+          float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          uint32_t col = lane;
+          for (; col + 96 < row; col += 128) {
+            uint4 w[4], v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              w[u] = qr[col + 32 * u];
+              v[u] = xs[col + 32 * u];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) a[u] += hearth::cuda::dot8(w[u], v[u]);
+          }
+          for (; col < row; col += 32) a[0] += hearth::cuda::dot8(qr[col], xs[col]);
+          const float dot = hearth::cuda::warp_sum((a[0] + a[1]) + (a[2] + a[3]));
           if (lane == 0) y[j * ch.rows_per_chunk + r] = dot;
         }
       } else {
@@ -400,7 +433,7 @@ int main(int argc, char** argv) {
   // The loader kernels' ring and input vector, and the input and output of their products.
   const size_t loader_smem = kRingBytes + size_t(kMaxIn8) * 16;
   if (prop.major >= 9)
-    for (auto k : {loader_kernel<false>, loader_kernel<true>})
+    for (auto k : {loader_kernel<0>, loader_kernel<1>, loader_kernel<2>})
       HEARTH_CUDA_CHECK(
           cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(loader_smem)));
   uint4* x = nullptr;
@@ -432,6 +465,19 @@ int main(int argc, char** argv) {
                 2.0 * bytes / ms / 1e9);
     cudaFree(src);
     cudaFree(dst);
+  }
+
+  // One grid barrier's latency, at one block per SM (the loader kernels, the one-kernel step)
+  // and at the barrier kernel's grid.
+  for (int blocks : {prop.multiProcessorCount, grid_barrier}) {
+    if (gemv_only) break;
+    constexpr int kBarriers = 2000;
+    const float ms = time_ms(s, reps, [&] {
+      HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
+      barriers_only_kernel<<<blocks, kThreads, 0, s>>>(kBarriers, count);
+      HEARTH_CUDA_CHECK(cudaGetLastError());
+    });
+    std::printf("grid barrier alone, %d blocks: %.2f us\n", blocks, 1e3 * ms / kBarriers);
   }
 
   const std::vector<Model> models = {
@@ -536,9 +582,12 @@ int main(int argc, char** argv) {
              HEARTH_CUDA_CHECK(cudaGetLastError());
            }));
     if (prop.major >= 9) {
-      for (bool dot : {false, true}) {
-        auto kernel = dot ? loader_kernel<true> : loader_kernel<false>;
-        report(dot ? "loader+dot" : "loader", time_ms(s, reps, [&] {
+      for (int dot : {0, 1, 2}) {
+        auto kernel = dot == 0 ? loader_kernel<0> : dot == 1 ? loader_kernel<1> : loader_kernel<2>;
+        report(dot == 0   ? "loader"
+               : dot == 1 ? "loader+dot"
+                          : "loader+dot4",
+               time_ms(s, reps, [&] {
                  HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
                  kernel<<<prop.multiProcessorCount, kLoaderThreads, loader_smem, s>>>(c, x, y,
                                                                                       count, sink);
