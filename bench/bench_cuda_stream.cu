@@ -204,7 +204,9 @@ struct Chunking {
 
 #endif
 
-// kDot: 0 fold the words, 1 a plain dot loop, 2 four loads per lane in flight.
+// kDot: 0 fold the words, 1 a plain dot loop, 2 four loads per lane in flight; for measurement
+// only, 3 fold the words but read x and store y as the products do (the dependency alone), 4 as
+// 2 with one word of x held in a register for every column (the products without x's reads).
 template <int kDot>
 __global__ void __launch_bounds__(kLoaderThreads, 1)
     loader_kernel(Chain c, const uint4* x, float* y, unsigned long long* count, uint32_t* sink) {
@@ -258,6 +260,7 @@ __global__ void __launch_bounds__(kLoaderThreads, 1)
       for (size_t i = ctid; i < ch.row_words; i += kConsumers * 32) xs[i] = __ldcg(x + i);
       asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");
     }
+    const uint4 xr = kDot == 4 ? xs[lane] : make_uint4(0, 0, 0, 0);
     for (size_t j = blockIdx.x, i = 0; j < ch.chunks; j += G, ++n, ++i) {
       if (int(i % kConsumers) != w) continue;
       const int s = int(n % kSlots);
@@ -272,7 +275,7 @@ __global__ void __launch_bounds__(kLoaderThreads, 1)
           dot = hearth::cuda::warp_sum(dot);
           if (lane == 0) y[j * ch.rows_per_chunk + r] = dot;
         }
-      } else if (kDot == 2) {  // four words per lane in flight, four independent sums
+      } else if (kDot == 2 || kDot == 4) {  // four words per lane in flight, four sums
         const uint32_t row = uint32_t(ch.row_words);
         for (uint32_t r = 0; r * row < words; ++r) {
           const uint4* qr = q + r * row;
@@ -283,17 +286,21 @@ __global__ void __launch_bounds__(kLoaderThreads, 1)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
               w[u] = qr[col + 32 * u];
-              v[u] = xs[col + 32 * u];
+              v[u] = kDot == 2 ? xs[col + 32 * u] : xr;
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u) a[u] += hearth::cuda::dot8(w[u], v[u]);
           }
-          for (; col < row; col += 32) a[0] += hearth::cuda::dot8(qr[col], xs[col]);
+          for (; col < row; col += 32)
+            a[0] += hearth::cuda::dot8(qr[col], kDot == 2 ? xs[col] : xr);
           const float dot = hearth::cuda::warp_sum((a[0] + a[1]) + (a[2] + a[3]));
           if (lane == 0) y[j * ch.rows_per_chunk + r] = dot;
         }
       } else {
         for (uint32_t v = lane; v < words; v += 32) acc ^= q[v].x ^ q[v].y ^ q[v].z ^ q[v].w;
+        if (kDot == 3 && lane == 0)
+          for (uint32_t r = 0; r * ch.row_words < words; ++r)
+            y[j * ch.rows_per_chunk + r] = __uint_as_float(acc);
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
@@ -433,7 +440,8 @@ int main(int argc, char** argv) {
   // The loader kernels' ring and input vector, and the input and output of their products.
   const size_t loader_smem = kRingBytes + size_t(kMaxIn8) * 16;
   if (prop.major >= 9)
-    for (auto k : {loader_kernel<0>, loader_kernel<1>, loader_kernel<2>})
+    for (auto k :
+         {loader_kernel<0>, loader_kernel<1>, loader_kernel<2>, loader_kernel<3>, loader_kernel<4>})
       HEARTH_CUDA_CHECK(
           cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(loader_smem)));
   uint4* x = nullptr;
@@ -582,12 +590,15 @@ int main(int argc, char** argv) {
              HEARTH_CUDA_CHECK(cudaGetLastError());
            }));
     if (prop.major >= 9) {
-      for (int dot : {0, 1, 2}) {
-        auto kernel = dot == 0 ? loader_kernel<0> : dot == 1 ? loader_kernel<1> : loader_kernel<2>;
-        report(dot == 0   ? "loader"
-               : dot == 1 ? "loader+dot"
-                          : "loader+dot4",
-               time_ms(s, reps, [&] {
+      using Kernel = decltype(&loader_kernel<0>);
+      const std::pair<const char*, Kernel> loaders[] = {{"loader", loader_kernel<0>},
+                                                        {"loader+dot", loader_kernel<1>},
+                                                        {"loader+dot4", loader_kernel<2>},
+                                                        {"loader+dep", loader_kernel<3>},
+                                                        {"loader+dotr", loader_kernel<4>}};
+      for (const auto& row : loaders) {
+        const Kernel kernel = row.second;
+        report(row.first, time_ms(s, reps, [&] {
                  HEARTH_CUDA_CHECK(cudaMemsetAsync(count, 0, 8, s));
                  kernel<<<prop.multiProcessorCount, kLoaderThreads, loader_smem, s>>>(c, x, y,
                                                                                       count, sink);
