@@ -1,0 +1,272 @@
+// Attention for the one-kernel decode steps (decode_step.cu, decode_step_loader.cu): a warp
+// per (query head, chunk of keys), with the q/k norm, rope and cache store of the new token, and
+// the helpers both kernels share. Device code only.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cuda/decode_step.h"
+#include "backend/cuda/device_util.cuh"
+
+namespace hearth::cuda::step {
+
+constexpr int kChunkKeys = 32;  // keys per prefetched chunk (one per lane)
+
+// A warp's attention buffer: K rows padded by 16 bytes (a lane reads its own key's row: the
+// padding spreads the rows over the banks), then V rows.
+__host__ __device__ constexpr int k_stride_bytes(int hd) { return hd * 2 + 16; }
+__host__ __device__ constexpr int attn_buf_bytes(int hd) {
+  return kChunkKeys * k_stride_bytes(hd) + kChunkKeys * hd * 2;
+}
+
+__device__ __forceinline__ float bf(const __nv_bfloat16 v) { return __bfloat162float(v); }
+
+// 16-byte global → shared copy (cp.async, L1 bypassed); `valid` false writes zeros, reads none.
+__device__ __forceinline__ void copy16_async(uint4* dst, const void* src, bool valid) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy16_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void copy16_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+__device__ __forceinline__ float bf_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+// One head's vector (a warp; lane l holds elements l + 32j) as qk_norm_rope_store_kernel makes
+// it: RMS-normalised with `gain` (none: null) and rotated at `pos` (no rope: inv_freq null),
+// each rounded to bf16 where that kernel stores.
+template <int E>
+__device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], const void* gain,
+                                          int pos, int lane) {
+  const int hd = E * 32;
+  if (gain) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < E; ++j) ss += x[j] * x[j];
+    const float inv = rsqrtf(warp_sum(ss) / float(hd) + a.eps);
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      x[j] = bf_round(x[j] * inv * (ld(gain, a.gain_dt, lane + 32 * j) + a.offset));
+  }
+  if (a.inv_freq) {
+    constexpr int hj = E / 2;  // rotary_dim == head_dim: pairs (j, j + E/2)
+#pragma unroll
+    for (int j = 0; j < hj; ++j) {
+      float sn, cs;
+      sincosf(float(pos) * a.inv_freq[lane + 32 * j], &sn, &cs);
+      cs *= a.rope_factor;
+      sn *= a.rope_factor;
+      const float p = x[j], q = x[j + hj];
+      x[j] = bf_round(p * cs - q * sn);
+      x[j + hj] = bf_round(q * cs + p * sn);
+    }
+  }
+}
+
+template <int E>
+__device__ __forceinline__ void load_head(const __nv_bfloat16* src, int lane, float (&x)[E]) {
+#pragma unroll
+  for (int j = 0; j < E; ++j) x[j] = bf(__ldcg(src + lane + 32 * j));
+}
+
+// Phase 2's key and value prefetch: requests the cached keys [lo, hi] (at most kChunkKeys) but
+// pos into the warp's buffer `buf` (cp.async, one commit group). They depend on nothing this
+// step computes, so a warp issues them before it waits at the barrier that ends phase 1.
+template <int E>
+__device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int lo, int hi,
+                            int pos, char* buf, int lane) {
+  constexpr int hd = E * 32, words = hd / 8;
+  const int64_t row = int64_t(a.nkv) * hd;
+  char* vbuf = buf + kChunkKeys * k_stride_bytes(hd);
+#pragma unroll 4
+  for (int i = lane; i < kChunkKeys * words; i += 32) {
+    const int j = i / words, w = i - j * words, p = lo + j;
+    const bool ok = p <= hi && p != pos;
+    const int64_t at = (int64_t(p) % a.capacity) * row + g * hd + w * 8;
+    copy16_async(reinterpret_cast<uint4*>(buf + j * k_stride_bytes(hd) + w * 16),
+                 ok ? static_cast<const void*>(L.kc + at) : static_cast<const void*>(buf), ok);
+    copy16_async(reinterpret_cast<uint4*>(vbuf + j * hd * 2 + w * 16),
+                 ok ? static_cast<const void*>(L.vc + at) : static_cast<const void*>(buf), ok);
+  }
+  copy16_commit();
+}
+
+// Phase 2 unit (a warp): query head hq over the keys [lo, hi] of chunk c of nc, 32 at a time
+// (one per lane for q·k, online softmax over the warp); lane l accumulates dims l·E .. l·E+E-1
+// of P·V. A warp per (head, chunk), not per head: one warp walking a few hundred keys, one
+// dependent round trip after another, held every block at the barrier (session 6 trace).
+// The unit normalises and rotates its q head itself. The new token's key and value (position
+// pos) come from the q/k/v product, not the cache: the chunk holding pos rotates k itself, and
+// for the first head of each group also stores k and v into the cache (no other unit reads the
+// cache at pos). Each unit writes its unnormalised partial (max, sum, P·V); the head's last
+// unit to finish (a per-head count) combines them into the bf16 attention output.
+// With `buf` (a chunk of at most kChunkKeys keys whose prefetch_kv was issued), keys and
+// values come from shared memory.
+template <int E>
+__device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq, int c, int nc,
+                                int lo, int hi, int pos, float* qs, const char* buf, int lane) {
+  const int hd = E * 32, nkv = a.nkv, group = a.nh / nkv, g = hq / group;
+  const int64_t row = int64_t(nkv) * hd;
+  using VecE = typename std::conditional<E == 4, uint2, unsigned>::type;
+  // The new token's key and this lane's values at pos, when this chunk holds pos: requested
+  // together with q.
+  VecE v_new{};
+  float k[E] = {};
+  if (hi == pos) {
+    v_new = __ldcg(reinterpret_cast<const VecE*>(a.v + g * hd + lane * E));
+    load_head<E>(a.k + g * hd, lane, k);
+  }
+  {
+    float x[E];
+    load_head<E>(a.q + hq * hd, lane, x);
+    norm_rope<E>(a, x, L.q_norm, pos, lane);
+#pragma unroll
+    for (int j = 0; j < E; ++j) qs[lane + 32 * j] = x[j] * a.scale;
+  }
+  float s_new = 0.0f;  // q · k at pos, when this chunk holds pos
+  if (hi == pos) {
+    float t = 0.0f;
+    norm_rope<E>(a, k, L.k_norm, pos, lane);
+#pragma unroll
+    for (int j = 0; j < E; ++j) t += qs[lane + 32 * j] * k[j];  // this lane's own qs elements
+    s_new = warp_sum(t);
+    if (hq % group == 0) {
+      const int64_t at = (int64_t(pos) % a.capacity) * row + g * hd;
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
+        L.kc[at + lane + 32 * j] = __float2bfloat16(k[j]);
+        L.vc[at + lane + 32 * j] = __ldcg(a.v + g * hd + lane + 32 * j);
+      }
+    }
+  }
+  if (buf) copy16_wait_all();  // this lane's copies landed; the __syncwarp shows everyone's
+  __syncwarp();
+  float m = -INFINITY, l = 0.0f, acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.0f;
+  auto accumulate = [&](const VecE& vv, float pj) {
+    __nv_bfloat162 v2[E / 2];
+    std::memcpy(v2, &vv, sizeof vv);
+#pragma unroll
+    for (int e = 0; e < E / 2; ++e) {
+      const float2 f = __bfloat1622float2(v2[e]);
+      acc[2 * e] += pj * f.x;
+      acc[2 * e + 1] += pj * f.y;
+    }
+  };
+  auto score = [&](const uint4* kr, auto load) {
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < hd / 8; ++w) {
+      const uint4 kv = load(kr + w);
+      const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(k2[j]);
+        t += qs[w * 8 + 2 * j] * f.x + qs[w * 8 + 2 * j + 1] * f.y;
+      }
+    }
+    return t;
+  };
+  // The lane's key p: the new key's score from registers, a cached key's through `load`, and
+  // -inf past hi.
+  auto key_score = [&](int p, const uint4* kr, auto load) {
+    return p == pos ? s_new : p <= hi ? score(kr, load) : -INFINITY;
+  };
+  if (buf) {
+    // One block of at most 32 keys, all in shared memory (pos: from registers).
+    const int p = lo + lane;
+    const bool ok = p <= hi;
+    const float s = key_score(p, reinterpret_cast<const uint4*>(buf + lane * k_stride_bytes(hd)),
+                              [](const uint4* q) { return *q; });
+    m = warp_max(s);
+    const float pr = ok ? __expf(s - m) : 0.0f;
+    l = warp_sum(pr);
+    const char* vbuf = buf + kChunkKeys * k_stride_bytes(hd);
+    const int n_keys = hi - lo + 1;
+    for (int j = 0; j < n_keys; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, pr, j);
+      const VecE vv =
+          lo + j == pos ? v_new : *reinterpret_cast<const VecE*>(vbuf + j * hd * 2 + lane * E * 2);
+      accumulate(vv, pj);
+    }
+  } else {
+    for (int base = lo; base <= hi; base += 32) {
+      const int p = base + lane;
+      const bool ok = p <= hi;
+      const float s = key_score(
+          p, reinterpret_cast<const uint4*>(L.kc + (int64_t(p) % a.capacity) * row + g * hd),
+          [](const uint4* q) { return __ldcg(q); });
+      const float m_new = fmaxf(m, warp_max(s));
+      const float pr = ok ? __expf(s - m_new) : 0.0f;
+      const float corr = m == -INFINITY ? 0.0f : __expf(m - m_new);
+      l = l * corr + warp_sum(pr);
+      m = m_new;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] *= corr;
+      const int n_keys = min(32, hi - base + 1);
+      // V in batches of 16 keys, every row of a batch requested before any is used; the lane's
+      // E values in one load (8 bytes for E = 4, 4 for E = 2). Keys past hi: zeros (p = 0).
+#pragma unroll
+      for (int j0 = 0; j0 < 32; j0 += 16) {
+        if (j0 >= n_keys) break;
+        VecE vv[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int q = base + j0 + j;
+          vv[j] = q == pos  ? v_new
+                  : q <= hi ? __ldcg(reinterpret_cast<const VecE*>(
+                                  L.vc + (int64_t(q) % a.capacity) * row + g * hd + lane * E))
+                            : VecE{};
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) accumulate(vv[j], __shfl_sync(0xffffffffu, pr, j0 + j));
+      }
+    }
+  }
+  float2* ml = reinterpret_cast<float2*>(a.part) + hq * kStepMaxChunks;
+  float* sums = a.part + 2 * a.nh * kStepMaxChunks + int64_t(hq) * kStepMaxChunks * hd;
+  if (lane == 0) ml[c] = make_float2(m, l);
+#pragma unroll
+  for (int e = 0; e < E; ++e) sums[c * hd + lane * E + e] = acc[e];
+  // The last unit of this head to get here combines the chunks:
+  // bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c).
+  __threadfence();  // this unit's partial is visible before its count
+  __syncwarp();     // every lane's, before lane 0 counts
+  unsigned done = 0;
+  if (lane == 0) done = atomicAdd(a.counts + hq, 1u);
+  done = __shfl_sync(0xffffffffu, done, 0);
+  if (done == unsigned(nc - 1)) {
+    __threadfence();
+    float2 v[kStepMaxChunks];
+    float M = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kStepMaxChunks; ++j) {
+      v[j] = j < nc ? __ldcg(ml + j) : make_float2(-INFINITY, 0.0f);
+      M = fmaxf(M, v[j].x);
+    }
+    float num[E], den = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) num[e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kStepMaxChunks; ++j) {
+      if (j < nc) {
+        const float w = __expf(v[j].x - M);
+        den += w * v[j].y;
+#pragma unroll
+        for (int e = 0; e < E; ++e) num[e] += w * __ldcg(sums + j * hd + lane * E + e);
+      }
+    }
+    const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) a.attn[hq * hd + lane * E + e] = __float2bfloat16(num[e] * inv);
+    if (lane == 0) a.counts[hq] = 0;  // re-armed for the next layer (after a grid barrier)
+  }
+  __syncwarp();  // qs is rewritten by this warp's next unit
+}
+
+}  // namespace hearth::cuda::step
