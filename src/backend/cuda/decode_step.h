@@ -32,7 +32,7 @@ struct StepArgs {
   int32_t stage;         // 1: stage each phase's first weights in shared memory across the barriers
   int32_t spin;          // 1: the grid barrier polls without sleeping (measurement switch)
   int32_t kv_prefetch;   // 1: attention's first units prefetch keys/values across the barrier
-  int32_t loader_slots;  // > 0: the loader kernel (decode_step_loader) with this many ring slots
+  int32_t loader_slots;  // > 0: the loader kernel (decode_step_loader), with this many slots
   float eps, offset, scale, rope_factor;
   __nv_bfloat16* x;  // [H] residual stream
   // Scratch: q [nh·hd], k and v [nkv·hd] (contiguous, in that order: phase 1 writes them as
@@ -55,8 +55,8 @@ bool decode_step_fits(const StepArgs& a);
 void decode_step(Ctx& ctx, const StepArgs& a);
 
 // The same step with its weights loaded ahead by a loader warp into a shared-memory ring
-// (decode_step_loader.cu; sm_90). loader_ring_slots: the ring slots that fit for this shape on
-// the current device, 0 where the loader kernel does not apply (then decode_step runs).
+// (decode_step_loader.cu; sm_90). loader_ring_slots: its slots where it fits this shape on the
+// current device, 0 where it does not (then decode_step runs).
 int loader_ring_slots(const StepArgs& a);
 void decode_step_loader(Ctx& ctx, const StepArgs& a);
 

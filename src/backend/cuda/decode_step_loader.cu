@@ -3,20 +3,23 @@
 //
 // The same five phases per layer as decode_step.cu, the same grid barriers, the same attention
 // (decode_step_attention.cuh) and the same rounding points, but the products take their weights
-// from a shared-memory ring instead of each warp's own loads. Warp 0 of each block is the
-// loader: one thread copies the block's rows of every product (q/k/v, o, gate/up, down, layer
-// after layer) into the ring with bulk copies, as far ahead as the ring allows, and never waits
-// at a grid barrier; the other 15 warps (the consumers) alone walk the phases. So the weights
-// keep streaming while the consumers wait at a barrier, run attention or read a phase's input,
-// which the plain kernel can only overlap with one staged batch. bench_cuda_stream's loader
-// rows measured the structure first (docs/PERFORMANCE.md, session 11).
+// from shared memory instead of each warp's own loads. Warp 0 of each block is the loader: one
+// thread copies the block's rows of every product (q/k/v, o, gate/up, down, layer after layer)
+// with bulk copies, as far ahead as the buffers allow, and never waits at a grid barrier; the
+// other 12 warps (the consumers) alone walk the phases. So the weights keep streaming while the
+// consumers wait at a barrier, run attention or read a phase's input, which the plain kernel
+// can only overlap with one staged batch. bench_cuda_stream's loader rows measured the
+// structure first (docs/PERFORMANCE.md, session 11).
 //
-// Rows: block b owns the contiguous units [N·b/G, N·(b+1)/G) of a product of N units (a unit
-// is a row, or for gate/up a gate row with its up row). A slot holds as many whole units of one
-// matrix as fit (q, k and v are separate matrices), copied contiguously (gate/up: the gate rows,
-// then the up rows). All 15 consumer warps work on each slot together: thread t takes the
-// words t, t + 480, ... of every row, the warps' sums meet in shared memory, and the first
-// threads add them in warp order (deterministic) and store the outputs.
+// Rows: block b owns the contiguous rows [R·b/G, R·(b+1)/G) of a product of R rows (gate/up:
+// the same gate and up rows). They go in units: as many consecutive rows of one matrix as fit
+// 8 KB (at most kMaxUnitRows), or one row when a row is longer. Unit i of the block goes to
+// consumer warp i mod 12, which computes it alone from its own two 8 KB slots: a unit is copied
+// in pieces of at most 8 KB (gate/up: the gate rows' pieces, then the up rows'), and a row
+// longer than a piece is summed over its pieces in the warp's registers. No block-wide barrier
+// per unit, and a phase ends at most one piece's arithmetic after its last copy lands (session
+// 11: a first version in which all warps shared each 32 KB slot and met at a barrier per slot
+// ran the 8B at 166 t/s against the plain kernel's 221).
 #include <algorithm>
 
 #include "backend/cuda/decode_step.h"
@@ -30,56 +33,63 @@ namespace {
 
 using namespace step;
 
-constexpr int kConsumerWarps = 15;
+constexpr int kConsumerWarps = 12;
 constexpr int kConsumers = kConsumerWarps * 32;
 constexpr int kThreadsL = kConsumers + 32;
-constexpr uint32_t kSlotBytes = 32 * 1024;  // a unit (row, or gate + up row) must fit
-constexpr int kMaxSlotRows = 16;            // rows of one slot (the warps' sums in shared memory)
-constexpr int kMaxSlots = 8;
+constexpr int kPieceWords = 512;  // 8 KB: a slot
+constexpr uint32_t kPieceBytes = kPieceWords * 16;
+constexpr int kSlotsPerWarp = 2;
+constexpr int kSlots = kConsumerWarps * kSlotsPerWarp;
+constexpr size_t kRingBytes = size_t(kSlots) * kPieceBytes;
+constexpr int kMaxUnitRows = 16;  // short rows per unit (a warp keeps gate sums for as many)
 
 enum Product { kQkv, kO, kGlu, kDown, kProducts };
 
 // A product's geometry, the same in every layer.
 struct Geometry {
-  int units[kProducts];     // rows, or gate/up row pairs
-  int in8[kProducts];       // 16-byte words per row
-  int per_slot[kProducts];  // units per slot
-  int nq, nk;               // q rows, k rows (= v rows): where q/k/v's matrices change
+  int rows[kProducts];       // rows (gate/up: rows of each)
+  int in8[kProducts];        // 16-byte words per row
+  int unit_rows[kProducts];  // rows per unit
+  int nq, nk;                // q rows, k rows (= v rows): where q/k/v's matrices change
 };
 
-__host__ __device__ inline int unit_rows(int p) { return p == kGlu ? 2 : 1; }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
-__host__ __device__ inline Geometry geometry(const StepArgs& a) {
+__device__ Geometry geometry(const StepArgs& a) {
   Geometry g;
   g.nq = a.nh * a.hd;
   g.nk = a.nkv * a.hd;
-  const int units[kProducts] = {g.nq + 2 * g.nk, a.H, a.I, a.H};
+  const int rows[kProducts] = {g.nq + 2 * g.nk, a.H, a.I, a.H};
   const int in8[kProducts] = {a.H / 8, g.nq / 8, a.H / 8, a.I / 8};
   for (int p = 0; p < kProducts; ++p) {
-    g.units[p] = units[p];
+    g.rows[p] = rows[p];
     g.in8[p] = in8[p];
-    const int by_bytes = int(kSlotBytes / (uint32_t(unit_rows(p)) * uint32_t(in8[p]) * 16u));
-    g.per_slot[p] = by_bytes < kMaxSlotRows / unit_rows(p) ? by_bytes : kMaxSlotRows / unit_rows(p);
+    const int fit = kPieceWords / in8[p];
+    g.unit_rows[p] = fit < 1 ? 1 : fit > kMaxUnitRows ? kMaxUnitRows : fit;
   }
   return g;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-
-// The slots of block b's share of product p: [u0, u1) from `lo`, each within one matrix.
-struct Slots {
-  int lo, hi, per_slot, split1, split2;  // split1/2: q/k and k/v boundaries (q/k/v only)
-  __device__ Slots(const Geometry& g, int p, int b, int G)
-      : lo(int(int64_t(g.units[p]) * b / G)),
-        hi(int(int64_t(g.units[p]) * (b + 1) / G)),
-        per_slot(g.per_slot[p]),
-        split1(p == kQkv ? g.nq : g.units[p]),
-        split2(p == kQkv ? g.nq + g.nk : g.units[p]) {}
+// The units of block b's share of product p: [u0, u1) from `lo`, each within one matrix.
+struct Units {
+  int lo, hi, per_unit, split1, split2;  // split1/2: q/k and k/v boundaries (q/k/v only)
+  __device__ Units(const Geometry& g, int p, int b, int G)
+      : lo(int(int64_t(g.rows[p]) * b / G)),
+        hi(int(int64_t(g.rows[p]) * (b + 1) / G)),
+        per_unit(g.unit_rows[p]),
+        split1(p == kQkv ? g.nq : g.rows[p]),
+        split2(p == kQkv ? g.nq + g.nk : g.rows[p]) {}
   __device__ int end_of(int u0) const {
     const int bound = u0 < split1 ? split1 : u0 < split2 ? split2 : hi;
-    return min(min(u0 + per_slot, hi), bound);
+    return min(min(u0 + per_unit, hi), bound);
   }
 };
+
+// A unit's pieces: per matrix part (gate/up: 2), one piece of whole short rows, or a long row's
+// ceil(in8 / kPieceWords) pieces.
+__device__ __forceinline__ int pieces_per_part(int in8) {
+  return (in8 + kPieceWords - 1) / kPieceWords;
+}
 
 // The consumer warps' own block barrier (named barrier 1; the loader warp never joins it).
 __device__ __forceinline__ void consumer_sync() {
@@ -141,83 +151,121 @@ __device__ void consumer_stage(const __nv_bfloat16* v, int n, uint4* xs, int ct)
   consumer_sync();
 }
 
-// Where the rows [u0, u1) of product p start in layer L (gate/up: the gate rows).
-__device__ __forceinline__ const uint4* rows_at(const StepLayerDev& L, const Geometry& g, int p,
-                                                int u0) {
+// Row r of product p in layer L; `up` for gate/up's second matrix.
+__device__ __forceinline__ const uint4* row_at(const StepLayerDev& L, const Geometry& g, int p,
+                                               int r, bool up) {
+  const int64_t in8 = g.in8[p];
   switch (p) {
-    case kQkv: {
-      const int64_t in8 = g.in8[kQkv];
-      return u0 < g.nq          ? L.q + u0 * in8
-             : u0 < g.nq + g.nk ? L.k + (u0 - g.nq) * in8
-                                : L.v + (u0 - g.nq - g.nk) * in8;
-    }
+    case kQkv:
+      return r < g.nq          ? L.q + r * in8
+             : r < g.nq + g.nk ? L.k + (r - g.nq) * in8
+                               : L.v + (r - g.nq - g.nk) * in8;
     case kO:
-      return L.o + int64_t(u0) * g.in8[kO];
+      return L.o + r * in8;
     case kGlu:
-      return L.gate + int64_t(u0) * g.in8[kGlu];
+      return (up ? L.up : L.gate) + r * in8;
     default:
-      return L.down + int64_t(u0) * g.in8[kDown];
+      return L.down + r * in8;
   }
 }
 
-// The loader (one thread): every slot of every product of every layer, in the consumers' order.
+// Piece j of a part of unit [u0, u1): its first word in the matrix from row u0, its words.
+__device__ __forceinline__ void piece_span(int in8, int rows, int j, int64_t& first,
+                                           uint32_t& words) {
+  if (in8 <= kPieceWords) {
+    first = 0;
+    words = uint32_t(rows * in8);
+  } else {
+    first = int64_t(j) * kPieceWords;
+    words = uint32_t(min(kPieceWords, in8 - j * kPieceWords));
+  }
+}
+
+// The loader (one thread): every piece of every unit of every product of every layer, each into
+// the next slot of its unit's warp, in the consumers' order.
 __device__ void load_all(const StepArgs& a, const Geometry& g, unsigned char* ring, uint64_t* full,
                          uint64_t* empty) {
-  const int S = a.loader_slots;
-  uint32_t n = 0;  // slots filled so far
+  uint32_t filled[kConsumerWarps] = {};  // pieces given to each warp so far
+  uint32_t seq = 0;                      // units so far
   for (int il = 0; il < a.n_layers; ++il) {
     const StepLayerDev L = a.layers[il];
     for (int p = 0; p < kProducts; ++p) {
-      const Slots sl(g, p, blockIdx.x, gridDim.x);
-      for (int u0 = sl.lo; u0 < sl.hi; ++n) {
-        const int u1 = sl.end_of(u0);
-        const int s = int(n % uint32_t(S));
-        const uint32_t use = n / uint32_t(S);
-        if (use > 0) {
-          mbar_wait(&empty[s], (use - 1) & 1);
-          fence_proxy_async();
+      const Units un(g, p, blockIdx.x, gridDim.x);
+      const int in8 = g.in8[p], per = pieces_per_part(in8), parts = p == kGlu ? 2 : 1;
+      for (int u0 = un.lo; u0 < un.hi; ++seq) {
+        const int u1 = un.end_of(u0), w = int(seq % kConsumerWarps);
+        for (int m = 0; m < parts; ++m) {
+          const uint4* src = row_at(L, g, p, u0, m == 1);
+          for (int j = 0; j < per; ++j) {
+            const uint32_t k = filled[w]++;
+            const int s = w * kSlotsPerWarp + int(k % kSlotsPerWarp);
+            if (k >= kSlotsPerWarp) {
+              mbar_wait(&empty[s], (k / kSlotsPerWarp - 1) & 1);
+              fence_proxy_async();
+            }
+            int64_t first;
+            uint32_t words;
+            piece_span(in8, u1 - u0, j, first, words);
+            mbar_expect(&full[s], words * 16u);
+            bulk_copy(ring + size_t(s) * kPieceBytes, src + first, words * 16u, &full[s]);
+          }
         }
-        const uint32_t bytes = uint32_t(u1 - u0) * uint32_t(g.in8[p]) * 16u;
-        unsigned char* dst = ring + size_t(s) * kSlotBytes;
-        mbar_expect(&full[s], bytes * uint32_t(unit_rows(p)));
-        bulk_copy(dst, rows_at(L, g, p, u0), bytes, &full[s]);
-        if (p == kGlu) bulk_copy(dst + bytes, L.up + int64_t(u0) * g.in8[kGlu], bytes, &full[s]);
         u0 = u1;
       }
     }
   }
 }
 
-// The consumers' side of product p for this block: each slot's rows · xs, then
-// store(unit, sum) (gate/up: store(unit, gate sum, up sum)). n counts the block's slots.
-template <typename Store>
-__device__ void consume_product(const Geometry& g, int p, int S, const unsigned char* ring,
-                                uint64_t* full, uint64_t* empty, const uint4* xs, float* part,
-                                uint32_t& n, int ct, Store store) {
-  const int W = g.in8[p], warp = ct >> 5, lane = ct & 31;
-  const Slots sl(g, p, blockIdx.x, gridDim.x);
-  for (int u0 = sl.lo; u0 < sl.hi; ++n) {
-    const int u1 = sl.end_of(u0), units = u1 - u0, rows = units * unit_rows(p);
-    const int s = int(n % uint32_t(S));
-    mbar_wait(&full[s], (n / uint32_t(S)) & 1);
-    const uint4* q = reinterpret_cast<const uint4*>(ring + size_t(s) * kSlotBytes);
-    float* sums = part + (n & 1) * kMaxSlotRows * kConsumerWarps;  // two: see below
-    for (int r = 0; r < rows; ++r) {
-      float acc = 0.0f;
-      for (int c = ct; c < W; c += kConsumers) acc += dot8(q[r * W + c], xs[c]);
-      acc = warp_sum(acc);
-      if (lane == 0) sums[r * kConsumerWarps + warp] = acc;
-    }
-    consumer_sync();  // every warp's sums written, and the slot read by all
-    if (ct == 0) mbar_arrive(&empty[s]);
-    // The next slot writes the other sums buffer; the one after this one's again only past the
-    // next slot's consumer_sync, by which these threads are done reading.
-    if (ct < units) {
-      float s1 = 0.0f, s2 = 0.0f;
-      for (int w = 0; w < kConsumerWarps; ++w) s1 += sums[ct * kConsumerWarps + w];
-      if (p == kGlu)
-        for (int w = 0; w < kConsumerWarps; ++w) s2 += sums[(units + ct) * kConsumerWarps + w];
-      store(u0 + ct, s1, s2);
+// Consumer warp w's side of product p: its units' rows · xs from its slots, then
+// emit(part, row, row's index in its unit, sum) by lane 0 (part 1: gate/up's up rows). `used`
+// counts the warp's pieces, `seq` the block's units.
+template <typename Emit>
+__device__ void consume_product(const Geometry& g, int p, const unsigned char* ring, uint64_t* full,
+                                uint64_t* empty, const uint4* xs, uint32_t& used, uint32_t& seq,
+                                int w, int lane, Emit emit) {
+  const Units un(g, p, blockIdx.x, gridDim.x);
+  const int in8 = g.in8[p], per = pieces_per_part(in8), parts = p == kGlu ? 2 : 1;
+  for (int u0 = un.lo; u0 < un.hi; ++seq) {
+    const int u1 = un.end_of(u0);
+    if (int(seq % kConsumerWarps) == w) {
+      for (int m = 0; m < parts; ++m) {
+        float acc = 0.0f;  // a long row's sum over its pieces
+        for (int j = 0; j < per; ++j) {
+          const uint32_t k = used++;
+          const int s = w * kSlotsPerWarp + int(k % kSlotsPerWarp);
+          mbar_wait(&full[s], (k / kSlotsPerWarp) & 1);
+          const uint4* q = reinterpret_cast<const uint4*>(ring + size_t(s) * kPieceBytes);
+          int64_t first;
+          uint32_t words;
+          piece_span(in8, u1 - u0, j, first, words);
+          const int row_words = in8 <= kPieceWords ? in8 : int(words);
+          const uint4* x = xs + first;
+          for (int r = 0; r * row_words < int(words); ++r) {
+            const uint4* qr = q + r * row_words;
+            float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            int c = lane;
+            for (; c + 96 < row_words; c += 128) {
+              uint4 wv[4], xv[4];
+#pragma unroll
+              for (int t = 0; t < 4; ++t) {
+                wv[t] = qr[c + 32 * t];
+                xv[t] = x[c + 32 * t];
+              }
+#pragma unroll
+              for (int t = 0; t < 4; ++t) s4[t] += dot8(wv[t], xv[t]);
+            }
+            for (; c < row_words; c += 32) s4[0] += dot8(qr[c], x[c]);
+            acc += (s4[0] + s4[1]) + (s4[2] + s4[3]);
+            if (in8 <= kPieceWords || j == per - 1) {  // the row is complete
+              const float sum = warp_sum(acc);
+              acc = 0.0f;
+              if (lane == 0) emit(m, u0 + r, r, sum);
+            }
+          }
+          __syncwarp();  // every lane done with the slot
+          if (lane == 0) mbar_arrive(&empty[s]);
+        }
+      }
     }
     u0 = u1;
   }
@@ -226,16 +274,15 @@ __device__ void consume_product(const Geometry& g, int p, int S, const unsigned 
 template <int E>
 __global__ void __launch_bounds__(kThreadsL, 1) decode_step_loader_kernel(const StepArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ uint64_t full[kMaxSlots], empty[kMaxSlots];
-  __shared__ float part[2 * kMaxSlotRows * kConsumerWarps];
+  __shared__ uint64_t full[kSlots], empty[kSlots];
+  __shared__ float gate_sums[kConsumerWarps][kMaxUnitRows];
   __shared__ float red[kConsumerWarps];
-  const int S = a.loader_slots;
   unsigned char* const ring = smem;
-  uint4* const xs = reinterpret_cast<uint4*>(smem + size_t(S) * kSlotBytes);
+  uint4* const xs = reinterpret_cast<uint4*>(smem + kRingBytes);
   float* const qs_all = reinterpret_cast<float*>(xs + a.vec8);  // [kConsumerWarps][hd]
   const Geometry g = geometry(a);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       mbar_init(&full[s]);
       mbar_init(&empty[s]);
     }
@@ -254,16 +301,17 @@ __global__ void __launch_bounds__(kThreadsL, 1) decode_step_loader_kernel(const 
   const int n_keys = pos - first + 1;
   const int nc = min((n_keys + 31) / 32, kStepMaxChunks), per = (n_keys + nc - 1) / nc;
   float* qs = qs_all + warp * hd;
-  uint32_t n = 0;
-  auto add_to_x = [&](int r, float s, float) {
+  float* gsum = gate_sums[warp];
+  uint32_t used = 0, seq = 0;
+  auto add_to_x = [&](int, int r, int, float s) {
     a.x[r] = __float2bfloat16(bf(__ldcg(a.x + r)) + bf_round(s));
   };
   for (int il = 0; il < a.n_layers; ++il) {
     const StepLayerDev L = a.layers[il];
     // 1. q | k | v = rms_norm(x) · w
     consumer_normalise(a, L.attn_norm, xs, red, ct);
-    consume_product(g, kQkv, S, ring, full, empty, xs, part, n, ct,
-                    [&](int r, float s, float) { a.q[r] = __float2bfloat16(s); });
+    consume_product(g, kQkv, ring, full, empty, xs, used, seq, warp, lane,
+                    [&](int, int r, int, float s) { a.q[r] = __float2bfloat16(s); });
     consumer_grid_sync(a, ct);
     // 2. q/k norm, rope, cache store and attention, a warp per (query head, chunk of keys)
     for (int u = unit0; u < a.nh * nc; u += units_step) {
@@ -273,17 +321,22 @@ __global__ void __launch_bounds__(kThreadsL, 1) decode_step_loader_kernel(const 
     consumer_grid_sync(a, ct);
     // 3. x += o · attn
     consumer_stage(a.attn, nq, xs, ct);
-    consume_product(g, kO, S, ring, full, empty, xs, part, n, ct, add_to_x);
+    consume_product(g, kO, ring, full, empty, xs, used, seq, warp, lane, add_to_x);
     consumer_grid_sync(a, ct);
-    // 4. h = act(gate · rms_norm(x)) ⊙ (up · rms_norm(x))
+    // 4. h = act(gate · rms_norm(x)) ⊙ (up · rms_norm(x)); a unit's gate sums wait in gsum
+    // (lane 0 writes and reads them) for its up rows
     consumer_normalise(a, L.ffn_norm, xs, red, ct);
-    consume_product(g, kGlu, S, ring, full, empty, xs, part, n, ct, [&](int r, float sg, float su) {
-      a.h[r] = __float2bfloat16(activation_f(a.act, sg) * su);
-    });
+    consume_product(g, kGlu, ring, full, empty, xs, used, seq, warp, lane,
+                    [&](int m, int r, int i, float s) {
+                      if (m == 0)
+                        gsum[i] = s;
+                      else
+                        a.h[r] = __float2bfloat16(activation_f(a.act, gsum[i]) * s);
+                    });
     consumer_grid_sync(a, ct);
     // 5. x += down · h
     consumer_stage(a.h, a.I, xs, ct);
-    consume_product(g, kDown, S, ring, full, empty, xs, part, n, ct, add_to_x);
+    consume_product(g, kDown, ring, full, empty, xs, used, seq, warp, lane, add_to_x);
     consumer_grid_sync(a, ct);
   }
 }
@@ -311,17 +364,11 @@ int loader_ring_slots(const StepArgs& a) {
     cudaGetLastError();
     return 0;
   }
-  if (major < 9 || a.hd != 64 && a.hd != 128) return 0;
-  const Geometry g = geometry(a);
-  for (int p = 0; p < kProducts; ++p)
-    if (g.per_slot[p] < 1) return 0;  // a unit larger than a slot
-  // The kernel's static shared memory (mbarriers, the warps' sums) comes off the opt-in limit.
-  constexpr size_t kStatic = 2 * kMaxSlots * 8 + (2 * kMaxSlotRows + 1) * kConsumerWarps * 4;
-  const size_t fixed = fixed_smem_bytes(a) + kStatic;
-  if (fixed >= size_t(optin)) return 0;
-  const int slots = int(std::min<size_t>(kMaxSlots, (size_t(optin) - fixed) / kSlotBytes));
-  if (slots < 3) return 0;  // too little lookahead to be worth it
-  const size_t dyn = size_t(slots) * kSlotBytes + fixed_smem_bytes(a);
+  if (major < 9 || (a.hd != 64 && a.hd != 128)) return 0;
+  // The kernel's static shared memory (mbarriers, gate sums) comes off the opt-in limit.
+  constexpr size_t kStatic = 2 * kSlots * 8 + (kMaxUnitRows + 1) * kConsumerWarps * 4;
+  const size_t dyn = kRingBytes + fixed_smem_bytes(a);
+  if (dyn + kStatic > size_t(optin)) return 0;
   const void* k = a.hd == 64 ? reinterpret_cast<const void*>(decode_step_loader_kernel<2>)
                              : reinterpret_cast<const void*>(decode_step_loader_kernel<4>);
   int blocks = 0;
@@ -331,11 +378,11 @@ int loader_ring_slots(const StepArgs& a) {
     cudaGetLastError();
     return 0;
   }
-  return blocks >= 1 ? slots : 0;
+  return blocks >= 1 ? kSlots : 0;
 }
 
 void decode_step_loader(Ctx& ctx, const StepArgs& a) {
-  const size_t smem = size_t(a.loader_slots) * kSlotBytes + fixed_smem_bytes(a);
+  const size_t smem = kRingBytes + fixed_smem_bytes(a);
   if (a.hd == 64)
     decode_step_loader_kernel<2><<<ctx.sm_count, kThreadsL, smem, ctx.stream>>>(a);
   else
