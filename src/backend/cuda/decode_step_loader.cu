@@ -182,35 +182,45 @@ __device__ __forceinline__ void piece_span(int in8, int rows, int j, int64_t& fi
 }
 
 // The loader (one thread): every piece of every unit of every product of every layer, each into
-// the next slot of its unit's warp, in the consumers' order.
+// the next slot of its unit's warp. The per-warp order is the consumers'; across warps the
+// pieces go in waves: the first pieces of the next 12 units (one per warp), then their second
+// pieces, and so on, so that a unit of more pieces than its warp has slots (an 8B down row: 3)
+// waits only for pieces requested a whole wave earlier, not for its own first piece to land.
 __device__ void load_all(const StepArgs& a, const Geometry& g, unsigned char* ring, uint64_t* full,
                          uint64_t* empty) {
   uint32_t filled[kConsumerWarps] = {};  // pieces given to each warp so far
   uint32_t seq = 0;                      // units so far
+  int start[kConsumerWarps], end[kConsumerWarps];
   for (int il = 0; il < a.n_layers; ++il) {
     const StepLayerDev L = a.layers[il];
     for (int p = 0; p < kProducts; ++p) {
       const Units un(g, p, blockIdx.x, gridDim.x);
       const int in8 = g.in8[p], per = pieces_per_part(in8), parts = p == kGlu ? 2 : 1;
-      for (int u0 = un.lo; u0 < un.hi; ++seq) {
-        const int u1 = un.end_of(u0), w = int(seq % kConsumerWarps);
-        for (int m = 0; m < parts; ++m) {
-          const uint4* src = row_at(L, g, p, u0, m == 1);
-          for (int j = 0; j < per; ++j) {
-            const uint32_t k = filled[w]++;
-            const int s = w * kSlotsPerWarp + int(k % kSlotsPerWarp);
-            if (k >= kSlotsPerWarp) {
-              mbar_wait(&empty[s], (k / kSlotsPerWarp - 1) & 1);
+      for (int u0 = un.lo; u0 < un.hi;) {
+        int k = 0;  // the wave's units
+        for (; u0 < un.hi && k < kConsumerWarps; ++k) {
+          start[k] = u0;
+          end[k] = u0 = un.end_of(u0);
+        }
+        for (int pj = 0; pj < parts * per; ++pj) {
+          const int m = pj / per, j = pj - m * per;
+          for (int i = 0; i < k; ++i) {
+            const int w = int((seq + uint32_t(i)) % kConsumerWarps);
+            const uint32_t n = filled[w]++;
+            const int s = w * kSlotsPerWarp + int(n % kSlotsPerWarp);
+            if (n >= kSlotsPerWarp) {
+              mbar_wait(&empty[s], (n / kSlotsPerWarp - 1) & 1);
               fence_proxy_async();
             }
             int64_t first;
             uint32_t words;
-            piece_span(in8, u1 - u0, j, first, words);
+            piece_span(in8, end[i] - start[i], j, first, words);
             mbar_expect(&full[s], words * 16u);
-            bulk_copy(ring + size_t(s) * kPieceBytes, src + first, words * 16u, &full[s]);
+            bulk_copy(ring + size_t(s) * kPieceBytes, row_at(L, g, p, start[i], m == 1) + first,
+                      words * 16u, &full[s]);
           }
         }
-        u0 = u1;
+        seq += uint32_t(k);
       }
     }
   }
