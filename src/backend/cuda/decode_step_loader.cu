@@ -41,7 +41,6 @@ constexpr uint32_t kPieceBytes = kPieceWords * 16;
 constexpr int kSlotsPerWarp = 2;
 constexpr int kSlots = kConsumerWarps * kSlotsPerWarp;
 constexpr size_t kRingBytes = size_t(kSlots) * kPieceBytes;
-constexpr int kMaxUnitRows = 16;  // short rows per unit (a warp keeps gate sums for as many)
 
 enum Product { kQkv, kO, kGlu, kDown, kProducts };
 
@@ -54,6 +53,9 @@ struct Geometry {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+constexpr int kMaxUnitRows = 16;  // short rows per unit (a lane each)
+static_assert(kMaxUnitRows <= 32, "a lane owns each row of a unit");
 
 __device__ Geometry geometry(const StepArgs& a) {
   Geometry g;
@@ -226,18 +228,23 @@ __device__ void load_all(const StepArgs& a, const Geometry& g, unsigned char* ri
   }
 }
 
-// Consumer warp w's side of product p: its units' rows · xs from its slots, then
-// emit(part, row, row's index in its unit, sum) by lane 0 (part 1: gate/up's up rows). `used`
-// counts the warp's pieces, `seq` the block's units.
-template <typename Emit>
+// Consumer warp w's side of product p: its units' rows · xs from its slots. Lane i of the warp
+// owns row i of a unit (at most kMaxUnitRows < 32): it reads pre = prefetch(row) when the unit
+// starts, before the unit's weights are waited for (the residual, for the adds: no round trip
+// after the sums), keeps a gate row's sum, and calls emit(row, pre, gate sum, sum) once the
+// row's sum is known (gate/up: for the up row). `used` counts the warp's pieces, `seq` the
+// block's units.
+template <typename Prefetch, typename Emit>
 __device__ void consume_product(const Geometry& g, int p, const unsigned char* ring, uint64_t* full,
                                 uint64_t* empty, const uint4* xs, uint32_t& used, uint32_t& seq,
-                                int w, int lane, Emit emit) {
+                                int w, int lane, Prefetch prefetch, Emit emit) {
   const Units un(g, p, blockIdx.x, gridDim.x);
   const int in8 = g.in8[p], per = pieces_per_part(in8), parts = p == kGlu ? 2 : 1;
   for (int u0 = un.lo; u0 < un.hi; ++seq) {
     const int u1 = un.end_of(u0);
     if (int(seq % kConsumerWarps) == w) {
+      const float pre = lane < u1 - u0 ? prefetch(u0 + lane) : 0.0f;
+      float gate = 0.0f;
       for (int m = 0; m < parts; ++m) {
         float acc = 0.0f;  // a long row's sum over its pieces
         for (int j = 0; j < per; ++j) {
@@ -269,7 +276,12 @@ __device__ void consume_product(const Geometry& g, int p, const unsigned char* r
             if (in8 <= kPieceWords || j == per - 1) {  // the row is complete
               const float sum = warp_sum(acc);
               acc = 0.0f;
-              if (lane == 0) emit(m, u0 + r, r, sum);
+              if (lane == r) {
+                if (m + 1 < parts)
+                  gate = sum;
+                else
+                  emit(u0 + r, pre, gate, sum);
+              }
             }
           }
           __syncwarp();  // every lane done with the slot
@@ -285,7 +297,6 @@ template <int E>
 __global__ void __launch_bounds__(kThreadsL, 1) decode_step_loader_kernel(const StepArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ uint64_t full[kSlots], empty[kSlots];
-  __shared__ float gate_sums[kConsumerWarps][kMaxUnitRows];
   __shared__ float red[kConsumerWarps];
   unsigned char* const ring = smem;
   uint4* const xs = reinterpret_cast<uint4*>(smem + kRingBytes);
@@ -311,17 +322,18 @@ __global__ void __launch_bounds__(kThreadsL, 1) decode_step_loader_kernel(const 
   const int n_keys = pos - first + 1;
   const int nc = min((n_keys + 31) / 32, kStepMaxChunks), per = (n_keys + nc - 1) / nc;
   float* qs = qs_all + warp * hd;
-  float* gsum = gate_sums[warp];
   uint32_t used = 0, seq = 0;
-  auto add_to_x = [&](int, int r, int, float s) {
-    a.x[r] = __float2bfloat16(bf(__ldcg(a.x + r)) + bf_round(s));
+  auto nothing = [](int) { return 0.0f; };
+  auto residual = [&](int r) { return bf(__ldcg(a.x + r)); };
+  auto add_to_x = [&](int r, float x, float, float s) {
+    a.x[r] = __float2bfloat16(x + bf_round(s));
   };
   for (int il = 0; il < a.n_layers; ++il) {
     const StepLayerDev L = a.layers[il];
     // 1. q | k | v = rms_norm(x) · w
     consumer_normalise(a, L.attn_norm, xs, red, ct);
-    consume_product(g, kQkv, ring, full, empty, xs, used, seq, warp, lane,
-                    [&](int, int r, int, float s) { a.q[r] = __float2bfloat16(s); });
+    consume_product(g, kQkv, ring, full, empty, xs, used, seq, warp, lane, nothing,
+                    [&](int r, float, float, float s) { a.q[r] = __float2bfloat16(s); });
     consumer_grid_sync(a, ct);
     // 2. q/k norm, rope, cache store and attention, a warp per (query head, chunk of keys)
     for (int u = unit0; u < a.nh * nc; u += units_step) {
@@ -331,22 +343,18 @@ __global__ void __launch_bounds__(kThreadsL, 1) decode_step_loader_kernel(const 
     consumer_grid_sync(a, ct);
     // 3. x += o · attn
     consumer_stage(a.attn, nq, xs, ct);
-    consume_product(g, kO, ring, full, empty, xs, used, seq, warp, lane, add_to_x);
+    consume_product(g, kO, ring, full, empty, xs, used, seq, warp, lane, residual, add_to_x);
     consumer_grid_sync(a, ct);
-    // 4. h = act(gate · rms_norm(x)) ⊙ (up · rms_norm(x)); a unit's gate sums wait in gsum
-    // (lane 0 writes and reads them) for its up rows
+    // 4. h = act(gate · rms_norm(x)) ⊙ (up · rms_norm(x))
     consumer_normalise(a, L.ffn_norm, xs, red, ct);
-    consume_product(g, kGlu, ring, full, empty, xs, used, seq, warp, lane,
-                    [&](int m, int r, int i, float s) {
-                      if (m == 0)
-                        gsum[i] = s;
-                      else
-                        a.h[r] = __float2bfloat16(activation_f(a.act, gsum[i]) * s);
+    consume_product(g, kGlu, ring, full, empty, xs, used, seq, warp, lane, nothing,
+                    [&](int r, float, float sg, float su) {
+                      a.h[r] = __float2bfloat16(activation_f(a.act, sg) * su);
                     });
     consumer_grid_sync(a, ct);
     // 5. x += down · h
     consumer_stage(a.h, a.I, xs, ct);
-    consume_product(g, kDown, ring, full, empty, xs, used, seq, warp, lane, add_to_x);
+    consume_product(g, kDown, ring, full, empty, xs, used, seq, warp, lane, residual, add_to_x);
     consumer_grid_sync(a, ct);
   }
 }
@@ -375,8 +383,8 @@ int loader_ring_slots(const StepArgs& a) {
     return 0;
   }
   if (major < 9 || (a.hd != 64 && a.hd != 128)) return 0;
-  // The kernel's static shared memory (mbarriers, gate sums) comes off the opt-in limit.
-  constexpr size_t kStatic = 2 * kSlots * 8 + (kMaxUnitRows + 1) * kConsumerWarps * 4;
+  // The kernel's static shared memory (mbarriers, a reduction's scratch) comes off the limit.
+  constexpr size_t kStatic = 2 * kSlots * 8 + kConsumerWarps * 4;
   const size_t dyn = kRingBytes + fixed_smem_bytes(a);
   if (dyn + kStatic > size_t(optin)) return 0;
   const void* k = a.hd == 64 ? reinterpret_cast<const void*>(decode_step_loader_kernel<2>)
