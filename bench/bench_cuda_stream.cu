@@ -33,9 +33,8 @@
 #include <vector>
 
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/mbarrier.cuh"
 
-using namespace hearth::cuda;
+using hearth::cuda::ld_stream;
 
 namespace {
 
@@ -156,6 +155,40 @@ constexpr size_t kRingBytes = size_t(kSlots) * kSlotBytes;
 constexpr int kMaxIn8 = 1536;  // x in shared memory: rows of up to 12288 bf16
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+
 // Matrix k's chunking: rows of in8[k] words, rows_per_chunk of them per chunk.
 struct Chunking {
   size_t row_words, rows_per_chunk, chunk_words, chunks;
@@ -188,7 +221,7 @@ __global__ void __launch_bounds__(kLoaderThreads, 1)
       mbar_init(&full[s]);
       mbar_init(&empty[s]);
     }
-    mbar_init_fence();
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   if (warp == 0) {  // the loader: one thread issues every copy
@@ -201,7 +234,7 @@ __global__ void __launch_bounds__(kLoaderThreads, 1)
         const uint32_t use = n / kSlots;
         if (use > 0) {
           mbar_wait(&empty[s], (use - 1) & 1);
-          fence_proxy_async();
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
         const uint32_t bytes = ch.words(c, k, j) * 16;
         mbar_expect(&full[s], bytes);

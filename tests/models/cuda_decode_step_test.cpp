@@ -25,16 +25,12 @@
 #include "models/model.h"
 
 #ifdef HEARTH_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
 #include "backend/cuda/cuda_backend.h"
 
 namespace hearth {
 
-// How many one-token steps the CUDA backends ran as one kernel, and how many of those as the
-// loader kernel (cuda_backend.cpp; test only).
+// How many one-token steps the CUDA backends ran as one kernel (cuda_backend.cpp; test only).
 int64_t cuda_decode_layers_taken();
-int64_t cuda_decode_loader_taken();
 
 namespace {
 
@@ -151,29 +147,24 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   write_checkpoint(dir, s, 1234);
   LoadOptions o;
   o.device = "cuda";
-  // The backend reads its switches when it is made: HEARTH_DECODE_LAYERS =1 on, =0 off, unset
-  // (null) by layer size; HEARTH_DECODE_LOADER=1 the loader kernel where it applies (sm_90).
-  auto load_with = [&](const char* one_kernel, bool loader = false) {
+  // The backend reads its switch when it is made: =1 on, =0 off, unset (null) by layer size.
+  auto load_with = [&](const char* one_kernel) {
     if (one_kernel)
       setenv("HEARTH_DECODE_LAYERS", one_kernel, 1);
     else
       unsetenv("HEARTH_DECODE_LAYERS");
-    if (loader) setenv("HEARTH_DECODE_LOADER", "1", 1);
     std::unique_ptr<Model> m;
     try {
       m = load_model(dir, o);
     } catch (...) {
       unsetenv("HEARTH_DECODE_LAYERS");
-      unsetenv("HEARTH_DECODE_LOADER");
       throw;
     }
     unsetenv("HEARTH_DECODE_LAYERS");
-    unsetenv("HEARTH_DECODE_LOADER");
     return m;
   };
+  auto fused = load_with("1");
   auto per_op = load_with("0");
-  cudaDeviceProp prop{};
-  const bool hopper = cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
   {
     // By default a model this small (layers of well under 64 MB) keeps the per-op path.
     auto by_size = load_with(nullptr);
@@ -188,45 +179,36 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   }
 
   // Two sequences: one crosses attention's first 32-key chunks and the cache's growth, the
-  // other runs with 460–500 keys, split into the kernel's most chunks (kStepMaxChunks). Each
-  // with the plain kernel, and on sm_90 with the loader kernel.
+  // other runs with 460–500 keys, split into the kernel's most chunks (kStepMaxChunks).
   const size_t V = size_t(s.vocab);
-  for (const bool loader : {false, true}) {
-    if (loader && !hopper) continue;
-    auto fused = load_with("1", loader);
-    const char* kernel = loader ? "loader kernel" : "one-kernel";
-    for (const int prompt_len : {20, 460}) {
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < prompt_len; ++i) prompt.push_back(int32_t((i * 37 + 11) % s.vocab));
-      std::vector<float> a(V), b(V);
-      auto sa = fused->new_sequence(), sb = per_op->new_sequence();
-      fused->forward(*sa, prompt, LogitsRows::Last, a.data());
-      per_op->forward(*sb, prompt, LogitsRows::Last, b.data());
-      EXPECT_EQ(a, b) << "the prefill takes the same path in both";
-      const int64_t before = cuda_decode_layers_taken();
-      const int64_t before_loader = cuda_decode_loader_taken();
-      constexpr int kSteps = 40;
-      double worst = 0.0;
-      for (int step = 0; step < kSteps; ++step) {
-        const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
-        fused->forward(*sa, std::span<const int32_t>(&next, 1), LogitsRows::Last, a.data());
-        per_op->forward(*sb, std::span<const int32_t>(&next, 1), LogitsRows::Last, b.data());
-        const double sd = std_of(b);
-        double err = 0.0;
-        for (size_t i = 0; i < V; ++i) err = std::max(err, double(std::fabs(a[i] - b[i])) / sd);
-        EXPECT_LT(err, 5e-2) << s.model_type << " " << kernel << " prompt " << prompt_len
-                             << " step " << step;
-        worst = std::max(worst, err);
-        // Each step feeds both models the same token (the per-op argmax), so an error cannot
-        // compound through a different continuation; it can only through the caches.
-      }
-      EXPECT_EQ(cuda_decode_layers_taken() - before, kSteps) << "the one-kernel step ran";
-      EXPECT_EQ(cuda_decode_loader_taken() - before_loader, loader ? kSteps : 0)
-          << "the loader kernel ran exactly when asked for";
-      std::printf(
-          "[ cuda     ] %-8s prompt %3d: %s decode vs separate ops: max |diff| / std = %.2e\n",
-          s.model_type.c_str(), prompt_len, kernel, worst);
+  for (const int prompt_len : {20, 460}) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < prompt_len; ++i) prompt.push_back(int32_t((i * 37 + 11) % s.vocab));
+    std::vector<float> a(V), b(V);
+    auto sa = fused->new_sequence(), sb = per_op->new_sequence();
+    fused->forward(*sa, prompt, LogitsRows::Last, a.data());
+    per_op->forward(*sb, prompt, LogitsRows::Last, b.data());
+    EXPECT_EQ(a, b) << "the prefill takes the same path in both";
+    const int64_t before = cuda_decode_layers_taken();
+    constexpr int kSteps = 40;
+    double worst = 0.0;
+    for (int step = 0; step < kSteps; ++step) {
+      const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
+      fused->forward(*sa, std::span<const int32_t>(&next, 1), LogitsRows::Last, a.data());
+      per_op->forward(*sb, std::span<const int32_t>(&next, 1), LogitsRows::Last, b.data());
+      const double sd = std_of(b);
+      double err = 0.0;
+      for (size_t i = 0; i < V; ++i) err = std::max(err, double(std::fabs(a[i] - b[i])) / sd);
+      EXPECT_LT(err, 5e-2) << s.model_type << " prompt " << prompt_len << " step " << step;
+      worst = std::max(worst, err);
+      // Each step feeds both models the same token (the per-op argmax), so an error cannot
+      // compound through a different continuation; it can only through the caches.
     }
+    EXPECT_EQ(cuda_decode_layers_taken() - before, kSteps) << "the one-kernel step ran";
+    std::printf(
+        "[ cuda     ] %-8s prompt %3d: one-kernel decode vs separate ops: max |diff| / std = "
+        "%.2e\n",
+        s.model_type.c_str(), prompt_len, worst);
   }
   fs::remove_all(dir);
 }

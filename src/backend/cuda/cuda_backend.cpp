@@ -88,9 +88,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   decode_trace_ = trace && std::string(trace) == "1";
   const char* spin = std::getenv("HEARTH_DECODE_SPIN");
   decode_spin_ = spin && std::string(spin) == "1";
-  // The one-kernel step with a loader warp streaming the weights ahead (=1; sm_90).
-  const char* loader = std::getenv("HEARTH_DECODE_LOADER");
-  decode_loader_ = loader && std::string(loader) == "1";
   const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
   decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
   const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
@@ -424,7 +421,6 @@ bool is_gain(const Tensor& g, int64_t n, DType dt) {
 }  // namespace
 
 std::atomic<int64_t> g_decode_layers_taken{0};
-std::atomic<int64_t> g_decode_loader_taken{0};  // of those, the loader kernel's
 
 bool CudaBackend::decode_layers(const DecodeLayers& step) {
   if (decode_layers_mode_ == 0 || step.n_layers < 1 || !step.layers) return false;
@@ -472,7 +468,6 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.scale = step.attn_scale;
   a.rope_factor = step.rope.attention_factor;
   if (!decode_step_fits(a)) return false;
-  if (decode_loader_) a.loader_slots = loader_ring_slots(a);
   std::vector<StepLayerDev> table(size_t(step.n_layers));
   for (int il = 0; il < step.n_layers; ++il) {
     const DecodeLayer& L = step.layers[il];
@@ -547,12 +542,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.inv_freq = step.rope.rotary_dim > 0
                    ? reinterpret_cast<const float*>(upload_ints(step.rope.inv_freq, hd / 2, 2))
                    : nullptr;
-  if (a.loader_slots > 0) {
-    submit<&cuda::decode_step_loader>(a);
-    g_decode_loader_taken.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    submit<&cuda::decode_step>(a);
-  }
+  submit<&cuda::decode_step>(a);
   g_decode_layers_taken.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -583,9 +573,6 @@ bool cuda_backend_set_device_sampling(Backend& b, bool on) {
 int64_t cuda_gdn_mixer_fused() { return cuda::g_gdn_mixer_fused.load(std::memory_order_relaxed); }
 int64_t cuda_decode_layers_taken() {
   return cuda::g_decode_layers_taken.load(std::memory_order_relaxed);
-}
-int64_t cuda_decode_loader_taken() {
-  return cuda::g_decode_loader_taken.load(std::memory_order_relaxed);
 }
 int64_t cuda_backend_graphs_replayed(const Backend& b) {
   auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);

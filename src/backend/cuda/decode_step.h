@@ -29,10 +29,9 @@ struct StepArgs {
   int32_t vec8;  // 16-byte words of the largest phase input: max(H, I, nh·hd) / 8
   int32_t gain_dt;
   int32_t act;
-  int32_t stage;         // 1: stage each phase's first weights in shared memory across the barriers
-  int32_t spin;          // 1: the grid barrier polls without sleeping (measurement switch)
-  int32_t kv_prefetch;   // 1: attention's first units prefetch keys/values across the barrier
-  int32_t loader_slots;  // > 0: the loader kernel (decode_step_loader), with this many slots
+  int32_t stage;        // 1: stage each phase's first weights in shared memory across the barriers
+  int32_t spin;         // 1: the grid barrier polls without sleeping (measurement switch)
+  int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
   float eps, offset, scale, rope_factor;
   __nv_bfloat16* x;  // [H] residual stream
   // Scratch: q [nh·hd], k and v [nkv·hd] (contiguous, in that order: phase 1 writes them as
@@ -53,12 +52,6 @@ struct StepArgs {
 // 512 threads and its shared memory must fit an SM).
 bool decode_step_fits(const StepArgs& a);
 void decode_step(Ctx& ctx, const StepArgs& a);
-
-// The same step with its weights loaded ahead by a loader warp into a shared-memory ring
-// (decode_step_loader.cu; sm_90). loader_ring_slots: its slots where it fits this shape on the
-// current device, 0 where it does not (then decode_step runs).
-int loader_ring_slots(const StepArgs& a);
-void decode_step_loader(Ctx& ctx, const StepArgs& a);
 
 // Per phase, averaged over layers: each block's work (arrival less its previous departure) and
 // its wait at the barrier, mean and extreme over blocks, in µs at `cycles_per_us`.

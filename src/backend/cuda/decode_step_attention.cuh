@@ -1,6 +1,7 @@
-// Attention for the one-kernel decode steps (decode_step.cu, decode_step_loader.cu): a warp
-// per (query head, chunk of keys), with the q/k norm, rope and cache store of the new token, and
-// the helpers both kernels share. Device code only.
+// Attention for the one-kernel decode step (decode_step.cu, phase 2): a warp per (query head,
+// chunk of keys), with the q/k norm, rope and cache store of the new token, and the small
+// helpers the step's other phases use too. Device code only, in its own file to keep the step's
+// kernel file about the phases and the barriers.
 #pragma once
 #include <cuda_bf16.h>
 
