@@ -17,11 +17,15 @@
 //             the consumers wait at: what a decode megakernel whose weight loads run ahead of
 //             its dependencies could reach (sm_90); "loader+dot" computes the products from
 //             the ring as a decode GEMV would (input vector read after each barrier, outputs
-//             stored)
+//             stored), "loader+dot4" with four words per lane in flight; for splitting its
+//             cost, "loader+dep" only reads the input and stores outputs (the dependency alone)
+//             and "loader+dotr" computes with x held in a register (the arithmetic without x's
+//             reads); docs/PERFORMANCE.md, session 11
 //   hearth    hearth's own decode GEMVs (gemv.cu; HEARTH_GEMV_SKIP and the other HEARTH_GEMV_*
 //             measurement switches apply) over the same matrices: four launches per layer with
 //             the input norm, GLU and residual adds
-// Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes).
+// Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes), and a
+// grid barrier's latency alone at one block per SM and at the barrier rows' grid.
 // Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only the hearth row, e.g. to compare
 // HEARTH_GEMV_* settings run by run; built only with CUDA; CUDA events; median of reps)
 #include <cuda_runtime_api.h>
