@@ -1,5 +1,5 @@
 // A one-token decode step of a plain llama-family stack as one persistent kernel
-// (Backend::decode_layers; docs/cuda.md, "Plan: one persistent kernel per decode step").
+// (Backend::decode_layers; docs/cuda.md, "One kernel per decode step").
 //
 // Session 5 measured every decode launch at a fixed 6–10 µs inside the graph whatever its
 // size, six per layer; this kernel has one launch per step. One block per SM, 16 warps, stays
@@ -7,7 +7,7 @@
 //   1. every block normalises x into shared memory; q/k/v rows spread over all warps;
 //   2. attention, a warp per (query head, chunk of keys): it applies q/k RMSNorm and rope
 //      itself, stores the new k and v into the cache, and the last chunk of a head to finish
-//      combines the head's partials;
+//      combines the head's partials (decode_step_attention.cuh);
 //   3. o rows, each added into the residual stream by its owner;
 //   4. every block normalises x again; gate/up rows with the activation;
 //   5. down rows added into the residual stream.
@@ -21,8 +21,9 @@
 // phase reads that depends on nothing computed before the barrier, so the wait overlaps that
 // traffic: the first batch of its first weight rows (StepArgs::stage, stage_first) and, for
 // attention, its first unit's cached keys and values (StepArgs::kv_prefetch, prefetch_kv).
-// Opt-in (HEARTH_DECODE_LAYERS=1): session 6 measured it level with the per-op graph on the
-// 8B shape at 128 tokens, 4 % ahead at 500, and 10 % behind on the 0.6B (docs/cuda.md).
+// The backend takes it by default for layers of 64 MB or more (HEARTH_DECODE_LAYERS=1: always,
+// =0: never): session 7 measured it 1–3 % ahead of the per-op graph from the 1.7B shape up and
+// 8 % behind on the 0.6B (docs/cuda.md).
 #include <algorithm>
 
 #include "backend/cuda/decode_step.h"
