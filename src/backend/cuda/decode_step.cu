@@ -23,7 +23,7 @@
 // attention, its first unit's cached keys and values (StepArgs::kv_prefetch, prefetch_kv).
 // The backend takes it by default for layers of 64 MB or more (HEARTH_DECODE_LAYERS=1: always,
 // =0: never): session 7 measured it 1–3 % ahead of the per-op graph from the 1.7B shape up and
-// 8 % behind on the 0.6B (docs/cuda.md).
+// 8–10 % behind on the 0.6B (docs/cuda.md).
 #include <algorithm>
 
 #include "backend/cuda/decode_step.h"
