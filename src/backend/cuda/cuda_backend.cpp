@@ -90,6 +90,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   decode_spin_ = spin && std::string(spin) == "1";
   const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
   decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
+  const char* attn = std::getenv("HEARTH_DECODE_ATTN");
+  decode_attn_by_block_ = !(attn && std::string(attn) == "grid");
   const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
   gemm_accumulate_ = !(accumulate && std::string(accumulate) == "0");
   // The one-kernel Gated DeltaNet mixer needs thread-block clusters (sm_90);
@@ -463,6 +465,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.stage = decode_stage_ ? 1 : 0;
   a.spin = decode_spin_ ? 1 : 0;
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
+  a.attn_by_block = decode_attn_by_block_ ? 1 : 0;
   a.eps = step.eps;
   a.offset = step.norm_offset;
   a.scale = step.attn_scale;

@@ -233,11 +233,19 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
                                                      (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
                                  warp * attn_buf_bytes(hd)
                            : nullptr;
+  // The chunks' partials of a block's head (attn_by_block), after the attention buffers.
+  float* const part_smem =
+      a.attn_by_block ? reinterpret_cast<float*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
+                                                 (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
+                            (a.kv_prefetch ? kAttnWarps * attn_buf_bytes(hd) / 4 : 0)
+                      : nullptr;
   // Its first attention unit, (head, chunk, keys lo..hi): prefetched when it has a buffer and
-  // the chunk fits it.
-  const int first_hq = unit0 % a.nh, first_c = unit0 / a.nh, first_lo = first + first_c * per;
+  // the chunk fits it. A block per head: chunk `warp` of head blockIdx.x; otherwise unit0.
+  const int first_hq = a.attn_by_block ? int(blockIdx.x) : unit0 % a.nh;
+  const int first_c = a.attn_by_block ? warp : unit0 / a.nh, first_lo = first + first_c * per;
   const int first_hi = min(pos, first_lo + per - 1);
-  const bool prefetch = kv_buf && unit0 < a.nh * nc && per <= kChunkKeys;
+  const bool prefetch = kv_buf && first_hq < a.nh && first_c < nc &&
+                        (a.attn_by_block || unit0 < a.nh * nc) && per <= kChunkKeys;
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
   mark(a.trace, 0);
@@ -255,12 +263,37 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     stage([&](int r, int) { return L.o + int64_t(r) * in_q; }, a.H, in_q, false);
     if (prefetch)  // after stage(): its wait for earlier copies must not wait for these
       prefetch_kv<E>(a, L, first_hq / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
+    // A block per head: its chunks' warps load the norm gains and frequencies during the wait.
+    HeadConsts<E> hc;
+    const bool hc_loaded = a.attn_by_block && int(blockIdx.x) < a.nh && warp < nc;
+    if (hc_loaded) load_head_consts<E>(a, L, lane, hc);
     grid_wait(a, bar, event(il, 0));
     // 2. q/k norm, rope, cache store and attention, a warp per (query head, chunk of keys)
-    for (int u = unit0; u < a.nh * nc; u += units_step) {
-      const int hq = u % a.nh, c = u / a.nh, lo = first + c * per;
-      chunk_attention<E>(a, L, hq, c, nc, lo, min(pos, lo + per - 1), pos, qs,
-                         u == unit0 && prefetch ? kv_buf : nullptr, lane);
+    if (a.attn_by_block) {
+      // Head hq in block hq mod G, its chunk c in warp c; the partials meet in shared memory,
+      // so a head costs no global round trip between its chunks and its output.
+      const int ps = hd + 2;  // a chunk's partial: max, sum, P·V
+      for (int hq = blockIdx.x; hq < a.nh; hq += G) {
+        if (warp < nc) {
+          const int lo = first + warp * per;
+          chunk_attention<E>(a, L, hq, warp, nc, lo, min(pos, lo + per - 1), pos, qs,
+                             hq == int(blockIdx.x) && prefetch ? kv_buf : nullptr, lane,
+                             part_smem, hq == int(blockIdx.x) && hc_loaded ? &hc : nullptr);
+        }
+        __syncthreads();
+        if (warp == 0)
+          combine_chunks<E>(
+              a, hq, nc,
+              [&](int j) { return make_float2(part_smem[j * ps], part_smem[j * ps + 1]); },
+              [&](int j, int d) { return part_smem[j * ps + 2 + d]; }, lane);
+        if (hq + G < a.nh) __syncthreads();  // part_smem is rewritten
+      }
+    } else {
+      for (int u = unit0; u < a.nh * nc; u += units_step) {
+        const int hq = u % a.nh, c = u / a.nh, lo = first + c * per;
+        chunk_attention<E>(a, L, hq, c, nc, lo, min(pos, lo + per - 1), pos, qs,
+                           u == unit0 && prefetch ? kv_buf : nullptr, lane);
+      }
     }
     bar = grid_arrive(a, event(il, 1));
     grid_wait(a, bar, event(il, 1));
@@ -308,7 +341,8 @@ const void* kernel_for() {
 size_t smem_bytes(const StepArgs& a) {
   const size_t staging = a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0;
   const size_t kv = a.kv_prefetch ? size_t(kAttnWarps) * attn_buf_bytes(a.hd) : 0;
-  return size_t(a.vec8) * 16 + size_t(kWarpsB) * size_t(a.hd) * 4 + staging + kv;
+  const size_t part = a.attn_by_block ? size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4 : 0;
+  return size_t(a.vec8) * 16 + size_t(kWarpsB) * size_t(a.hd) * 4 + staging + kv + part;
 }
 
 }  // namespace

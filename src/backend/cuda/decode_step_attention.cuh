@@ -37,28 +37,47 @@ __device__ __forceinline__ void copy16_wait_all() {
 
 __device__ __forceinline__ float bf_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// One head's vector (a warp; lane l holds elements l + 32j) as qk_norm_rope_store_kernel makes
-// it: RMS-normalised with `gain` (none: null) and rotated at `pos` (no rope: inv_freq null),
-// each rounded to bf16 where that kernel stores.
+// What a unit's q/k norm and rope read besides the head's vector: this lane's gains with the
+// offset added (elements lane + 32j), and its inverse frequencies. No kernel writes them, so a
+// block per head loads them before it waits at the barrier that ends phase 1.
 template <int E>
-__device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], const void* gain,
-                                          int pos, int lane) {
+struct HeadConsts {
+  float qg[E], kg[E], freq[E / 2];
+};
+template <int E>
+__device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLayerDev& L,
+                                                 int lane, HeadConsts<E>& c) {
+#pragma unroll
+  for (int j = 0; j < E; ++j) {
+    c.qg[j] = L.q_norm ? ld(L.q_norm, a.gain_dt, lane + 32 * j) + a.offset : 0.0f;
+    c.kg[j] = L.k_norm ? ld(L.k_norm, a.gain_dt, lane + 32 * j) + a.offset : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < E / 2; ++j) c.freq[j] = a.inv_freq ? a.inv_freq[lane + 32 * j] : 0.0f;
+}
+
+// One head's vector (a warp; lane l holds elements l + 32j) as qk_norm_rope_store_kernel makes
+// it: RMS-normalised with the gains g (none: `norm` false) and rotated at `pos` by the
+// frequencies (no rope: a.inv_freq null), each rounded to bf16 where that kernel stores.
+template <int E>
+__device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], bool norm,
+                                          const float (&g)[E], const float (&freq)[E / 2],
+                                          int pos) {
   const int hd = E * 32;
-  if (gain) {
+  if (norm) {
     float ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < E; ++j) ss += x[j] * x[j];
     const float inv = rsqrtf(warp_sum(ss) / float(hd) + a.eps);
 #pragma unroll
-    for (int j = 0; j < E; ++j)
-      x[j] = bf_round(x[j] * inv * (ld(gain, a.gain_dt, lane + 32 * j) + a.offset));
+    for (int j = 0; j < E; ++j) x[j] = bf_round(x[j] * inv * g[j]);
   }
   if (a.inv_freq) {
     constexpr int hj = E / 2;  // rotary_dim == head_dim: pairs (j, j + E/2)
 #pragma unroll
     for (int j = 0; j < hj; ++j) {
       float sn, cs;
-      sincosf(float(pos) * a.inv_freq[lane + 32 * j], &sn, &cs);
+      sincosf(float(pos) * freq[j], &sn, &cs);
       cs *= a.rope_factor;
       sn *= a.rope_factor;
       const float p = x[j], q = x[j + hj];
@@ -96,6 +115,37 @@ __device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int
   copy16_commit();
 }
 
+// The head's attention output from its nc chunks' partials (a warp; lane l owns dims
+// l·E .. l·E+E-1): bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c), chunks in order.
+// max_sum(j) is chunk j's (max, sum), pv(j, d) its P·V sum at dim d.
+template <int E, typename MaxSum, typename Pv>
+__device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc, MaxSum max_sum,
+                                               Pv pv, int lane) {
+  const int hd = E * 32;
+  float2 v[kStepMaxChunks];
+  float M = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kStepMaxChunks; ++j) {
+    v[j] = j < nc ? max_sum(j) : make_float2(-INFINITY, 0.0f);
+    M = fmaxf(M, v[j].x);
+  }
+  float num[E], den = 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) num[e] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kStepMaxChunks; ++j) {
+    if (j < nc) {
+      const float w = __expf(v[j].x - M);
+      den += w * v[j].y;
+#pragma unroll
+      for (int e = 0; e < E; ++e) num[e] += w * pv(j, lane * E + e);
+    }
+  }
+  const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) a.attn[hq * hd + lane * E + e] = __float2bfloat16(num[e] * inv);
+}
+
 // Phase 2 unit (a warp): query head hq over the keys [lo, hi] of chunk c of nc, 32 at a time
 // (one per lane for q·k, online softmax over the warp); lane l accumulates dims l·E .. l·E+E-1
 // of P·V. A warp per (head, chunk), not per head: one warp walking a few hundred keys, one
@@ -103,14 +153,23 @@ __device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int
 // The unit normalises and rotates its q head itself. The new token's key and value (position
 // pos) come from the q/k/v product, not the cache: the chunk holding pos rotates k itself, and
 // for the first head of each group also stores k and v into the cache (no other unit reads the
-// cache at pos). Each unit writes its unnormalised partial (max, sum, P·V); the head's last
-// unit to finish (a per-head count) combines them into the bf16 attention output.
+// cache at pos). Each unit writes its unnormalised partial (max, sum, P·V): with `part_smem`
+// (the head's chunks all in one block) into that block's shared memory, for combine_chunks
+// after a block barrier; otherwise into global scratch, where the head's last unit to finish
+// (a per-head count) combines them.
 // With `buf` (a chunk of at most kChunkKeys keys whose prefetch_kv was issued), keys and
 // values come from shared memory.
 template <int E>
 __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq, int c, int nc,
-                                int lo, int hi, int pos, float* qs, const char* buf, int lane) {
+                                int lo, int hi, int pos, float* qs, const char* buf, int lane,
+                                float* part_smem = nullptr,
+                                const HeadConsts<E>* preloaded = nullptr) {
   const int hd = E * 32, nkv = a.nkv, group = a.nh / nkv, g = hq / group;
+  HeadConsts<E> hc;
+  if (preloaded)
+    hc = *preloaded;
+  else
+    load_head_consts<E>(a, L, lane, hc);
   const int64_t row = int64_t(nkv) * hd;
   using VecE = typename std::conditional<E == 4, uint2, unsigned>::type;
   // The new token's key and this lane's values at pos, when this chunk holds pos: requested
@@ -124,14 +183,14 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   {
     float x[E];
     load_head<E>(a.q + hq * hd, lane, x);
-    norm_rope<E>(a, x, L.q_norm, pos, lane);
+    norm_rope<E>(a, x, L.q_norm != nullptr, hc.qg, hc.freq, pos);
 #pragma unroll
     for (int j = 0; j < E; ++j) qs[lane + 32 * j] = x[j] * a.scale;
   }
   float s_new = 0.0f;  // q · k at pos, when this chunk holds pos
   if (hi == pos) {
     float t = 0.0f;
-    norm_rope<E>(a, k, L.k_norm, pos, lane);
+    norm_rope<E>(a, k, L.k_norm != nullptr, hc.kg, hc.freq, pos);
 #pragma unroll
     for (int j = 0; j < E; ++j) t += qs[lane + 32 * j] * k[j];  // this lane's own qs elements
     s_new = warp_sum(t);
@@ -229,13 +288,25 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
       }
     }
   }
+  if (part_smem) {
+    // A block per head (StepArgs::attn_by_block): the partial goes to the block's shared
+    // memory, [chunk][max, sum, P·V[hd]]; merge_chunks combines them after a block barrier.
+    float* mine = part_smem + c * (hd + 2);
+    if (lane == 0) {
+      mine[0] = m;
+      mine[1] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) mine[2 + lane * E + e] = acc[e];
+    __syncwarp();  // qs is rewritten by this warp's next unit
+    return;
+  }
   float2* ml = reinterpret_cast<float2*>(a.part) + hq * kStepMaxChunks;
   float* sums = a.part + 2 * a.nh * kStepMaxChunks + int64_t(hq) * kStepMaxChunks * hd;
   if (lane == 0) ml[c] = make_float2(m, l);
 #pragma unroll
   for (int e = 0; e < E; ++e) sums[c * hd + lane * E + e] = acc[e];
-  // The last unit of this head to get here combines the chunks:
-  // bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c).
+  // The last unit of this head to get here combines the chunks.
   __threadfence();  // this unit's partial is visible before its count
   __syncwarp();     // every lane's, before lane 0 counts
   unsigned done = 0;
@@ -243,28 +314,9 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   done = __shfl_sync(0xffffffffu, done, 0);
   if (done == unsigned(nc - 1)) {
     __threadfence();
-    float2 v[kStepMaxChunks];
-    float M = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kStepMaxChunks; ++j) {
-      v[j] = j < nc ? __ldcg(ml + j) : make_float2(-INFINITY, 0.0f);
-      M = fmaxf(M, v[j].x);
-    }
-    float num[E], den = 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) num[e] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kStepMaxChunks; ++j) {
-      if (j < nc) {
-        const float w = __expf(v[j].x - M);
-        den += w * v[j].y;
-#pragma unroll
-        for (int e = 0; e < E; ++e) num[e] += w * __ldcg(sums + j * hd + lane * E + e);
-      }
-    }
-    const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) a.attn[hq * hd + lane * E + e] = __float2bfloat16(num[e] * inv);
+    combine_chunks<E>(
+        a, hq, nc, [&](int j) { return __ldcg(ml + j); },
+        [&](int j, int d) { return __ldcg(sums + j * hd + d); }, lane);
     if (lane == 0) a.counts[hq] = 0;  // re-armed for the next layer (after a grid barrier)
   }
   __syncwarp();  // qs is rewritten by this warp's next unit
