@@ -90,8 +90,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   decode_spin_ = spin && std::string(spin) == "1";
   const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
   decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
-  const char* attn = std::getenv("HEARTH_DECODE_ATTN");
-  decode_attn_by_block_ = !(attn && std::string(attn) == "grid");
   const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
   gemm_accumulate_ = !(accumulate && std::string(accumulate) == "0");
   // The one-kernel Gated DeltaNet mixer needs thread-block clusters (sm_90);
@@ -465,7 +463,6 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.stage = decode_stage_ ? 1 : 0;
   a.spin = decode_spin_ ? 1 : 0;
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
-  a.attn_by_block = decode_attn_by_block_ ? 1 : 0;
   a.eps = step.eps;
   a.offset = step.norm_offset;
   a.scale = step.attn_scale;
@@ -509,14 +506,12 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
                    table.data());
     step_layers_host_ = std::move(table);
   }
-  // Scratch: q, k, v, attention output, hidden (bf16); attention's partials (f32) and
-  // per-head counts; the barrier's count; the trace. Each part 16-byte aligned.
+  // Scratch: q, k, v, attention output, hidden (bf16); the barrier's count; the trace. Each
+  // part 16-byte aligned.
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t n_q = size_t(nh * hd), n_k = size_t(nkv * hd), n_h = size_t(I);
   const size_t vectors = round16((2 * n_q + 2 * n_k + n_h) * 2);
-  const size_t part = size_t(nh) * kStepMaxChunks * (2 + size_t(hd)) * 4;
-  const size_t counts = round16(size_t(nh) * 4);
-  const size_t barrier_at = vectors + part + counts;
+  const size_t barrier_at = vectors;
   const size_t trace_bytes =
       decode_trace_ ? size_t(1 + step.n_layers * kStepPhases * 2) * size_t(ctx_.sm_count) * 8 : 0;
   const size_t need = barrier_at + 16 + trace_bytes;
@@ -532,8 +527,6 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.v = a.k + n_k;
   a.attn = a.v + n_k;
   a.h = a.attn + n_q;
-  a.part = reinterpret_cast<float*>(ws + vectors);
-  a.counts = reinterpret_cast<unsigned*>(ws + vectors + part);
   a.barrier = reinterpret_cast<unsigned long long*>(ws + barrier_at);
   if (decode_trace_) {
     trace_offset_ = barrier_at + 16;

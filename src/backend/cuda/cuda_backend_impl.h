@@ -291,7 +291,6 @@ class CudaBackend final : public Backend {
   bool decode_trace_ = false;       // HEARTH_DECODE_TRACE=1: per-phase timings at exit
   bool decode_spin_ = false;        // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
   bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
-  bool decode_attn_by_block_ = true;  // HEARTH_DECODE_ATTN=grid: a warp per unit over the grid
   int trace_layers_ = 0;            // layers of the last traced step (0: none)
   size_t trace_offset_ = 0;         // where its marks lie in step_ws_
   std::vector<Record> recs_;

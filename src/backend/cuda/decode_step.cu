@@ -39,10 +39,11 @@ using namespace step;
 constexpr int kWarpsB = 16;
 constexpr int kThreadsB = kWarpsB * 32;
 constexpr int kUnrollD = 4;  // 16-byte weight loads per lane in flight per matrix
-// Warps 0..kAttnWarps-1 of each block have a shared-memory buffer for one attention unit's keys
-// and values (StepArgs::kv_prefetch): kStepMaxChunks · nh units fit their first passes when
-// nh ≤ kAttnWarps · gridDim.x / kStepMaxChunks (33 heads on 132 SMs).
+// Warps 0..kAttnWarps-1 of each block have a shared-memory buffer for one chunk's keys and
+// values (StepArgs::kv_prefetch): a head's first kAttnWarps chunks are prefetched (all of them
+// up to 128 keys).
 constexpr int kAttnWarps = 4;
+static_assert(kStepMaxChunks <= kWarpsB, "a head's chunks are the warps of one block");
 
 // Staging across a barrier: between arriving at the grid barrier and waiting there, each warp
 // requests the first batch (kUnrollD words per lane) of the two weight rows its first pass of
@@ -233,19 +234,18 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
                                                      (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
                                  warp * attn_buf_bytes(hd)
                            : nullptr;
-  // The chunks' partials of a block's head (attn_by_block), after the attention buffers.
-  float* const part_smem =
-      a.attn_by_block ? reinterpret_cast<float*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
-                                                 (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
-                            (a.kv_prefetch ? kAttnWarps * attn_buf_bytes(hd) / 4 : 0)
-                      : nullptr;
-  // Its first attention unit, (head, chunk, keys lo..hi): prefetched when it has a buffer and
-  // the chunk fits it. A block per head: chunk `warp` of head blockIdx.x; otherwise unit0.
-  const int first_hq = a.attn_by_block ? int(blockIdx.x) : unit0 % a.nh;
-  const int first_c = a.attn_by_block ? warp : unit0 / a.nh, first_lo = first + first_c * per;
-  const int first_hi = min(pos, first_lo + per - 1);
-  const bool prefetch = kv_buf && first_hq < a.nh && first_c < nc &&
-                        (a.attn_by_block || unit0 < a.nh * nc) && per <= kChunkKeys;
+  // The partials of the block's head's chunks, after the attention buffers.
+  float* const part =
+      reinterpret_cast<float*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
+                               (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
+      (a.kv_prefetch ? kAttnWarps * attn_buf_bytes(hd) / 4 : 0);
+  // Attention: head hq in block hq mod G, its chunk c in warp c. This warp's chunk of the
+  // block's first head (blockIdx.x, chunk `warp`, keys lo..hi), if it has one: its gains and
+  // rotation are computed during the barrier wait (the same for every head), and its keys and
+  // values prefetched when it has a buffer and the chunk fits it.
+  const bool first_chunk = int(blockIdx.x) < a.nh && warp < nc;
+  const int first_lo = first + warp * per, first_hi = min(pos, first_lo + per - 1);
+  const bool prefetch = kv_buf && first_chunk && per <= kChunkKeys;
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
   mark(a.trace, 0);
@@ -262,38 +262,23 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     unsigned long long bar = grid_arrive(a, event(il, 0));
     stage([&](int r, int) { return L.o + int64_t(r) * in_q; }, a.H, in_q, false);
     if (prefetch)  // after stage(): its wait for earlier copies must not wait for these
-      prefetch_kv<E>(a, L, first_hq / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
-    // A block per head: its chunks' warps load the norm gains and frequencies during the wait.
+      prefetch_kv<E>(a, L, blockIdx.x / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
     HeadConsts<E> hc;
-    const bool hc_loaded = a.attn_by_block && int(blockIdx.x) < a.nh && warp < nc;
-    if (hc_loaded) load_head_consts<E>(a, L, lane, hc);
+    if (first_chunk) load_head_consts<E>(a, L, pos, lane, hc);
     grid_wait(a, bar, event(il, 0));
-    // 2. q/k norm, rope, cache store and attention, a warp per (query head, chunk of keys)
-    if (a.attn_by_block) {
-      // Head hq in block hq mod G, its chunk c in warp c; the partials meet in shared memory,
-      // so a head costs no global round trip between its chunks and its output.
-      const int ps = hd + 2;  // a chunk's partial: max, sum, P·V
-      for (int hq = blockIdx.x; hq < a.nh; hq += G) {
-        if (warp < nc) {
-          const int lo = first + warp * per;
-          chunk_attention<E>(a, L, hq, warp, nc, lo, min(pos, lo + per - 1), pos, qs,
-                             hq == int(blockIdx.x) && prefetch ? kv_buf : nullptr, lane,
-                             part_smem, hq == int(blockIdx.x) && hc_loaded ? &hc : nullptr);
-        }
-        __syncthreads();
-        if (warp == 0)
-          combine_chunks<E>(
-              a, hq, nc,
-              [&](int j) { return make_float2(part_smem[j * ps], part_smem[j * ps + 1]); },
-              [&](int j, int d) { return part_smem[j * ps + 2 + d]; }, lane);
-        if (hq + G < a.nh) __syncthreads();  // part_smem is rewritten
+    // 2. q/k norm, rope, cache store and attention: a block per query head, a warp per chunk
+    // of its keys; the chunks' partials meet in shared memory, so a head's output costs no
+    // global round trip after its chunks.
+    for (int hq = blockIdx.x; hq < a.nh; hq += G) {
+      if (warp < nc) {
+        const int lo = first + warp * per;
+        chunk_attention<E>(a, L, hq, lo, min(pos, lo + per - 1), pos, qs,
+                           hq == int(blockIdx.x) && prefetch ? kv_buf : nullptr, hc,
+                           part + warp * (hd + 2), lane);
       }
-    } else {
-      for (int u = unit0; u < a.nh * nc; u += units_step) {
-        const int hq = u % a.nh, c = u / a.nh, lo = first + c * per;
-        chunk_attention<E>(a, L, hq, c, nc, lo, min(pos, lo + per - 1), pos, qs,
-                           u == unit0 && prefetch ? kv_buf : nullptr, lane);
-      }
+      __syncthreads();
+      if (warp == 0) combine_chunks<E>(a, hq, nc, part, lane);
+      if (hq + G < a.nh) __syncthreads();  // part is rewritten
     }
     bar = grid_arrive(a, event(il, 1));
     grid_wait(a, bar, event(il, 1));
@@ -341,7 +326,7 @@ const void* kernel_for() {
 size_t smem_bytes(const StepArgs& a) {
   const size_t staging = a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0;
   const size_t kv = a.kv_prefetch ? size_t(kAttnWarps) * attn_buf_bytes(a.hd) : 0;
-  const size_t part = a.attn_by_block ? size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4 : 0;
+  const size_t part = size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4;
   return size_t(a.vec8) * 16 + size_t(kWarpsB) * size_t(a.hd) * 4 + staging + kv + part;
 }
 

@@ -18,7 +18,7 @@ struct StepLayerDev {
   __nv_bfloat16 *kc, *vc;
 };
 
-// Attention splits the keys into at most this many chunks, a warp each.
+// Attention splits a head's keys into at most this many chunks, a warp each.
 constexpr int kStepMaxChunks = 16;
 
 struct StepArgs {
@@ -32,17 +32,11 @@ struct StepArgs {
   int32_t stage;        // 1: stage each phase's first weights in shared memory across the barriers
   int32_t spin;         // 1: the grid barrier polls without sleeping (measurement switch)
   int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
-  // 1: attention a block per query head, its chunks a warp each, merged in shared memory;
-  // 0: a warp per (head, chunk) over the grid, merged by the head's last unit (measurement)
-  int32_t attn_by_block;
   float eps, offset, scale, rope_factor;
   __nv_bfloat16* x;  // [H] residual stream
   // Scratch: q [nh·hd], k and v [nkv·hd] (contiguous, in that order: phase 1 writes them as
-  // one vector), attention output [nh·hd], MLP hidden [I]; attention's per-chunk partials:
-  // (max, sum) pairs [nh][kStepMaxChunks], then P·V sums [nh][kStepMaxChunks][hd] (f32).
+  // one vector), attention output [nh·hd], MLP hidden [I].
   __nv_bfloat16 *q, *k, *v, *attn, *h;
-  float* part;
-  unsigned* counts;             // [nh] chunks finished per head; zero outside phase 2
   unsigned long long* barrier;  // arrivals at grid barriers; zero before the first launch
   const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
   const float* inv_freq;        // device [hd / 2], or null: no rope

@@ -1,6 +1,6 @@
-// Attention for the one-kernel decode step (decode_step.cu, phase 2): a warp per (query head,
-// chunk of keys), with the q/k norm, rope and cache store of the new token, and the small
-// helpers the step's other phases use too. Device code only, in its own file to keep the step's
+// Attention for the one-kernel decode step (decode_step.cu, phase 2): a warp per chunk of keys of
+// a query head, the head's chunks in one block, with the q/k norm, rope and cache store of the
+// new token, and the small helpers the step's other phases use too. Device code only, in its own file to keep the step's
 // kernel file about the phases and the barriers.
 #pragma once
 #include <cuda_bf16.h>
@@ -37,15 +37,16 @@ __device__ __forceinline__ void copy16_wait_all() {
 
 __device__ __forceinline__ float bf_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// What a unit's q/k norm and rope read besides the head's vector: this lane's gains with the
-// offset added (elements lane + 32j), and its inverse frequencies. No kernel writes them, so a
-// block per head loads them before it waits at the barrier that ends phase 1.
+// What a chunk's q/k norm and rope take besides the head's vector, for this lane (elements
+// lane + 32j): the gains with the offset added, and cos/sin of the rotation at pos with the
+// attention factor applied, as qk_norm_rope_store_kernel computes them. None depends on the
+// step's products, so the block computes them before it waits at the barrier ending phase 1.
 template <int E>
 struct HeadConsts {
-  float qg[E], kg[E], freq[E / 2];
+  float qg[E], kg[E], cs[E / 2], sn[E / 2];
 };
 template <int E>
-__device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLayerDev& L,
+__device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLayerDev& L, int pos,
                                                  int lane, HeadConsts<E>& c) {
 #pragma unroll
   for (int j = 0; j < E; ++j) {
@@ -53,16 +54,20 @@ __device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLa
     c.kg[j] = L.k_norm ? ld(L.k_norm, a.gain_dt, lane + 32 * j) + a.offset : 0.0f;
   }
 #pragma unroll
-  for (int j = 0; j < E / 2; ++j) c.freq[j] = a.inv_freq ? a.inv_freq[lane + 32 * j] : 0.0f;
+  for (int j = 0; j < E / 2; ++j) {
+    float sn = 0.0f, cs = 0.0f;
+    if (a.inv_freq) sincosf(float(pos) * a.inv_freq[lane + 32 * j], &sn, &cs);
+    c.cs[j] = cs * a.rope_factor;
+    c.sn[j] = sn * a.rope_factor;
+  }
 }
 
 // One head's vector (a warp; lane l holds elements l + 32j) as qk_norm_rope_store_kernel makes
-// it: RMS-normalised with the gains g (none: `norm` false) and rotated at `pos` by the
-// frequencies (no rope: a.inv_freq null), each rounded to bf16 where that kernel stores.
+// it: RMS-normalised with the gains g (none: `norm` false) and rotated (rotary_dim == head_dim:
+// pairs (j, j + E/2); no rope: a.inv_freq null), each rounded to bf16 where that kernel stores.
 template <int E>
 __device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], bool norm,
-                                          const float (&g)[E], const float (&freq)[E / 2],
-                                          int pos) {
+                                          const float (&g)[E], const HeadConsts<E>& c) {
   const int hd = E * 32;
   if (norm) {
     float ss = 0.0f;
@@ -73,16 +78,12 @@ __device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], bool
     for (int j = 0; j < E; ++j) x[j] = bf_round(x[j] * inv * g[j]);
   }
   if (a.inv_freq) {
-    constexpr int hj = E / 2;  // rotary_dim == head_dim: pairs (j, j + E/2)
+    constexpr int hj = E / 2;
 #pragma unroll
     for (int j = 0; j < hj; ++j) {
-      float sn, cs;
-      sincosf(float(pos) * freq[j], &sn, &cs);
-      cs *= a.rope_factor;
-      sn *= a.rope_factor;
       const float p = x[j], q = x[j + hj];
-      x[j] = bf_round(p * cs - q * sn);
-      x[j + hj] = bf_round(q * cs + p * sn);
+      x[j] = bf_round(p * c.cs[j] - q * c.sn[j]);
+      x[j + hj] = bf_round(q * c.cs[j] + p * c.sn[j]);
     }
   }
 }
@@ -115,61 +116,25 @@ __device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int
   copy16_commit();
 }
 
-// The head's attention output from its nc chunks' partials (a warp; lane l owns dims
-// l·E .. l·E+E-1): bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c), chunks in order.
-// max_sum(j) is chunk j's (max, sum), pv(j, d) its P·V sum at dim d.
-template <int E, typename MaxSum, typename Pv>
-__device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc, MaxSum max_sum,
-                                               Pv pv, int lane) {
-  const int hd = E * 32;
-  float2 v[kStepMaxChunks];
-  float M = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kStepMaxChunks; ++j) {
-    v[j] = j < nc ? max_sum(j) : make_float2(-INFINITY, 0.0f);
-    M = fmaxf(M, v[j].x);
-  }
-  float num[E], den = 0.0f;
-#pragma unroll
-  for (int e = 0; e < E; ++e) num[e] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kStepMaxChunks; ++j) {
-    if (j < nc) {
-      const float w = __expf(v[j].x - M);
-      den += w * v[j].y;
-#pragma unroll
-      for (int e = 0; e < E; ++e) num[e] += w * pv(j, lane * E + e);
-    }
-  }
-  const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-#pragma unroll
-  for (int e = 0; e < E; ++e) a.attn[hq * hd + lane * E + e] = __float2bfloat16(num[e] * inv);
-}
-
-// Phase 2 unit (a warp): query head hq over the keys [lo, hi] of chunk c of nc, 32 at a time
-// (one per lane for q·k, online softmax over the warp); lane l accumulates dims l·E .. l·E+E-1
-// of P·V. A warp per (head, chunk), not per head: one warp walking a few hundred keys, one
-// dependent round trip after another, held every block at the barrier (session 6 trace).
-// The unit normalises and rotates its q head itself. The new token's key and value (position
-// pos) come from the q/k/v product, not the cache: the chunk holding pos rotates k itself, and
-// for the first head of each group also stores k and v into the cache (no other unit reads the
-// cache at pos). Each unit writes its unnormalised partial (max, sum, P·V): with `part_smem`
-// (the head's chunks all in one block) into that block's shared memory, for combine_chunks
-// after a block barrier; otherwise into global scratch, where the head's last unit to finish
-// (a per-head count) combines them.
-// With `buf` (a chunk of at most kChunkKeys keys whose prefetch_kv was issued), keys and
-// values come from shared memory.
+// Phase 2, one chunk of a head (a warp): query head hq over the keys [lo, hi], at most
+// kChunkKeys of them when they come from `buf`. One key per lane for q·k, the softmax over the
+// warp, lane l accumulating dims l·E .. l·E+E-1 of P·V. The chunk normalises and rotates its q
+// itself. The new token's key and value (position pos) come from the q/k/v product, not the
+// cache: the chunk holding pos rotates k itself, and for the first head of each group also
+// stores k and v into the cache (no other chunk reads the cache at pos). With `buf` (whose
+// prefetch_kv was issued) the cached keys and values come from shared memory, else from the
+// cache. Writes the unnormalised partial (max, sum, P·V) to `part` [2 + hd] in shared memory,
+// for combine_chunks after a block barrier.
+//
+// Session 12 timed a head's steps on the 8B (marks inside this function): q arrives ~1.0 µs
+// after the barrier (an L2 round trip), so nothing else on the path may wait for memory: the
+// gains and rotation are computed before the barrier, the new value is stored from the
+// registers that hold it, and P·V issues its shared-memory reads in batches of 16 keys.
 template <int E>
-__device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq, int c, int nc,
-                                int lo, int hi, int pos, float* qs, const char* buf, int lane,
-                                float* part_smem = nullptr,
-                                const HeadConsts<E>* preloaded = nullptr) {
+__device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq, int lo, int hi,
+                                int pos, float* qs, const char* buf, const HeadConsts<E>& hc,
+                                float* part, int lane) {
   const int hd = E * 32, nkv = a.nkv, group = a.nh / nkv, g = hq / group;
-  HeadConsts<E> hc;
-  if (preloaded)
-    hc = *preloaded;
-  else
-    load_head_consts<E>(a, L, lane, hc);
   const int64_t row = int64_t(nkv) * hd;
   using VecE = typename std::conditional<E == 4, uint2, unsigned>::type;
   // The new token's key and this lane's values at pos, when this chunk holds pos: requested
@@ -183,24 +148,22 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   {
     float x[E];
     load_head<E>(a.q + hq * hd, lane, x);
-    norm_rope<E>(a, x, L.q_norm != nullptr, hc.qg, hc.freq, pos);
+    norm_rope<E>(a, x, L.q_norm != nullptr, hc.qg, hc);
 #pragma unroll
     for (int j = 0; j < E; ++j) qs[lane + 32 * j] = x[j] * a.scale;
   }
   float s_new = 0.0f;  // q · k at pos, when this chunk holds pos
   if (hi == pos) {
     float t = 0.0f;
-    norm_rope<E>(a, k, L.k_norm != nullptr, hc.kg, hc.freq, pos);
+    norm_rope<E>(a, k, L.k_norm != nullptr, hc.kg, hc);
 #pragma unroll
     for (int j = 0; j < E; ++j) t += qs[lane + 32 * j] * k[j];  // this lane's own qs elements
     s_new = warp_sum(t);
     if (hq % group == 0) {
       const int64_t at = (int64_t(pos) % a.capacity) * row + g * hd;
 #pragma unroll
-      for (int j = 0; j < E; ++j) {
-        L.kc[at + lane + 32 * j] = __float2bfloat16(k[j]);
-        L.vc[at + lane + 32 * j] = __ldcg(a.v + g * hd + lane + 32 * j);
-      }
+      for (int j = 0; j < E; ++j) L.kc[at + lane + 32 * j] = __float2bfloat16(k[j]);
+      *reinterpret_cast<VecE*>(L.vc + at + lane * E) = v_new;
     }
   }
   if (buf) copy16_wait_all();  // this lane's copies landed; the __syncwarp shows everyone's
@@ -218,16 +181,19 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
       acc[2 * e + 1] += pj * f.y;
     }
   };
+  const float4* q4 = reinterpret_cast<const float4*>(qs);  // qs: hd floats, 16-byte aligned
   auto score = [&](const uint4* kr, auto load) {
     float t = 0.0f;
 #pragma unroll
     for (int w = 0; w < hd / 8; ++w) {
       const uint4 kv = load(kr + w);
       const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
+      const float4 qa = q4[2 * w], qb = q4[2 * w + 1];
+      const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 f = __bfloat1622float2(k2[j]);
-        t += qs[w * 8 + 2 * j] * f.x + qs[w * 8 + 2 * j + 1] * f.y;
+        t += qv[2 * j] * f.x + qv[2 * j + 1] * f.y;
       }
     }
     return t;
@@ -248,11 +214,17 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     l = warp_sum(pr);
     const char* vbuf = buf + kChunkKeys * k_stride_bytes(hd);
     const int n_keys = hi - lo + 1;
-    for (int j = 0; j < n_keys; ++j) {
-      const float pj = __shfl_sync(0xffffffffu, pr, j);
-      const VecE vv =
-          lo + j == pos ? v_new : *reinterpret_cast<const VecE*>(vbuf + j * hd * 2 + lane * E * 2);
-      accumulate(vv, pj);
+    for (int j0 = 0; j0 < n_keys; j0 += 16) {
+      VecE vv[16];  // every row of the batch requested before any is used; past hi: zeros
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int q = j0 + j;
+        vv[j] = q >= n_keys    ? VecE{}
+                : lo + q == pos ? v_new
+                                : *reinterpret_cast<const VecE*>(vbuf + q * hd * 2 + lane * E * 2);
+      }
+#pragma unroll
+      for (int j = 0; j < 16; ++j) accumulate(vv[j], __shfl_sync(0xffffffffu, pr, j0 + j));
     }
   } else {
     for (int base = lo; base <= hi; base += 32) {
@@ -288,38 +260,44 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
       }
     }
   }
-  if (part_smem) {
-    // A block per head (StepArgs::attn_by_block): the partial goes to the block's shared
-    // memory, [chunk][max, sum, P·V[hd]]; merge_chunks combines them after a block barrier.
-    float* mine = part_smem + c * (hd + 2);
-    if (lane == 0) {
-      mine[0] = m;
-      mine[1] = l;
+  if (lane == 0) {
+    part[0] = m;
+    part[1] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) part[2 + lane * E + e] = acc[e];
+  __syncwarp();  // qs is rewritten by this warp's next chunk
+}
+
+// The head's attention output from its nc chunks' partials (a warp; lane l owns dims
+// l·E .. l·E+E-1; chunk j's partial at part + j·(hd + 2)):
+// bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c), chunks in order.
+template <int E>
+__device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc,
+                                               const float* part, int lane) {
+  const int hd = E * 32, ps = hd + 2;
+  float2 v[kStepMaxChunks];
+  float M = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kStepMaxChunks; ++j) {
+    v[j] = j < nc ? make_float2(part[j * ps], part[j * ps + 1]) : make_float2(-INFINITY, 0.0f);
+    M = fmaxf(M, v[j].x);
+  }
+  float num[E], den = 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) num[e] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kStepMaxChunks; ++j) {
+    if (j < nc) {
+      const float w = __expf(v[j].x - M);
+      den += w * v[j].y;
+#pragma unroll
+      for (int e = 0; e < E; ++e) num[e] += w * part[j * ps + 2 + lane * E + e];
     }
-#pragma unroll
-    for (int e = 0; e < E; ++e) mine[2 + lane * E + e] = acc[e];
-    __syncwarp();  // qs is rewritten by this warp's next unit
-    return;
   }
-  float2* ml = reinterpret_cast<float2*>(a.part) + hq * kStepMaxChunks;
-  float* sums = a.part + 2 * a.nh * kStepMaxChunks + int64_t(hq) * kStepMaxChunks * hd;
-  if (lane == 0) ml[c] = make_float2(m, l);
+  const float inv = den > 0.0f ? 1.0f / den : 0.0f;
 #pragma unroll
-  for (int e = 0; e < E; ++e) sums[c * hd + lane * E + e] = acc[e];
-  // The last unit of this head to get here combines the chunks.
-  __threadfence();  // this unit's partial is visible before its count
-  __syncwarp();     // every lane's, before lane 0 counts
-  unsigned done = 0;
-  if (lane == 0) done = atomicAdd(a.counts + hq, 1u);
-  done = __shfl_sync(0xffffffffu, done, 0);
-  if (done == unsigned(nc - 1)) {
-    __threadfence();
-    combine_chunks<E>(
-        a, hq, nc, [&](int j) { return __ldcg(ml + j); },
-        [&](int j, int d) { return __ldcg(sums + j * hd + d); }, lane);
-    if (lane == 0) a.counts[hq] = 0;  // re-armed for the next layer (after a grid barrier)
-  }
-  __syncwarp();  // qs is rewritten by this warp's next unit
+  for (int e = 0; e < E; ++e) a.attn[hq * hd + lane * E + e] = __float2bfloat16(num[e] * inv);
 }
 
 }  // namespace hearth::cuda::step
