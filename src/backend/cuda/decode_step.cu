@@ -66,8 +66,15 @@ __device__ __forceinline__ void stage_first(uint4* slice, const uint4* w0, const
   copy16_commit();
 }
 
+// The thread that arrives at and polls the grid barrier: lane 0 of the last warp, which has no
+// attention prefetch and rarely a chunk, so its poll does not queue behind the loads and the
+// rotation that warp 0 starts in the barrier's wait (session 12: attention blocks left the
+// barrier ~1–3 µs late when thread 0 polled).
+constexpr int kBarrierThread = kThreadsB - 32;
+
 __device__ __forceinline__ void mark(unsigned long long* trace, int event) {
-  if (trace && threadIdx.x == 0) trace[size_t(event) * gridDim.x + blockIdx.x] = clock64();
+  if (trace && threadIdx.x == kBarrierThread)
+    trace[size_t(event) * gridDim.x + blockIdx.x] = clock64();
 }
 
 // The grid barrier, split: every block arrives (its writes before it become visible to every
@@ -80,7 +87,7 @@ __device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a, int
   __syncthreads();
   mark(a.trace, event);
   unsigned long long target = 0;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == kBarrierThread) {
     // A release add: it orders the block's writes (made before the __syncthreads above) before
     // the arrival without a full fence; session 7 measured it against __threadfence + atomicAdd
     // at +1.3 % (8B) and +5 % (0.6B) tokens/s.
@@ -91,10 +98,10 @@ __device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a, int
                  : "memory");
     target = before - before % gridDim.x + gridDim.x;
   }
-  return target;  // meaningful in thread 0 only
+  return target;  // meaningful in kBarrierThread only
 }
 __device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long target, int event) {
-  if (threadIdx.x == 0) {  // acquire loads: what every block wrote before arriving is visible
+  if (threadIdx.x == kBarrierThread) {  // acquire loads: every block's writes are visible
     auto arrived = [&] {
       unsigned long long n;
       asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(n) : "l"(a.barrier) : "memory");
@@ -170,24 +177,31 @@ __device__ __forceinline__ void row_dot(const uint4* w, const uint4* w2, const u
 }
 
 // The rows [0, rows) of a phase's product, two per warp pass (rows r and r + step: 8 loads per
-// lane in flight, as the GLU's two matrices): store(r, w_r · xs) for each. row_w(r) is row r's
-// weights.
+// lane in flight, as the GLU's two matrices): store(r, w_r · xs, early(r)) for each. row_w(r)
+// is row r's weights; early(r) what the store reads that was written before the phase (the
+// residual), requested before the row's weights so that the store does not wait for it after
+// the sums (session 12).
 // The first pass's rows (unit0, unit0 + step) may have been staged (`staged` non-null).
-template <typename RowW, typename Store>
+template <typename RowW, typename Early, typename Store>
 __device__ __forceinline__ void product_rows(int rows, int in8, const uint4* xs, int unit0,
-                                             int step, int lane, RowW row_w, Store store,
-                                             const uint4* staged) {
+                                             int step, int lane, RowW row_w, Early early,
+                                             Store store, const uint4* staged) {
   for (int r = unit0; r < rows; r += 2 * step) {
     const int r2 = r + step;
     const uint4* st = r == unit0 ? staged : nullptr;
+    float e1 = 0.0f, e2 = 0.0f;
+    if (lane == 0) {
+      e1 = early(r);
+      if (r2 < rows) e2 = early(r2);
+    }
     float s1, s2 = 0.0f;
     if (r2 < rows)
       row_dot<true>(row_w(r), row_w(r2), xs, in8, lane, s1, s2, st);
     else
       row_dot<false>(row_w(r), nullptr, xs, in8, lane, s1, s2, st);
     if (lane == 0) {
-      store(r, s1);
-      if (r2 < rows) store(r2, s2);
+      store(r, s1, e1);
+      if (r2 < rows) store(r2, s2, e2);
     }
   }
 }
@@ -235,10 +249,9 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
                                  warp * attn_buf_bytes(hd)
                            : nullptr;
   // The partials of the block's head's chunks, after the attention buffers.
-  float* const part =
-      reinterpret_cast<float*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
-                               (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
-      (a.kv_prefetch ? kAttnWarps * attn_buf_bytes(hd) / 4 : 0);
+  float* const part = reinterpret_cast<float*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
+                                               (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
+                      (a.kv_prefetch ? kAttnWarps * attn_buf_bytes(hd) / 4 : 0);
   // Attention: head hq in block hq mod G, its chunk c in warp c. This warp's chunk of the
   // block's first head (blockIdx.x, chunk `warp`, keys lo..hi), if it has one: its gains and
   // rotation are computed during the barrier wait (the same for every head), and its keys and
@@ -257,7 +270,8 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     normalise_to_smem(a, a.x, L.attn_norm, xs);
     product_rows(
         nq + 2 * nk, in_h, xs, unit0, units_step, lane, [&](int r) { return qkv_row(L, r); },
-        [&](int r, float s) { a.q[r] = __float2bfloat16(s); },  // q, k, v are one scratch
+        [](int) { return 0.0f; },
+        [&](int r, float s, float) { a.q[r] = __float2bfloat16(s); },  // q, k, v: one scratch
         staged);
     unsigned long long bar = grid_arrive(a, event(il, 0));
     stage([&](int r, int) { return L.o + int64_t(r) * in_q; }, a.H, in_q, false);
@@ -284,12 +298,11 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     grid_wait(a, bar, event(il, 1));
     // 3. x += o · attn
     stage_vector(a.attn, nq, xs);
-    auto add_to_x = [&](int r, float s) {
-      a.x[r] = __float2bfloat16(bf(__ldcg(a.x + r)) + bf_round(s));
-    };
+    auto residual = [&](int r) { return bf(__ldcg(a.x + r)); };
+    auto add_to_x = [&](int r, float s, float x) { a.x[r] = __float2bfloat16(x + bf_round(s)); };
     product_rows(
         a.H, in_q, xs, unit0, units_step, lane, [&](int r) { return L.o + int64_t(r) * in_q; },
-        add_to_x, staged);
+        residual, add_to_x, staged);
     bar = grid_arrive(a, event(il, 2));
     stage([&](int r, int m) { return (m == 0 ? L.gate : L.up) + int64_t(r) * in_h; }, a.I, in_h,
           true);
@@ -309,7 +322,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     stage_vector(a.h, a.I, xs);
     product_rows(
         a.H, in_i, xs, unit0, units_step, lane, [&](int r) { return L.down + int64_t(r) * in_i; },
-        add_to_x, staged);
+        residual, add_to_x, staged);
     bar = grid_arrive(a, event(il, 4));
     if (il + 1 < a.n_layers)
       stage([&](int r, int) { return qkv_row(a.layers[il + 1], r); }, nq + 2 * nk, in_h, false);

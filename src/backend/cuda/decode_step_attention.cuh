@@ -1,7 +1,7 @@
 // Attention for the one-kernel decode step (decode_step.cu, phase 2): a warp per chunk of keys of
 // a query head, the head's chunks in one block, with the q/k norm, rope and cache store of the
-// new token, and the small helpers the step's other phases use too. Device code only, in its own file to keep the step's
-// kernel file about the phases and the barriers.
+// new token, and the small helpers the step's other phases use too. Device code only, in its own
+// file to keep the step's kernel file about the phases and the barriers.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -219,7 +219,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         const int q = j0 + j;
-        vv[j] = q >= n_keys    ? VecE{}
+        vv[j] = q >= n_keys     ? VecE{}
                 : lo + q == pos ? v_new
                                 : *reinterpret_cast<const VecE*>(vbuf + q * hd * 2 + lane * E * 2);
       }
@@ -273,8 +273,8 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
 // l·E .. l·E+E-1; chunk j's partial at part + j·(hd + 2)):
 // bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c), chunks in order.
 template <int E>
-__device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc,
-                                               const float* part, int lane) {
+__device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc, const float* part,
+                                               int lane) {
   const int hd = E * 32, ps = hd + 2;
   float2 v[kStepMaxChunks];
   float M = -INFINITY;
