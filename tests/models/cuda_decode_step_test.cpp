@@ -1,10 +1,10 @@
 // One-token decode steps as one persistent kernel (Backend::decode_layers, decode_step.cu)
-// (HEARTH_DECODE_LAYERS=1; by default only for large layers) against the same steps as separate ops
-// (the default). The transformers fixtures have heads of 16 and 32, below the kernel's 64 and 128,
-// so random checkpoints of those head sizes are written to a temp dir: a llama (heads of 64, no q/k
-// norm) and a qwen3 (heads of 128, per-head q/k norm). Both forms must give the same logits up to
-// accumulation order (the bf16 bound of the reference comparisons, 5e-2 of the logits' std)
-// over decode steps that cross attention's 32-key chunks and the cache's growth, and the fused
+// (HEARTH_DECODE_LAYERS=1; by default only for layers of 24 MB or more) against the same steps as
+// separate ops (the default). The transformers fixtures have heads of 16 and 32, below the kernel's
+// 64 and 128, so random checkpoints of those head sizes are written to a temp dir: a llama (heads
+// of 64, no q/k norm) and a qwen3 (heads of 128, per-head q/k norm). Both forms must give the same
+// logits up to accumulation order (the bf16 bound of the reference comparisons, 5e-2 of the logits'
+// std) over decode steps that cross attention's 32-key chunks and the cache's growth, and the fused
 // form must actually run. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -166,7 +166,7 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   auto fused = load_with("1");
   auto per_op = load_with("0");
   {
-    // By default a model this small (layers of well under 64 MB) keeps the per-op path.
+    // By default a model this small (layers of well under 24 MB) keeps the per-op path.
     auto by_size = load_with(nullptr);
     auto seq = by_size->new_sequence();
     std::vector<float> out(size_t(s.vocab));

@@ -428,11 +428,12 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   const int64_t H = step.x.numel(), nh = step.n_head, nkv = step.n_head_kv, hd = step.head_dim;
   const DecodeLayer& L0 = step.layers[0];
   // By default only layers whose weights take long enough to stream that the kernel's fixed
-  // costs (five grid barriers and attention's slowest unit per layer, ~20 µs) are a small
-  // share. Session 7 (PERFORMANCE.md) measured it against the per-op graph at tg128: 8 %
-  // behind on the 0.6B shape (31 MB per layer), 3 % ahead on the 1.7B (101 MB), 1–2 % on the
-  // 4B (202 MB) and 2 % on the 8B (419 MB; 5 % at tg500).
-  constexpr size_t kAutoMinLayerBytes = size_t(64) << 20;
+  // costs (five grid barriers and attention's slowest head per layer) are a small share. Session
+  // 7 measured it against the per-op graph at tg128: 8 % behind on the 0.6B shape (31 MB per
+  // layer), 3 % ahead on the 1.7B (101 MB), 1–2 % on the 4B (202 MB), 2 % on the 8B (419 MB).
+  // Session 12 shortened its attention and barriers: 0.6B 1,072–1,089 against the per-op
+  // graph's 1,044–1,067 t/s, 8B 231–233 against 217–218. Smaller layers are not measured.
+  constexpr size_t kAutoMinLayerBytes = size_t(24) << 20;
   const size_t layer_bytes = L0.q.nbytes() + L0.k.nbytes() + L0.v.nbytes() + L0.o.nbytes() +
                              L0.gate.nbytes() + L0.up.nbytes() + L0.down.nbytes();
   if (decode_layers_mode_ < 0 && layer_bytes < kAutoMinLayerBytes) return false;

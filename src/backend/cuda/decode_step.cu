@@ -5,9 +5,9 @@
 // size, six per layer; this kernel has one launch per step. One block per SM, 16 warps, stays
 // resident for the whole step and walks each layer's five phases, separated by grid barriers:
 //   1. every block normalises x into shared memory; q/k/v rows spread over all warps;
-//   2. attention, a warp per (query head, chunk of keys): it applies q/k RMSNorm and rope
-//      itself, stores the new k and v into the cache, and the last chunk of a head to finish
-//      combines the head's partials (decode_step_attention.cuh);
+//   2. attention, a block per query head and a warp per chunk of its keys: it applies q/k
+//      RMSNorm and rope itself, stores the new k and v into the cache, and the block combines
+//      the chunks' partials in shared memory (decode_step_attention.cuh);
 //   3. o rows, each added into the residual stream by its owner;
 //   4. every block normalises x again; gate/up rows with the activation;
 //   5. down rows added into the residual stream.
@@ -20,10 +20,11 @@
 // Between its arrival at a grid barrier and its wait there, a warp requests what its next
 // phase reads that depends on nothing computed before the barrier, so the wait overlaps that
 // traffic: the first batch of its first weight rows (StepArgs::stage, stage_first) and, for
-// attention, its first unit's cached keys and values (StepArgs::kv_prefetch, prefetch_kv).
-// The backend takes it by default for layers of 64 MB or more (HEARTH_DECODE_LAYERS=1: always,
-// =0: never): session 7 measured it 1–3 % ahead of the per-op graph from the 1.7B shape up and
-// 8–10 % behind on the 0.6B (docs/cuda.md).
+// attention, its chunk's cached keys and values (StepArgs::kv_prefetch, prefetch_kv) and the
+// q/k gains and rotation (load_head_consts).
+// The backend takes it by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1: always,
+// =0: never): session 12 measured it 2 % ahead of the per-op graph on the 0.6B shape (31 MB
+// per layer) and 6–7 % on the 8B (docs/cuda.md).
 #include <algorithm>
 
 #include "backend/cuda/decode_step.h"
