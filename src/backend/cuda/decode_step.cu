@@ -253,21 +253,25 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   float* const part = reinterpret_cast<float*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
                                                (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
                       (a.kv_prefetch ? kAttnWarps * attn_buf_bytes(hd) / 4 : 0);
+  float* const rot = part + kStepMaxChunks * (hd + 2);  // the rotation at pos [hd]
   // Attention: head hq in block hq mod G, its chunk c in warp c. This warp's chunk of the
   // block's first head (blockIdx.x, chunk `warp`, keys lo..hi), if it has one: its gains and
-  // rotation are computed during the barrier wait (the same for every head), and its keys and
+  // rotation are gathered during the barrier wait (the same for every head), and its keys and
   // values prefetched when it has a buffer and the chunk fits it.
-  const bool first_chunk = int(blockIdx.x) < a.nh && warp < nc;
+  const bool has_head = int(blockIdx.x) < a.nh;
+  const bool first_chunk = has_head && warp < nc;
   const int first_lo = first + warp * per, first_hi = min(pos, first_lo + per - 1);
   const bool prefetch = kv_buf && first_chunk && per <= kChunkKeys;
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
   mark(a.trace, 0);
+  if (has_head) rotation_to_smem(a, pos, rot);  // read after phase 1's block barriers
   if (a.n_layers > 0)
     stage([&](int r, int) { return qkv_row(a.layers[0], r); }, nq + 2 * nk, in_h, false);
   for (int il = 0; il < a.n_layers; ++il) {
     const StepLayerDev L = a.layers[il];
     // 1. q | k | v = rms_norm(x) · w
+    if (has_head && warp == kWarpsB - 1) prefetch_gains(a, L, lane);
     normalise_to_smem(a, a.x, L.attn_norm, xs);
     product_rows(
         nq + 2 * nk, in_h, xs, unit0, units_step, lane, [&](int r) { return qkv_row(L, r); },
@@ -279,7 +283,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     if (prefetch)  // after stage(): its wait for earlier copies must not wait for these
       prefetch_kv<E>(a, L, blockIdx.x / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
     HeadConsts<E> hc;
-    if (first_chunk) load_head_consts<E>(a, L, pos, lane, hc);
+    if (first_chunk) load_head_consts<E>(a, L, rot, lane, hc);
     grid_wait(a, bar, event(il, 0));
     // 2. q/k norm, rope, cache store and attention: a block per query head, a warp per chunk
     // of its keys; the chunks' partials meet in shared memory, so a head's output costs no
@@ -341,7 +345,8 @@ size_t smem_bytes(const StepArgs& a) {
   const size_t staging = a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0;
   const size_t kv = a.kv_prefetch ? size_t(kAttnWarps) * attn_buf_bytes(a.hd) : 0;
   const size_t part = size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4;
-  return size_t(a.vec8) * 16 + size_t(kWarpsB) * size_t(a.hd) * 4 + staging + kv + part;
+  const size_t rot = size_t(a.hd) * 4;
+  return size_t(a.vec8) * 16 + size_t(kWarpsB) * size_t(a.hd) * 4 + staging + kv + part + rot;
 }
 
 }  // namespace

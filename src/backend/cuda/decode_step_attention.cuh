@@ -40,14 +40,17 @@ __device__ __forceinline__ float bf_round(float v) { return __bfloat162float(__f
 // What a chunk's q/k norm and rope take besides the head's vector, for this lane (elements
 // lane + 32j): the gains with the offset added, and cos/sin of the rotation at pos with the
 // attention factor applied, as qk_norm_rope_store_kernel computes them. None depends on the
-// step's products, so the block computes them before it waits at the barrier ending phase 1.
+// step's products, so the block gathers them before it waits at the barrier ending phase 1:
+// the rotation from `rot` (rotation_to_smem, once per step), the gains from memory (asked of
+// the L2 at the layer's start, prefetch_gains).
 template <int E>
 struct HeadConsts {
   float qg[E], kg[E], cs[E / 2], sn[E / 2];
 };
 template <int E>
-__device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLayerDev& L, int pos,
-                                                 int lane, HeadConsts<E>& c) {
+__device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLayerDev& L,
+                                                 const float* rot, int lane, HeadConsts<E>& c) {
+  constexpr int hj = E * 16;  // hd / 2
 #pragma unroll
   for (int j = 0; j < E; ++j) {
     c.qg[j] = L.q_norm ? ld(L.q_norm, a.gain_dt, lane + 32 * j) + a.offset : 0.0f;
@@ -55,10 +58,31 @@ __device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLa
   }
 #pragma unroll
   for (int j = 0; j < E / 2; ++j) {
+    c.cs[j] = rot[lane + 32 * j];
+    c.sn[j] = rot[hj + lane + 32 * j];
+  }
+}
+
+// rot[i] = cos(pos · inv_freq[i]) · factor, rot[hd/2 + i] = sin(…) · factor for i < hd/2 (the
+// block's threads; visible after the next block barrier). Zeros without rope.
+__device__ __forceinline__ void rotation_to_smem(const StepArgs& a, int pos, float* rot) {
+  const int half = a.hd / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float sn = 0.0f, cs = 0.0f;
-    if (a.inv_freq) sincosf(float(pos) * a.inv_freq[lane + 32 * j], &sn, &cs);
-    c.cs[j] = cs * a.rope_factor;
-    c.sn[j] = sn * a.rope_factor;
+    if (a.inv_freq) sincosf(float(pos) * a.inv_freq[i], &sn, &cs);
+    rot[i] = cs * a.rope_factor;
+    rot[half + i] = sn * a.rope_factor;
+  }
+}
+
+// Asks the L2 to fetch and keep this layer's q/k norm gains (a warp; 128-byte lines), so that
+// phase 2's load_head_consts does not wait for HBM behind the staged weights (session 12).
+__device__ __forceinline__ void prefetch_gains(const StepArgs& a, const StepLayerDev& L, int lane) {
+  if (!L.q_norm) return;
+  const int lines = (a.hd * (a.gain_dt == kF32 ? 4 : 2) + 127) / 128;
+  if (lane < 2 * lines) {
+    const char* g = static_cast<const char*>(lane < lines ? L.q_norm : L.k_norm);
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(g + (lane % lines) * 128));
   }
 }
 
