@@ -431,8 +431,8 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   // costs (five grid barriers and attention's slowest head per layer) are a small share. Session
   // 7 measured it against the per-op graph at tg128: 8 % behind on the 0.6B shape (31 MB per
   // layer), 3 % ahead on the 1.7B (101 MB), 1–2 % on the 4B (202 MB), 2 % on the 8B (419 MB).
-  // Session 12 shortened its attention and barriers: 0.6B 1,072–1,089 against the per-op
-  // graph's 1,044–1,067 t/s, 8B 231–233 against 217–218. Smaller layers are not measured.
+  // Session 12 shortened its attention and barriers: 0.6B 1,109–1,117 against the per-op
+  // graph's 1,035–1,038 t/s, 8B 233–234 against 217. Smaller layers are not measured.
   constexpr size_t kAutoMinLayerBytes = size_t(24) << 20;
   const size_t layer_bytes = L0.q.nbytes() + L0.k.nbytes() + L0.v.nbytes() + L0.o.nbytes() +
                              L0.gate.nbytes() + L0.up.nbytes() + L0.down.nbytes();

@@ -23,8 +23,8 @@
 // attention, its chunk's cached keys and values (StepArgs::kv_prefetch, prefetch_kv) and the
 // q/k gains and rotation (load_head_consts).
 // The backend takes it by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1: always,
-// =0: never): session 12 measured it 2 % ahead of the per-op graph on the 0.6B shape (31 MB
-// per layer) and 6–7 % on the 8B (docs/cuda.md).
+// =0: never): session 12 measured it 7 % ahead of the per-op graph on the 0.6B shape (31 MB
+// per layer) and 8 % on the 8B (docs/cuda.md).
 #include <algorithm>
 
 #include "backend/cuda/decode_step.h"
