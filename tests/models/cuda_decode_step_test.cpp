@@ -147,24 +147,35 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   write_checkpoint(dir, s, 1234);
   LoadOptions o;
   o.device = "cuda";
-  // The backend reads its switch when it is made: =1 on, =0 off, unset (null) by layer size.
-  auto load_with = [&](const char* one_kernel) {
-    if (one_kernel)
-      setenv("HEARTH_DECODE_LAYERS", one_kernel, 1);
-    else
-      unsetenv("HEARTH_DECODE_LAYERS");
+  // The backend reads its switches when it is made: HEARTH_DECODE_LAYERS =1 on, =0 off, unset
+  // (null) by layer size; HEARTH_DECODE_GRID the kernel's blocks (null: one per SM).
+  auto load_with = [&](const char* one_kernel, const char* grid = nullptr) {
+    auto set = [](const char* name, const char* value) {
+      if (value)
+        setenv(name, value, 1);
+      else
+        unsetenv(name);
+    };
+    set("HEARTH_DECODE_LAYERS", one_kernel);
+    set("HEARTH_DECODE_GRID", grid);
     std::unique_ptr<Model> m;
     try {
       m = load_model(dir, o);
     } catch (...) {
-      unsetenv("HEARTH_DECODE_LAYERS");
+      set("HEARTH_DECODE_LAYERS", nullptr);
+      set("HEARTH_DECODE_GRID", nullptr);
       throw;
     }
-    unsetenv("HEARTH_DECODE_LAYERS");
+    set("HEARTH_DECODE_LAYERS", nullptr);
+    set("HEARTH_DECODE_GRID", nullptr);
     return m;
   };
   auto fused = load_with("1");
   auto per_op = load_with("0");
+  // Three blocks for four heads: block 0 takes heads 0 and 3 in turn, as on a GPU with fewer
+  // SMs than the model has heads. Each row and head is computed as on the full grid, so the
+  // logits must be the same bits.
+  auto fused_small = load_with("1", "3");
   {
     // By default a model this small (layers of well under 24 MB) keeps the per-op path.
     auto by_size = load_with(nullptr);
@@ -184,10 +195,11 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   for (const int prompt_len : {20, 460}) {
     std::vector<int32_t> prompt;
     for (int i = 0; i < prompt_len; ++i) prompt.push_back(int32_t((i * 37 + 11) % s.vocab));
-    std::vector<float> a(V), b(V);
-    auto sa = fused->new_sequence(), sb = per_op->new_sequence();
+    std::vector<float> a(V), b(V), c(V);
+    auto sa = fused->new_sequence(), sb = per_op->new_sequence(), sc = fused_small->new_sequence();
     fused->forward(*sa, prompt, LogitsRows::Last, a.data());
     per_op->forward(*sb, prompt, LogitsRows::Last, b.data());
+    fused_small->forward(*sc, prompt, LogitsRows::Last, c.data());
     EXPECT_EQ(a, b) << "the prefill takes the same path in both";
     const int64_t before = cuda_decode_layers_taken();
     constexpr int kSteps = 40;
@@ -196,6 +208,9 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
       const int32_t next = int32_t(std::max_element(b.begin(), b.end()) - b.begin());
       fused->forward(*sa, std::span<const int32_t>(&next, 1), LogitsRows::Last, a.data());
       per_op->forward(*sb, std::span<const int32_t>(&next, 1), LogitsRows::Last, b.data());
+      fused_small->forward(*sc, std::span<const int32_t>(&next, 1), LogitsRows::Last, c.data());
+      EXPECT_EQ(a, c) << s.model_type << " prompt " << prompt_len << " step " << step
+                      << ": the kernel on 3 blocks";
       const double sd = std_of(b);
       double err = 0.0;
       for (size_t i = 0; i < V; ++i) err = std::max(err, double(std::fabs(a[i] - b[i])) / sd);
@@ -204,7 +219,7 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
       // Each step feeds both models the same token (the per-op argmax), so an error cannot
       // compound through a different continuation; it can only through the caches.
     }
-    EXPECT_EQ(cuda_decode_layers_taken() - before, kSteps) << "the one-kernel step ran";
+    EXPECT_EQ(cuda_decode_layers_taken() - before, 2 * kSteps) << "the one-kernel step ran";
     std::printf(
         "[ cuda     ] %-8s prompt %3d: one-kernel decode vs separate ops: max |diff| / std = "
         "%.2e\n",

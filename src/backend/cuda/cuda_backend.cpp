@@ -90,6 +90,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   decode_spin_ = spin && std::string(spin) == "1";
   const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
   decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
+  // The one-kernel step on fewer blocks than SMs (=N, tests): a GPU with fewer SMs than the
+  // model has heads, where a block takes several heads in turn.
+  const char* grid = std::getenv("HEARTH_DECODE_GRID");
+  const int grid_n = grid ? std::atoi(grid) : 0;
+  decode_blocks_ = grid_n > 0 ? std::min(grid_n, ctx_.sm_count) : ctx_.sm_count;
   const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
   gemm_accumulate_ = !(accumulate && std::string(accumulate) == "0");
   // The one-kernel Gated DeltaNet mixer needs thread-block clusters (sm_90);
@@ -117,14 +122,14 @@ CudaBackend::~CudaBackend() {
   if (trace_layers_ > 0) {
     // The last one-kernel step's marks (HEARTH_DECODE_TRACE=1).
     std::vector<unsigned long long> marks(size_t(1 + trace_layers_ * kStepPhases * 2) *
-                                          size_t(ctx_.sm_count));
+                                          size_t(decode_blocks_));
     int khz = 0;
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_);
     if (cudaMemcpy(marks.data(), static_cast<char*>(step_ws_) + trace_offset_,
                    marks.size() * sizeof marks[0], cudaMemcpyDeviceToHost) == cudaSuccess &&
         khz > 0)
       std::fputs(
-          decode_step_trace_summary(marks.data(), trace_layers_, ctx_.sm_count, khz / 1e3).c_str(),
+          decode_step_trace_summary(marks.data(), trace_layers_, decode_blocks_, khz / 1e3).c_str(),
           stderr);
   }
   for (GraphSlot& g : graphs_)
@@ -464,6 +469,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.stage = decode_stage_ ? 1 : 0;
   a.spin = decode_spin_ ? 1 : 0;
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
+  a.blocks = decode_blocks_;
   a.eps = step.eps;
   a.offset = step.norm_offset;
   a.scale = step.attn_scale;
@@ -514,7 +520,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   const size_t vectors = round16((2 * n_q + 2 * n_k + n_h) * 2);
   const size_t barrier_at = vectors;
   const size_t trace_bytes =
-      decode_trace_ ? size_t(1 + step.n_layers * kStepPhases * 2) * size_t(ctx_.sm_count) * 8 : 0;
+      decode_trace_ ? size_t(1 + step.n_layers * kStepPhases * 2) * size_t(decode_blocks_) * 8 : 0;
   const size_t need = barrier_at + 16 + trace_bytes;
   if (need > step_ws_bytes_) {
     regrow_device(&step_ws_, step_ws_bytes_, need);

@@ -291,8 +291,9 @@ class CudaBackend final : public Backend {
   bool decode_trace_ = false;       // HEARTH_DECODE_TRACE=1: per-phase timings at exit
   bool decode_spin_ = false;        // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
   bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
-  int trace_layers_ = 0;            // layers of the last traced step (0: none)
-  size_t trace_offset_ = 0;         // where its marks lie in step_ws_
+  int decode_blocks_ = 0;    // blocks of the one-kernel step (the SM count; HEARTH_DECODE_GRID=N)
+  int trace_layers_ = 0;     // layers of the last traced step (0: none)
+  size_t trace_offset_ = 0;  // where its marks lie in step_ws_
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
   // One captured graph per step size 1..kGraphTokens, with the records it was captured from.

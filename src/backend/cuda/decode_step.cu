@@ -375,10 +375,11 @@ bool decode_step_fits(const StepArgs& a) {
 
 void decode_step(Ctx& ctx, const StepArgs& a) {
   const size_t smem = smem_bytes(a);
+  const int blocks = a.blocks > 0 ? std::min(a.blocks, ctx.sm_count) : ctx.sm_count;
   if (a.hd == 64)
-    decode_step_kernel<2><<<ctx.sm_count, kThreadsB, smem, ctx.stream>>>(a);
+    decode_step_kernel<2><<<blocks, kThreadsB, smem, ctx.stream>>>(a);
   else
-    decode_step_kernel<4><<<ctx.sm_count, kThreadsB, smem, ctx.stream>>>(a);
+    decode_step_kernel<4><<<blocks, kThreadsB, smem, ctx.stream>>>(a);
   HEARTH_CUDA_LAUNCHED();
 }
 

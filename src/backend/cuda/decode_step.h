@@ -32,6 +32,7 @@ struct StepArgs {
   int32_t stage;        // 1: stage each phase's first weights in shared memory across the barriers
   int32_t spin;         // 1: the grid barrier polls without sleeping (measurement switch)
   int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
+  int32_t blocks;       // the grid: one block per SM (fewer for tests), all resident at once
   float eps, offset, scale, rope_factor;
   __nv_bfloat16* x;  // [H] residual stream
   // Scratch: q [nh·hd], k and v [nkv·hd] (contiguous, in that order: phase 1 writes them as
