@@ -158,16 +158,18 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
     };
     set("HEARTH_DECODE_LAYERS", one_kernel);
     set("HEARTH_DECODE_GRID", grid);
+    auto clear = [&] {
+      set("HEARTH_DECODE_LAYERS", nullptr);
+      set("HEARTH_DECODE_GRID", nullptr);
+    };
     std::unique_ptr<Model> m;
     try {
       m = load_model(dir, o);
     } catch (...) {
-      set("HEARTH_DECODE_LAYERS", nullptr);
-      set("HEARTH_DECODE_GRID", nullptr);
+      clear();
       throw;
     }
-    set("HEARTH_DECODE_LAYERS", nullptr);
-    set("HEARTH_DECODE_GRID", nullptr);
+    clear();
     return m;
   };
   auto fused = load_with("1");

@@ -46,6 +46,24 @@ constexpr int kUnrollD = 4;  // 16-byte weight loads per lane in flight per matr
 constexpr int kAttnWarps = 4;
 static_assert(kStepMaxChunks <= kWarpsB, "a head's chunks are the warps of one block");
 
+// The kernel's shared memory, byte offsets in order (each a multiple of 16): the phase's input
+// vector xs, bf16 [max(H, I, nh·hd)]; each warp's q [kWarpsB][hd] f32; the staging slices
+// [kWarpsB][2][kUnrollD][32] words (StepArgs::stage); the attention buffers of warps
+// 0..kAttnWarps-1 (StepArgs::kv_prefetch); the partials of a head's chunks
+// [kStepMaxChunks][hd + 2] f32; the rotation at pos [hd] f32. The kernel and smem_bytes both
+// read it.
+struct SmemLayout {
+  size_t qs, slices, kv, part, rot, total;
+  __host__ __device__ explicit SmemLayout(const StepArgs& a) {
+    qs = size_t(a.vec8) * 16;
+    slices = qs + size_t(kWarpsB) * size_t(a.hd) * 4;
+    kv = slices + (a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0);
+    part = kv + (a.kv_prefetch ? size_t(kAttnWarps) * attn_buf_bytes(a.hd) : 0);
+    rot = part + size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4;
+    total = rot + size_t(a.hd) * 4;
+  }
+};
+
 // Staging across a barrier: between arriving at the grid barrier and waiting there, each warp
 // requests the first batch (kUnrollD words per lane) of the two weight rows its first pass of
 // the next product phase reads, into its own slice of shared memory [2][kUnrollD][32]; that
@@ -210,8 +228,10 @@ __device__ __forceinline__ void product_rows(int rows, int in8, const uint4* xs,
 template <int E>
 __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArgs a) {
   extern __shared__ uint4 smem[];
-  uint4* xs = smem;  // the phase's input vector, bf16 [max(H, I, nh·hd)]
-  float* qs_all = reinterpret_cast<float*>(smem + a.vec8);  // [kWarpsB][hd]
+  const SmemLayout at(a);
+  char* const base = reinterpret_cast<char*>(smem);
+  uint4* xs = smem;
+  float* qs_all = reinterpret_cast<float*>(base + at.qs);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int G = gridDim.x;
   const int unit0 = blockIdx.x + G * warp, units_step = G * kWarpsB;
@@ -222,9 +242,9 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const int n_keys = pos - first + 1;
   const int nc = min((n_keys + 31) / 32, kStepMaxChunks), per = (n_keys + nc - 1) / nc;
   float* qs = qs_all + warp * hd;
-  // This warp's staging slice (after qs_all), or null when staging is off.
+  // This warp's staging slice, or null when staging is off.
   uint4* const slice =
-      a.stage ? smem + a.vec8 + (kWarpsB * hd * 4) / 16 + warp * 2 * kUnrollD * 32 : nullptr;
+      a.stage ? reinterpret_cast<uint4*>(base + at.slices) + warp * 2 * kUnrollD * 32 : nullptr;
   auto qkv_row = [&](const StepLayerDev& L, int r) {
     return r < nq        ? L.q + int64_t(r) * in_h
            : r < nq + nk ? L.k + int64_t(r - nq) * in_h
@@ -243,17 +263,11 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       stage_first(slice, row_w(unit0, 0), r2 < rows ? row_w(r2, 0) : nullptr, in8, lane);
     }
   };
-  // This warp's attention buffer (after the staging slices), or null.
-  char* const kv_buf = a.kv_prefetch && warp < kAttnWarps
-                           ? reinterpret_cast<char*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
-                                                     (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
-                                 warp * attn_buf_bytes(hd)
-                           : nullptr;
-  // The partials of the block's head's chunks, after the attention buffers.
-  float* const part = reinterpret_cast<float*>(smem + a.vec8 + (kWarpsB * hd * 4) / 16 +
-                                               (a.stage ? kWarpsB * 2 * kUnrollD * 32 : 0)) +
-                      (a.kv_prefetch ? kAttnWarps * attn_buf_bytes(hd) / 4 : 0);
-  float* const rot = part + kStepMaxChunks * (hd + 2);  // the rotation at pos [hd]
+  // This warp's attention buffer, or null.
+  char* const kv_buf =
+      a.kv_prefetch && warp < kAttnWarps ? base + at.kv + warp * attn_buf_bytes(hd) : nullptr;
+  float* const part = reinterpret_cast<float*>(base + at.part);  // the head's chunks' partials
+  float* const rot = reinterpret_cast<float*>(base + at.rot);    // the rotation at pos
   // Attention: head hq in block hq mod G, its chunk c in warp c. This warp's chunk of the
   // block's first head (blockIdx.x, chunk `warp`, keys lo..hi), if it has one: its gains and
   // rotation are gathered during the barrier wait (the same for every head), and its keys and
@@ -341,13 +355,7 @@ const void* kernel_for() {
   return reinterpret_cast<const void*>(decode_step_kernel<E>);
 }
 
-size_t smem_bytes(const StepArgs& a) {
-  const size_t staging = a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0;
-  const size_t kv = a.kv_prefetch ? size_t(kAttnWarps) * attn_buf_bytes(a.hd) : 0;
-  const size_t part = size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4;
-  const size_t rot = size_t(a.hd) * 4;
-  return size_t(a.vec8) * 16 + size_t(kWarpsB) * size_t(a.hd) * 4 + staging + kv + part + rot;
-}
+size_t smem_bytes(const StepArgs& a) { return SmemLayout(a).total; }
 
 }  // namespace
 
@@ -375,7 +383,7 @@ bool decode_step_fits(const StepArgs& a) {
 
 void decode_step(Ctx& ctx, const StepArgs& a) {
   const size_t smem = smem_bytes(a);
-  const int blocks = a.blocks > 0 ? std::min(a.blocks, ctx.sm_count) : ctx.sm_count;
+  const int blocks = a.blocks;  // at most the SM count (CudaBackend::decode_blocks_)
   if (a.hd == 64)
     decode_step_kernel<2><<<blocks, kThreadsB, smem, ctx.stream>>>(a);
   else
