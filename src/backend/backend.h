@@ -238,18 +238,30 @@ class Backend {
                                   float weight_offset, const RopeParams* rope, const KvView& kv,
                                   const int32_t* positions);
 
-  // A whole one-token decode step of a plain llama-family stack in one pass: per layer
-  //   x += o(attention(rope(norm_q(q)), rope(norm_k(k)), v))  with q|k|v = (rms_norm(x) · w)
+  // A whole one-token decode step of a plain llama-family stack, or of a Qwen3.5 hybrid stack with
+  // dense MLPs, in one pass: per layer
+  //   x += o(attention(rope(norm_q(q)), rope(norm_k(k)), v) [⊙ sigmoid(out_gate)])
+  //        with q|k|v|out_gate = (rms_norm(x) · w)           (an attention layer), or
+  //   x += o(gated_delta_mixer(rms_norm(x) · in_qkv|in_z|in_b|in_a))   (a Gated DeltaNet layer)
   //   x += down(act(gate · rms_norm(x)) ⊙ (up · rms_norm(x)))
-  // (no biases, no sliding window or softcap, rope over the whole head, the new k and v stored
-  // at `position` of each layer's cache). The same arithmetic as the ops the model would call
-  // (linear_many with its InputNorm, qk_norm_rope_store, attention, linear_residual,
-  // linear_glu, linear_residual), up to accumulation order. Optional: returns false when the
-  // backend does not take it (the default; the CPU), and the model runs those ops instead.
+  // (no biases, no sliding window or softcap, rope over the first rotary_dim dims of each head,
+  // the new k and v stored at `position` of each attention layer's cache; a Gated DeltaNet layer
+  // updates its conv and recurrent states as gated_delta_mixer does, with f32 products in and
+  // f32 arithmetic to the gated norm). The same arithmetic as the ops the model would call
+  // (linear_many with its InputNorm, qk_norm_rope_store, attention, mul_sigmoid,
+  // gated_delta_mixer, linear_residual, linear_glu, linear_residual), up to accumulation order.
+  // Optional: returns false when the backend does not take it (the default; the CPU), and the
+  // model runs those ops instead.
   struct DecodeLayer {
     Tensor attn_norm, q, k, v, q_norm, k_norm, o;  // q_norm/k_norm: [head_dim] or empty
     Tensor ffn_norm, gate, up, down;
     KvView kv;
+    Tensor out_gate;  // attention layers: [n_head·head_dim, hidden] output gate rows, or empty
+    // A Gated DeltaNet layer when in_qkv is set: then q, k, v, the q/k norms and kv are unused
+    // and o is the out projection. Shapes as gated_delta_mixer takes them; conv_state [K-1, C]
+    // and state [Hv, Dk, Dv] f32, updated in place.
+    Tensor in_qkv, in_z, in_b, in_a;
+    Tensor conv_w, a_log, dt_bias, lin_norm, conv_state, state;
   };
   struct DecodeLayers {
     const DecodeLayer* layers = nullptr;
@@ -258,8 +270,9 @@ class Backend {
     int32_t position = 0;
     int n_head = 0, n_head_kv = 0, head_dim = 0;
     float eps = 0.0f, norm_offset = 0.0f, attn_scale = 1.0f;
-    RopeParams rope;  // rotary_dim == head_dim, or 0 for none
+    RopeParams rope;  // rotary_dim <= head_dim, or 0 for none
     Activation act = Activation::Silu;
+    GatedDeltaParams gdn;  // the Gated DeltaNet layers' shapes (none: all zero)
   };
   virtual bool decode_layers(const DecodeLayers& step) {
     (void)step;

@@ -306,8 +306,17 @@ bool LlamaModel::decode_layers(LlamaSequence& seq, const Tensor& x, int32_t posi
   for (int il = 0; il < int(d_.n_layer); ++il) {
     const LlamaLayer& L = layers_[size_t(il)];
     Backend::DecodeLayer& s = step_layers_[size_t(il)];
-    s = {L.attn_norm, L.q.w,      L.k.w,    L.v.w,  Tensor(), Tensor(),
-         L.o.w,       L.ffn_norm, L.gate.w, L.up.w, L.down.w, seq.kv.view(il)};
+    s = Backend::DecodeLayer{};
+    s.attn_norm = L.attn_norm;
+    s.q = L.q.w;
+    s.k = L.k.w;
+    s.v = L.v.w;
+    s.o = L.o.w;
+    s.ffn_norm = L.ffn_norm;
+    s.gate = L.gate.w;
+    s.up = L.up.w;
+    s.down = L.down.w;
+    s.kv = seq.kv.view(il);
     if (d_.qk_norm == QkNorm::PerHead) {
       s.q_norm = L.q_norm;
       s.k_norm = L.k_norm;

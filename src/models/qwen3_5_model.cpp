@@ -4,6 +4,7 @@
 // recurrence. HEARTH_GDN_PREFILL=recurrent (read at load) makes prefill use the recurrence too,
 // for benchmarks and cross-checks. Scratch is sized for the largest call seen and reused.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -49,6 +50,7 @@ class Qwen35Model final : public StepModel {
                       std::to_string(bytes) + " bytes";
     info_.eos_token_ids = config.eos_token_ids();
     set_decode_work();
+    one_kernel_stack_ = one_kernel_stack();
     float scale = 1.0f;
     inv_freq_ = d_.rope.inv_freq(d_.n_ctx_train, &scale);
     rope_scale_ = scale;
@@ -64,6 +66,8 @@ class Qwen35Model final : public StepModel {
            const TokenPick* pick, int32_t* token) override;
   void reserve_scratch(int64_t n);
   void set_decode_work();
+  bool one_kernel_stack() const;
+  bool decode_layers(Qwen35Sequence& seq, const Tensor& x, int32_t position);
   void attention_block(int il, Qwen35Sequence& seq, int64_t n);
   void linear_block(int il, Qwen35Sequence& seq, int64_t n);
   void mlp_block(int il, int64_t n);
@@ -78,6 +82,8 @@ class Qwen35Model final : public StepModel {
   std::vector<float> inv_freq_;
   float rope_scale_ = 1.0f;
   MoeBlock moe_;
+  bool one_kernel_stack_ = false;  // one_kernel_stack(), at load
+  std::vector<Backend::DecodeLayer> step_layers_;
 
   int64_t scratch_tokens_ = 0;
   // Scratch in the backend's memory.
@@ -108,6 +114,77 @@ void Qwen35Model::set_decode_work() {
   info_.decode_bytes = bytes;
   info_.active_params = params;
   info_.head_params = w_.lm_head.numel();
+}
+
+// The stacks Backend::decode_layers describes: dense MLPs, no biases on the attention
+// products. (The norms, q/k norms and output gates are those of every Qwen3.5 checkpoint.)
+bool Qwen35Model::one_kernel_stack() const {
+  if (d_.n_ff <= 0) return false;
+  for (int il = 0; il < int(d_.n_layer); ++il) {
+    const Qwen35Layer& L = w_.layers[size_t(il)];
+    if (d_.moe_layer[size_t(il)] || L.mlp_gate.empty()) return false;
+    if (d_.linear_layer[size_t(il)]) continue;
+    for (const Qwen35Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate})
+      if (!l->bias.empty()) return false;
+  }
+  return true;
+}
+
+// A one-token step's layers in one backend call, where the backend takes it.
+bool Qwen35Model::decode_layers(Qwen35Sequence& seq, const Tensor& x, int32_t position) {
+  if (!one_kernel_stack_) return false;
+  step_layers_.resize(size_t(d_.n_layer));
+  for (int il = 0; il < int(d_.n_layer); ++il) {
+    const Qwen35Layer& L = w_.layers[size_t(il)];
+    Backend::DecodeLayer& s = step_layers_[size_t(il)];
+    s = Backend::DecodeLayer{};
+    s.attn_norm = L.attn_norm;
+    s.ffn_norm = L.ffn_norm;
+    s.gate = L.mlp_gate;
+    s.up = L.mlp_up;
+    s.down = L.mlp_down;
+    if (d_.linear_layer[size_t(il)]) {
+      const int li = seq.lin_index(il);
+      s.o = L.out_proj;
+      s.in_qkv = L.in_qkv;
+      s.in_z = L.in_z;
+      s.in_b = L.in_b;
+      s.in_a = L.in_a;
+      s.conv_w = L.conv_w;
+      s.a_log = L.a_log;
+      s.dt_bias = L.dt_bias;
+      s.lin_norm = L.lin_norm;
+      s.conv_state = seq.conv_state(li);
+      s.state = seq.recurrent_state(li);
+    } else {
+      s.q = L.q.w;
+      s.k = L.k.w;
+      s.v = L.v.w;
+      s.o = L.o.w;
+      s.q_norm = L.q_norm;
+      s.k_norm = L.k_norm;
+      if (d_.attn_output_gate) s.out_gate = L.gate.w;
+      s.kv = seq.kv().view(seq.kv_index(il));
+    }
+  }
+  Backend::DecodeLayers step;
+  step.layers = step_layers_.data();
+  step.n_layers = int(d_.n_layer);
+  step.x = x;
+  step.position = position;
+  step.n_head = int(d_.n_head);
+  step.n_head_kv = int(d_.n_head_kv);
+  step.head_dim = int(d_.head_dim);
+  step.eps = d_.norm_eps;
+  step.norm_offset = w_.norm_offset;
+  step.attn_scale = 1.0f / std::sqrt(float(d_.head_dim));
+  step.rope = {inv_freq_.data(), d_.rope.rotary_dim, rope_scale_};
+  step.act = d_.act;
+  step.gdn.n_k_heads = int(d_.lin_k_heads);
+  step.gdn.n_v_heads = int(d_.lin_v_heads);
+  step.gdn.k_dim = int(d_.lin_k_dim);
+  step.gdn.v_dim = int(d_.lin_v_dim);
+  return backend_->decode_layers(step);
 }
 
 void Qwen35Model::reserve_scratch(int64_t n) {
@@ -254,12 +331,14 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   seq.kv().reserve_batch(n);
   // Each block's products end in a residual add into x (linear_residual), and the next block's
   // input norm happens inside its first products (InputNorm): no pass over x in between.
-  for (int il = 0; il < int(d_.n_layer); ++il) {
-    if (d_.linear_layer[size_t(il)])
-      linear_block(il, seq, n);
-    else
-      attention_block(il, seq, n);
-    mlp_block(il, n);
+  if (n != 1 || !decode_layers(seq, x, positions_[0])) {
+    for (int il = 0; il < int(d_.n_layer); ++il) {
+      if (d_.linear_layer[size_t(il)])
+        linear_block(il, seq, n);
+      else
+        attention_block(il, seq, n);
+      mlp_block(il, n);
+    }
   }
   seq.kv().commit_batch();
   if (rows == LogitsRows::None) {

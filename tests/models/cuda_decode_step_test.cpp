@@ -1,11 +1,13 @@
 // One-token decode steps as one persistent kernel (Backend::decode_layers, decode_step.cu)
 // (HEARTH_DECODE_LAYERS=1; by default only for layers of 24 MB or more) against the same steps as
 // separate ops (the default). The transformers fixtures have heads of 16 and 32, below the kernel's
-// 64 and 128, so random checkpoints of those head sizes are written to a temp dir: a llama (heads
-// of 64, no q/k norm) and a qwen3 (heads of 128, per-head q/k norm). Both forms must give the same
-// logits up to accumulation order (the bf16 bound of the reference comparisons, 5e-2 of the logits'
-// std) over decode steps that cross attention's 32-key chunks and the cache's growth, and the fused
-// form must actually run. Skipped without a GPU.
+// 64 to 256, so random checkpoints of those head sizes are written to a temp dir: a llama (heads
+// of 64, no q/k norm), a qwen3 (heads of 128, per-head q/k norm) and two Qwen3.5 hybrids (Gated
+// DeltaNet layers between gated attention layers with partial rotary: heads of 256 with Gated
+// DeltaNet heads of 128 × 128 as the 9B, and heads of 128 with 64 × 32 and three value heads per
+// key head). Both forms must give the same logits up to accumulation order (the bf16 bound of the
+// reference comparisons, 5e-2 of the logits' std) over decode steps that cross attention's 32-key
+// chunks and the cache's growth, and the fused form must actually run. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -37,9 +39,14 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Shape {
-  std::string model_type;
+  std::string name, model_type;
   int hidden, intermediate, heads, kv_heads, head_dim, layers, vocab;
   bool qk_norm;
+  // qwen3_5_text only: Gated DeltaNet heads and sizes, full attention every `interval` layers,
+  // the rotated share of a head.
+  int lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, interval = 0;
+  float partial_rotary = 1.0f;
+  bool hybrid() const { return model_type == "qwen3_5_text"; }
 };
 
 uint16_t to_bf16(float f) {
@@ -53,6 +60,7 @@ uint16_t to_bf16(float f) {
 void write_checkpoint(const fs::path& dir, const Shape& s, uint32_t seed) {
   fs::remove_all(dir);
   fs::create_directories(dir);
+  constexpr int kConvTaps = 4;
   nlohmann::json config = {
       {"architectures", {s.model_type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
       {"model_type", s.model_type},
@@ -72,6 +80,19 @@ void write_checkpoint(const fs::path& dir, const Shape& s, uint32_t seed) {
       {"bos_token_id", 1},
       {"eos_token_id", 2},
       {"torch_dtype", "bfloat16"}};
+  if (s.hybrid()) {
+    config["architectures"] = {"Qwen3_5ForCausalLM"};
+    config.erase("rope_theta");
+    config["rope_parameters"] = {{"rope_type", "default"},
+                                 {"rope_theta", 10000.0},
+                                 {"partial_rotary_factor", s.partial_rotary}};
+    config["linear_num_key_heads"] = s.lin_k_heads;
+    config["linear_num_value_heads"] = s.lin_v_heads;
+    config["linear_key_head_dim"] = s.lin_k_dim;
+    config["linear_value_head_dim"] = s.lin_v_dim;
+    config["linear_conv_kernel_dim"] = kConvTaps;
+    config["full_attention_interval"] = s.interval;
+  }
   std::ofstream(dir / "config.json") << config.dump(2);
 
   std::mt19937 rng(seed);
@@ -89,24 +110,42 @@ void write_checkpoint(const fs::path& dir, const Shape& s, uint32_t seed) {
   };
   const int64_t H = s.hidden, I = s.intermediate, hd = s.head_dim;
   const float w = 1.0f / std::sqrt(float(H));
+  // Qwen3.5's gains are stored zero-centred (the model adds 1).
+  const float gain = s.hybrid() ? 0.0f : 1.0f;
   add("model.embed_tokens.weight", {s.vocab, H}, 0.0f, 1.0f);
-  add("model.norm.weight", {H}, 1.0f, 0.1f);
+  add("model.norm.weight", {H}, gain, 0.1f);
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {H}, 1.0f, 0.1f);
-    add(p + "post_attention_layernorm.weight", {H}, 1.0f, 0.1f);
-    add(p + "self_attn.q_proj.weight", {s.heads * hd, H}, 0.0f, w);
+    add(p + "input_layernorm.weight", {H}, gain, 0.1f);
+    add(p + "post_attention_layernorm.weight", {H}, gain, 0.1f);
+    add(p + "mlp.gate_proj.weight", {I, H}, 0.0f, w);
+    add(p + "mlp.up_proj.weight", {I, H}, 0.0f, w);
+    add(p + "mlp.down_proj.weight", {H, I}, 0.0f, 1.0f / std::sqrt(float(I)));
+    if (s.hybrid() && (l + 1) % s.interval != 0) {  // a Gated DeltaNet layer
+      const std::string a = p + "linear_attn.";
+      const int64_t hv = s.lin_v_heads, vd = hv * s.lin_v_dim;
+      const int64_t conv = 2 * int64_t(s.lin_k_heads) * s.lin_k_dim + vd;
+      add(a + "in_proj_qkv.weight", {conv, H}, 0.0f, w);
+      add(a + "in_proj_z.weight", {vd, H}, 0.0f, w);
+      add(a + "in_proj_b.weight", {hv, H}, 0.0f, w);
+      add(a + "in_proj_a.weight", {hv, H}, 0.0f, w);
+      add(a + "conv1d.weight", {conv, 1, kConvTaps}, 0.0f, 0.5f);
+      add(a + "A_log", {hv}, 1.0f, 1.0f);
+      add(a + "dt_bias", {hv}, 0.0f, 0.5f);
+      add(a + "norm.weight", {s.lin_v_dim}, 1.0f, 0.1f);
+      add(a + "out_proj.weight", {H, vd}, 0.0f, 1.0f / std::sqrt(float(vd)));
+      continue;
+    }
+    // Qwen3.5's q_proj holds each head's query and its output gate, one after the other.
+    add(p + "self_attn.q_proj.weight", {(s.hybrid() ? 2 : 1) * s.heads * hd, H}, 0.0f, w);
     add(p + "self_attn.k_proj.weight", {s.kv_heads * hd, H}, 0.0f, w);
     add(p + "self_attn.v_proj.weight", {s.kv_heads * hd, H}, 0.0f, w);
     add(p + "self_attn.o_proj.weight", {H, s.heads * hd}, 0.0f,
         1.0f / std::sqrt(float(s.heads * hd)));
     if (s.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {hd}, 1.0f, 0.1f);
-      add(p + "self_attn.k_norm.weight", {hd}, 1.0f, 0.1f);
+      add(p + "self_attn.q_norm.weight", {hd}, gain, 0.1f);
+      add(p + "self_attn.k_norm.weight", {hd}, gain, 0.1f);
     }
-    add(p + "mlp.gate_proj.weight", {I, H}, 0.0f, w);
-    add(p + "mlp.up_proj.weight", {I, H}, 0.0f, w);
-    add(p + "mlp.down_proj.weight", {H, I}, 0.0f, 1.0f / std::sqrt(float(I)));
   }
   nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
   size_t offset = 0;
@@ -143,7 +182,7 @@ class CudaDecodeStep : public ::testing::TestWithParam<Shape> {
 TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   const Shape& s = GetParam();
   const fs::path dir = fs::temp_directory_path() /
-                       ("hearth_decode_step_" + s.model_type + "_" + std::to_string(::getpid()));
+                       ("hearth_decode_step_" + s.name + "_" + std::to_string(::getpid()));
   write_checkpoint(dir, s, 1234);
   LoadOptions o;
   o.device = "cuda";
@@ -211,12 +250,12 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
       fused->forward(*sa, std::span<const int32_t>(&next, 1), LogitsRows::Last, a.data());
       per_op->forward(*sb, std::span<const int32_t>(&next, 1), LogitsRows::Last, b.data());
       fused_small->forward(*sc, std::span<const int32_t>(&next, 1), LogitsRows::Last, c.data());
-      EXPECT_EQ(a, c) << s.model_type << " prompt " << prompt_len << " step " << step
+      EXPECT_EQ(a, c) << s.name << " prompt " << prompt_len << " step " << step
                       << ": the kernel on 3 blocks";
       const double sd = std_of(b);
       double err = 0.0;
       for (size_t i = 0; i < V; ++i) err = std::max(err, double(std::fabs(a[i] - b[i])) / sd);
-      EXPECT_LT(err, 5e-2) << s.model_type << " prompt " << prompt_len << " step " << step;
+      EXPECT_LT(err, 5e-2) << s.name << " prompt " << prompt_len << " step " << step;
       worst = std::max(worst, err);
       // Each step feeds both models the same token (the per-op argmax), so an error cannot
       // compound through a different continuation; it can only through the caches.
@@ -225,15 +264,33 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
     std::printf(
         "[ cuda     ] %-8s prompt %3d: one-kernel decode vs separate ops: max |diff| / std = "
         "%.2e\n",
-        s.model_type.c_str(), prompt_len, worst);
+        s.name.c_str(), prompt_len, worst);
   }
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeStep,
-                         ::testing::Values(Shape{"llama", 256, 512, 4, 2, 64, 2, 512, false},
-                                           Shape{"qwen3", 256, 768, 4, 2, 128, 3, 512, true}),
-                         [](const auto& info) { return info.param.model_type; });
+Shape hybrid(std::string name, int head_dim, int kv_heads, int lin_k_heads, int lin_v_heads,
+             int lin_k_dim, int lin_v_dim, int layers, int interval, float partial_rotary) {
+  Shape s{name, "qwen3_5_text", 256, 512, 4, kv_heads, head_dim, layers, 512, true};
+  s.lin_k_heads = lin_k_heads;
+  s.lin_v_heads = lin_v_heads;
+  s.lin_k_dim = lin_k_dim;
+  s.lin_v_dim = lin_v_dim;
+  s.interval = interval;
+  s.partial_rotary = partial_rotary;
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaDecodeStep,
+    ::testing::Values(Shape{"llama", "llama", 256, 512, 4, 2, 64, 2, 512, false},
+                      Shape{"qwen3", "qwen3", 256, 768, 4, 2, 128, 3, 512, true},
+                      // The 9B's head sizes: layers linear, full, linear, full.
+                      hybrid("qwen3_5", 256, 2, 2, 4, 128, 128, 4, 2, 0.25f),
+                      // Heads of 128 with half of them (64 dims) rotated, three value heads
+                      // per key head, slim Gated DeltaNet heads: linear, linear, full.
+                      hybrid("qwen3_5_small", 128, 1, 2, 6, 64, 32, 3, 3, 0.5f)),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace hearth

@@ -125,11 +125,14 @@ CudaBackend::~CudaBackend() {
                                           size_t(decode_blocks_));
     int khz = 0;
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_);
+    std::vector<bool> linear;
+    for (const StepLayerDev& d : step_layers_host_) linear.push_back(d.linear != 0);
     if (cudaMemcpy(marks.data(), static_cast<char*>(step_ws_) + trace_offset_,
                    marks.size() * sizeof marks[0], cudaMemcpyDeviceToHost) == cudaSuccess &&
         khz > 0)
       std::fputs(
-          decode_step_trace_summary(marks.data(), trace_layers_, decode_blocks_, khz / 1e3).c_str(),
+          decode_step_trace_summary(marks.data(), trace_layers_, decode_blocks_, khz / 1e3, linear)
+              .c_str(),
           stderr);
   }
   for (GraphSlot& g : graphs_)
@@ -413,143 +416,6 @@ KvDev CudaBackend::kv_dev(const KvView& kv) {
   return d;
 }
 
-namespace {
-
-bool is_matrix(const Tensor& w, int64_t rows, int64_t cols) {
-  return w.device == Device::CUDA && w.dtype == DType::BF16 && w.ndim == 2 && w.shape[0] == rows &&
-         w.shape[1] == cols && aligned16(w.data);
-}
-bool is_gain(const Tensor& g, int64_t n, DType dt) {
-  return g.device == Device::CUDA && g.dtype == dt && g.numel() == n;
-}
-
-}  // namespace
-
-std::atomic<int64_t> g_decode_layers_taken{0};
-
-bool CudaBackend::decode_layers(const DecodeLayers& step) {
-  if (decode_layers_mode_ == 0 || step.n_layers < 1 || !step.layers) return false;
-  bind();
-  const int64_t H = step.x.numel(), nh = step.n_head, nkv = step.n_head_kv, hd = step.head_dim;
-  const DecodeLayer& L0 = step.layers[0];
-  // By default only layers whose weights take long enough to stream that the kernel's fixed
-  // costs (five grid barriers and attention's slowest head per layer) are a small share. Session
-  // 7 measured it against the per-op graph at tg128: 8 % behind on the 0.6B shape (31 MB per
-  // layer), 3 % ahead on the 1.7B (101 MB), 1–2 % on the 4B (202 MB), 2 % on the 8B (419 MB).
-  // Session 12 shortened its attention and barriers: 0.6B 1,109–1,117 against the per-op
-  // graph's 1,035–1,038 t/s, 8B 233–234 against 217. Smaller layers are not measured.
-  constexpr size_t kAutoMinLayerBytes = size_t(24) << 20;
-  const size_t layer_bytes = L0.q.nbytes() + L0.k.nbytes() + L0.v.nbytes() + L0.o.nbytes() +
-                             L0.gate.nbytes() + L0.up.nbytes() + L0.down.nbytes();
-  if (decode_layers_mode_ < 0 && layer_bytes < kAutoMinLayerBytes) return false;
-  const int64_t I = L0.gate.ndim == 2 ? L0.gate.shape[0] : 0;
-  const DType gdt = L0.attn_norm.dtype;
-  // Its attention gives each (query head, chunk of keys) a warp, at most kStepMaxChunks chunks:
-  // up to kMaxKeys (512) a warp reads one 32-key block. Longer contexts (a warp walking several
-  // blocks in turn) are not measured yet, so they take the per-op path, whose attention splits
-  // the keys over the whole GPU.
-  constexpr int64_t kMaxKeys = int64_t(kStepMaxChunks) * 32;
-  if (step.position - L0.kv.first + 1 > kMaxKeys) return false;
-  if (step.x.device != Device::CUDA || step.x.dtype != DType::BF16 || !aligned16(step.x.data) ||
-      (gdt != DType::BF16 && gdt != DType::F32) ||
-      (step.rope.rotary_dim != 0 && step.rope.rotary_dim != hd))
-    return false;
-  StepArgs a;
-  std::memset(static_cast<void*>(&a), 0, sizeof a);  // records compare bytewise
-  a.n_layers = step.n_layers;
-  a.H = int32_t(H);
-  a.I = int32_t(I);
-  a.nh = int32_t(nh);
-  a.nkv = int32_t(nkv);
-  a.hd = int32_t(hd);
-  a.capacity = int32_t(L0.kv.capacity);
-  a.vec8 = int32_t(std::max({H, I, nh * hd}) / 8);
-  a.gain_dt = int32_t(gdt);
-  a.act = int32_t(step.act);
-  a.stage = decode_stage_ ? 1 : 0;
-  a.spin = decode_spin_ ? 1 : 0;
-  a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
-  a.blocks = decode_blocks_;
-  a.eps = step.eps;
-  a.offset = step.norm_offset;
-  a.scale = step.attn_scale;
-  a.rope_factor = step.rope.attention_factor;
-  if (!decode_step_fits(a)) return false;
-  std::vector<StepLayerDev> table(size_t(step.n_layers));
-  for (int il = 0; il < step.n_layers; ++il) {
-    const DecodeLayer& L = step.layers[il];
-    const bool qk = !L.q_norm.empty();
-    if (!is_matrix(L.q, nh * hd, H) || !is_matrix(L.k, nkv * hd, H) ||
-        !is_matrix(L.v, nkv * hd, H) || !is_matrix(L.o, H, nh * hd) || !is_matrix(L.gate, I, H) ||
-        !is_matrix(L.up, I, H) || !is_matrix(L.down, H, I) || !is_gain(L.attn_norm, H, gdt) ||
-        !is_gain(L.ffn_norm, H, gdt) || qk == L.k_norm.empty() ||
-        (qk && (!is_gain(L.q_norm, hd, gdt) || !is_gain(L.k_norm, hd, gdt))) ||
-        L.kv.capacity != L0.kv.capacity || L.kv.first != L0.kv.first ||
-        L.kv.k.dtype != DType::BF16 || L.kv.v.dtype != DType::BF16 ||
-        L.kv.k.device != Device::CUDA || L.kv.v.device != Device::CUDA ||
-        L.kv.k.numel() != L.kv.capacity * nkv * hd || L.kv.v.numel() != L.kv.capacity * nkv * hd)
-      return false;
-    StepLayerDev& d = table[size_t(il)];
-    d.q = static_cast<const uint4*>(L.q.data);
-    d.k = static_cast<const uint4*>(L.k.data);
-    d.v = static_cast<const uint4*>(L.v.data);
-    d.o = static_cast<const uint4*>(L.o.data);
-    d.gate = static_cast<const uint4*>(L.gate.data);
-    d.up = static_cast<const uint4*>(L.up.data);
-    d.down = static_cast<const uint4*>(L.down.data);
-    d.attn_norm = L.attn_norm.data;
-    d.ffn_norm = L.ffn_norm.data;
-    d.q_norm = qk ? L.q_norm.data : nullptr;
-    d.k_norm = qk ? L.k_norm.data : nullptr;
-    d.kc = static_cast<__nv_bfloat16*>(L.kv.k.data);
-    d.vc = static_cast<__nv_bfloat16*>(L.kv.v.data);
-  }
-  // The layer table: uploaded when it changes (a copy from the host, so this step runs eagerly).
-  const size_t table_bytes = table.size() * sizeof(StepLayerDev);
-  if (table.size() != step_layers_host_.size() ||
-      std::memcmp(table.data(), step_layers_host_.data(), table_bytes) != 0) {
-    if (step_layers_dev_.size() < table_bytes) step_layers_dev_ = alloc(table_bytes);
-    copy_from_host(Tensor(step_layers_dev_.data(), DType::U8, {int64_t(table_bytes)}, Device::CUDA),
-                   table.data());
-    step_layers_host_ = std::move(table);
-  }
-  // Scratch: q, k, v, attention output, hidden (bf16); the barrier's count; the trace. Each
-  // part 16-byte aligned.
-  auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
-  const size_t n_q = size_t(nh * hd), n_k = size_t(nkv * hd), n_h = size_t(I);
-  const size_t vectors = round16((2 * n_q + 2 * n_k + n_h) * 2);
-  const size_t barrier_at = vectors;
-  const size_t trace_bytes =
-      decode_trace_ ? size_t(1 + step.n_layers * kStepPhases * 2) * size_t(decode_blocks_) * 8 : 0;
-  const size_t need = barrier_at + 16 + trace_bytes;
-  if (need > step_ws_bytes_) {
-    regrow_device(&step_ws_, step_ws_bytes_, need);
-    HEARTH_CUDA_CHECK(cudaMemsetAsync(step_ws_, 0, step_ws_bytes_, ctx_.stream));
-  }
-  char* ws = static_cast<char*>(step_ws_);
-  a.layers = static_cast<const StepLayerDev*>(step_layers_dev_.data());
-  a.x = static_cast<__nv_bfloat16*>(step.x.data);
-  a.q = reinterpret_cast<__nv_bfloat16*>(ws);
-  a.k = a.q + n_q;
-  a.v = a.k + n_k;
-  a.attn = a.v + n_k;
-  a.h = a.attn + n_q;
-  a.barrier = reinterpret_cast<unsigned long long*>(ws + barrier_at);
-  if (decode_trace_) {
-    trace_offset_ = barrier_at + 16;
-    trace_layers_ = step.n_layers;
-    a.trace = reinterpret_cast<unsigned long long*>(ws + trace_offset_);
-  }
-  const int32_t pf[2] = {step.position, int32_t(L0.kv.first)};
-  a.pos_first = upload_ints(pf, 2, 13);
-  a.inv_freq = step.rope.rotary_dim > 0
-                   ? reinterpret_cast<const float*>(upload_ints(step.rope.inv_freq, hd / 2, 2))
-                   : nullptr;
-  submit<&cuda::decode_step>(a);
-  g_decode_layers_taken.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 }  // namespace cuda
 
 int cuda_device_count() {
@@ -574,9 +440,6 @@ bool cuda_backend_set_device_sampling(Backend& b, bool on) {
   return false;
 }
 int64_t cuda_gdn_mixer_fused() { return cuda::g_gdn_mixer_fused.load(std::memory_order_relaxed); }
-int64_t cuda_decode_layers_taken() {
-  return cuda::g_decode_layers_taken.load(std::memory_order_relaxed);
-}
 int64_t cuda_backend_graphs_replayed(const Backend& b) {
   auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);
   return c ? c->graphs_replayed() : 0;

@@ -29,6 +29,7 @@
 
 #include "backend/cuda/decode_step.h"
 #include "backend/cuda/decode_step_attention.cuh"
+#include "backend/cuda/decode_step_mixer.cuh"
 #include "backend/cuda/device_util.cuh"
 
 namespace hearth::cuda {
@@ -40,27 +41,32 @@ using namespace step;
 constexpr int kWarpsB = 16;
 constexpr int kThreadsB = kWarpsB * 32;
 constexpr int kUnrollD = 4;  // 16-byte weight loads per lane in flight per matrix
-// Warps 0..kAttnWarps-1 of each block have a shared-memory buffer for one chunk's keys and
-// values (StepArgs::kv_prefetch): a head's first kAttnWarps chunks are prefetched (all of them
-// up to 128 keys).
-constexpr int kAttnWarps = 4;
+// Warps 0..attn_warps(hd)-1 of each block have a shared-memory buffer for one chunk's keys and
+// values (StepArgs::kv_prefetch): a head's first chunks are prefetched (all of them up to 128
+// keys for heads up to 128, 64 keys for heads of 256, whose buffers are twice the size).
+__host__ __device__ constexpr int attn_warps(int hd) { return hd > 128 ? 2 : 4; }
 static_assert(kStepMaxChunks <= kWarpsB, "a head's chunks are the warps of one block");
+static_assert(kMixThreads == kThreadsB, "the mixer takes the step's block");
 
 // The kernel's shared memory, byte offsets in order (each a multiple of 16): the phase's input
-// vector xs, bf16 [max(H, I, nh·hd)]; each warp's q [kWarpsB][hd] f32; the staging slices
-// [kWarpsB][2][kUnrollD][32] words (StepArgs::stage); the attention buffers of warps
-// 0..kAttnWarps-1 (StepArgs::kv_prefetch); the partials of a head's chunks
-// [kStepMaxChunks][hd + 2] f32; the rotation at pos [hd] f32. The kernel and smem_bytes both
-// read it.
+// vector xs, bf16 [max(H, I, nh·hd, Hv·Dv)]; each warp's q [kWarpsB][hd] f32; the staging
+// slices [kWarpsB][2][kUnrollD][32] words (StepArgs::stage); the rotation at pos [hd] f32;
+// then what phase 2 uses: in an attention layer the attention buffers of warps
+// 0..attn_warps-1 (StepArgs::kv_prefetch) and the partials of a head's chunks
+// [kStepMaxChunks][hd + 2] f32, in a Gated DeltaNet layer the mixer's region
+// (mixer_smem_bytes) at the same offset. The kernel and smem_bytes both read it.
 struct SmemLayout {
-  size_t qs, slices, kv, part, rot, total;
+  size_t qs, slices, rot, kv, part, mix, total;
   __host__ __device__ explicit SmemLayout(const StepArgs& a) {
     qs = size_t(a.vec8) * 16;
     slices = qs + size_t(kWarpsB) * size_t(a.hd) * 4;
-    kv = slices + (a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0);
-    part = kv + (a.kv_prefetch ? size_t(kAttnWarps) * attn_buf_bytes(a.hd) : 0);
-    rot = part + size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4;
-    total = rot + size_t(a.hd) * 4;
+    rot = slices + (a.stage ? size_t(kWarpsB) * 2 * kUnrollD * 32 * 16 : 0);
+    kv = rot + size_t(a.hd) * 4;
+    part = kv + (a.kv_prefetch ? size_t(attn_warps(a.hd)) * attn_buf_bytes(a.hd) : 0);
+    mix = kv;
+    total = part + size_t(kStepMaxChunks) * size_t(a.hd + 2) * 4;
+    if (a.hybrid && a.hv > 0 && mix + mixer_smem_bytes(a.dk, a.dv) > total)
+      total = mix + mixer_smem_bytes(a.dk, a.dv);
   }
 };
 
@@ -225,7 +231,34 @@ __device__ __forceinline__ void product_rows(int rows, int in8, const uint4* xs,
   }
 }
 
-template <int E>
+// Phase 1's rows of a layer, one vector of products: an attention layer's q | k | v | output
+// gate (bf16 into a.q onward), a Gated DeltaNet layer's qkv | z | b | a (f32 into a.lin).
+template <bool HYBRID>
+__device__ __forceinline__ int phase1_rows(const StepArgs& a, const StepLayerDev& L) {
+  if (HYBRID && L.linear) return a.conv_c + a.hv * a.dv + 2 * a.hv;
+  return (HYBRID && a.gated ? 2 : 1) * a.nh * a.hd + 2 * a.nkv * a.hd;
+}
+template <bool HYBRID>
+__device__ __forceinline__ const uint4* phase1_row(const StepArgs& a, const StepLayerDev& L,
+                                                   int r) {
+  const int64_t in_h = a.H / 8;
+  if (HYBRID && L.linear) {
+    const int C = a.conv_c, VD = a.hv * a.dv;
+    return r < C               ? L.in_qkv + r * in_h
+           : r < C + VD        ? L.in_z + (r - C) * in_h
+           : r < C + VD + a.hv ? L.in_b + (r - C - VD) * in_h
+                               : L.in_a + (r - C - VD - a.hv) * in_h;
+  }
+  const int nq = a.nh * a.hd, nk = a.nkv * a.hd;
+  return r < nq            ? L.q + r * in_h
+         : r < nq + nk     ? L.k + (r - nq) * in_h
+         : r < nq + 2 * nk ? L.v + (r - nq - nk) * in_h
+                           : L.out_gate + (r - nq - 2 * nk) * in_h;
+}
+
+// HYBRID: layers may be Gated DeltaNet layers (StepLayerDev::linear), attention layers may have
+// an output gate; a llama stack compiles without either.
+template <int E, bool HYBRID>
 __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArgs a) {
   extern __shared__ uint4 smem[];
   const SmemLayout at(a);
@@ -235,8 +268,8 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int G = gridDim.x;
   const int unit0 = blockIdx.x + G * warp, units_step = G * kWarpsB;
-  const int hd = E * 32, nq = a.nh * hd, nk = a.nkv * hd;
-  const int in_h = a.H / 8, in_q = nq / 8, in_i = a.I / 8;
+  const int hd = E * 32, nq = a.nh * hd;
+  const int in_h = a.H / 8, in_q = nq / 8, in_i = a.I / 8, in_vd = a.hv * a.dv / 8;
   const int pos = a.pos_first[0], first = a.pos_first[1];
   // Attention's key chunks: at most kStepMaxChunks, 32 keys or more each.
   const int n_keys = pos - first + 1;
@@ -245,11 +278,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   // This warp's staging slice, or null when staging is off.
   uint4* const slice =
       a.stage ? reinterpret_cast<uint4*>(base + at.slices) + warp * 2 * kUnrollD * 32 : nullptr;
-  auto qkv_row = [&](const StepLayerDev& L, int r) {
-    return r < nq        ? L.q + int64_t(r) * in_h
-           : r < nq + nk ? L.k + int64_t(r - nq) * in_h
-                         : L.v + int64_t(r - nq - nk) * in_h;
-  };
+  auto is_linear = [](const StepLayerDev& L) { return HYBRID && L.linear; };
   // Requests the first batch of this warp's first pass over `rows` rows (two rows, or the
   // gate and up rows of one) into its slice.
   auto stage = [&](auto row_w, int rows, int in8, bool glu) {
@@ -265,7 +294,8 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   };
   // This warp's attention buffer, or null.
   char* const kv_buf =
-      a.kv_prefetch && warp < kAttnWarps ? base + at.kv + warp * attn_buf_bytes(hd) : nullptr;
+      a.kv_prefetch && warp < attn_warps(hd) ? base + at.kv + warp * attn_buf_bytes(hd) : nullptr;
+  float* const mix = reinterpret_cast<float*>(base + at.mix);    // the mixer's region (hybrid)
   float* const part = reinterpret_cast<float*>(base + at.part);  // the head's chunks' partials
   float* const rot = reinterpret_cast<float*>(base + at.rot);    // the rotation at pos
   // Attention: head hq in block hq mod G, its chunk c in warp c. This warp's chunk of the
@@ -278,50 +308,107 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const bool prefetch = kv_buf && first_chunk && per <= kChunkKeys;
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
+  const bool has_lin_head = HYBRID && int(blockIdx.x) < a.hv;  // a Gated DeltaNet head
   mark(a.trace, 0);
-  if (has_head) rotation_to_smem(a, pos, rot);  // read after phase 1's block barriers
+  if (has_head && a.rot_half > 0) rotation_to_smem(a, pos, rot);  // read after block barriers
   if (a.n_layers > 0)
-    stage([&](int r, int) { return qkv_row(a.layers[0], r); }, nq + 2 * nk, in_h, false);
+    stage([&](int r, int) { return phase1_row<HYBRID>(a, a.layers[0], r); },
+          phase1_rows<HYBRID>(a, a.layers[0]), in_h, false);
   for (int il = 0; il < a.n_layers; ++il) {
     const StepLayerDev L = a.layers[il];
-    // 1. q | k | v = rms_norm(x) · w
-    if (has_head && warp == kWarpsB - 1) prefetch_gains(a, L, lane);
+    const bool linear = is_linear(L);
+    const int in_o = linear ? in_vd : in_q;  // the o product's input, 16-byte words
+    // 1. q | k | v [| output gate] = rms_norm(x) · w, or a Gated DeltaNet layer's products
+    if (has_head && !linear && warp == kWarpsB - 1) prefetch_gains(a, L, lane);
+    if (linear && has_lin_head) state_to_l2(a, L, blockIdx.x);
     normalise_to_smem(a, a.x, L.attn_norm, xs);
     product_rows(
-        nq + 2 * nk, in_h, xs, unit0, units_step, lane, [&](int r) { return qkv_row(L, r); },
-        [](int) { return 0.0f; },
-        [&](int r, float s, float) { a.q[r] = __float2bfloat16(s); },  // q, k, v: one scratch
+        phase1_rows<HYBRID>(a, L), in_h, xs, unit0, units_step, lane,
+        [&](int r) { return phase1_row<HYBRID>(a, L, r); }, [](int) { return 0.0f; },
+        [&](int r, float s, float) {
+          if (linear)
+            a.lin[r] = s;  // f32, as the per-op path's Gated DeltaNet scratch
+          else
+            a.q[r] = __float2bfloat16(s);  // q, k, v, gate: one scratch
+        },
         staged);
     unsigned long long bar = grid_arrive(a, event(il, 0));
-    stage([&](int r, int) { return L.o + int64_t(r) * in_q; }, a.H, in_q, false);
-    if (prefetch)  // after stage(): its wait for earlier copies must not wait for these
-      prefetch_kv<E>(a, L, blockIdx.x / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
+    stage([&](int r, int) { return L.o + int64_t(r) * in_o; }, a.H, in_o, false);
+    // After stage(): its wait for earlier copies must not wait for these.
     HeadConsts<E> hc;
-    if (first_chunk) load_head_consts<E>(a, L, rot, lane, hc);
-    grid_wait(a, bar, event(il, 0));
-    // 2. q/k norm, rope, cache store and attention: a block per query head, a warp per chunk
-    // of its keys; the chunks' partials meet in shared memory, so a head's output costs no
-    // global round trip after its chunks.
-    for (int hq = blockIdx.x; hq < a.nh; hq += G) {
-      if (warp < nc) {
-        const int lo = first + warp * per;
-        chunk_attention<E>(a, L, hq, lo, min(pos, lo + per - 1), pos, qs,
-                           hq == int(blockIdx.x) && prefetch ? kv_buf : nullptr, hc,
-                           part + warp * (hd + 2), lane);
+    MixConsts mc;
+    if (linear) {
+      if (has_lin_head) {
+        prefetch_state(a, L, blockIdx.x, mix);
+        load_mix_consts(a, L, blockIdx.x, mc);
       }
-      __syncthreads();
-      if (warp == 0) combine_chunks<E>(a, hq, nc, part, lane);
-      if (hq + G < a.nh) __syncthreads();  // part is rewritten
+    } else {
+      if (prefetch)
+        prefetch_kv<E>(a, L, blockIdx.x / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
+      if (first_chunk) load_head_consts<E>(a, L, rot, lane, hc);
+    }
+    grid_wait(a, bar, event(il, 0));
+    if (linear) {
+      // 2. the Gated DeltaNet mixer: a block per value head (decode_step_mixer.cuh).
+      for (int h = blockIdx.x; h < a.hv; h += G) {
+        if (h != int(blockIdx.x)) {
+          __syncthreads();  // the previous head's shared memory is free
+          load_mix_consts(a, L, h, mc);
+        }
+        mixer_head(a, L, h, mix, mc, h == int(blockIdx.x), h + G < a.hv);
+      }
+    } else {
+      // 2. q/k norm, rope, cache store and attention: a block per query head, a warp per chunk
+      // of its keys; the chunks' partials meet in shared memory, so a head's output costs no
+      // global round trip after its chunks.
+      for (int hq = blockIdx.x; hq < a.nh; hq += G) {
+        // The combining warp's share of the head's output gate, requested now: it lands while
+        // the warp computes its chunk.
+        VecOf<E> gate{};
+        if (HYBRID && a.gated && warp == 0)
+          gate = __ldcg(reinterpret_cast<const VecOf<E>*>(a.og + hq * hd + lane * E));
+        if constexpr (E == 8) {
+          // Heads of 256 have buffers in warps 0 and 1 only: the chunks go to them in turn (c
+          // in warp c mod 2), each but the prefetched one requested into the buffer as its warp
+          // comes to it. Session 13 measured such a head at ~40 µs with chunks 2 and 3 read
+          // from the cache (a lane's 32 loads of its key's row run a few at a time for want of
+          // registers, each an HBM round trip): one round trip per chunk is far cheaper.
+          // (With HEARTH_DECODE_KV_PREFETCH=0, a chunk per warp, all from the cache.)
+          const int workers = a.kv_prefetch ? attn_warps(hd) : nc;
+          for (int c = warp; c < nc && warp < workers; c += workers) {
+            const int lo = first + c * per, hi = min(pos, lo + per - 1);
+            const bool ready = hq == int(blockIdx.x) && c == warp && prefetch;
+            if (kv_buf && !ready)
+              prefetch_kv<E>(a, L, hq / (a.nh / a.nkv), lo, hi, pos, kv_buf, lane);
+            chunk_attention<E, HYBRID>(a, L, hq, lo, hi, pos, qs, kv_buf, hc, part + c * (hd + 2),
+                                       lane);
+          }
+        } else if (warp < nc) {
+          const int lo = first + warp * per;
+          chunk_attention<E, HYBRID>(a, L, hq, lo, min(pos, lo + per - 1), pos, qs,
+                                     hq == int(blockIdx.x) && prefetch ? kv_buf : nullptr, hc,
+                                     part + warp * (hd + 2), lane);
+        }
+        __syncthreads();
+        if (warp == 0) combine_chunks<E, HYBRID>(a, hq, nc, part, gate, lane);
+        if (hq + G < a.nh) __syncthreads();  // part is rewritten
+      }
     }
     bar = grid_arrive(a, event(il, 1));
     grid_wait(a, bar, event(il, 1));
-    // 3. x += o · attn
-    stage_vector(a.attn, nq, xs);
+    // 3. x += o · attn (the mixer's output)
+    stage_vector(a.attn, in_o * 8, xs);
     auto residual = [&](int r) { return bf(__ldcg(a.x + r)); };
     auto add_to_x = [&](int r, float s, float x) { a.x[r] = __float2bfloat16(x + bf_round(s)); };
     product_rows(
-        a.H, in_q, xs, unit0, units_step, lane, [&](int r) { return L.o + int64_t(r) * in_q; },
+        a.H, in_o, xs, unit0, units_step, lane, [&](int r) { return L.o + int64_t(r) * in_o; },
         residual, add_to_x, staged);
+    if (linear) {  // every block has read the conv states (phase 2)
+      for (int h = blockIdx.x; h < a.hv; h += G) {
+        conv_state_shift(a, L, h);
+        if (h + G >= a.hv) state_write_back(a, L, h, mix);  // the block's last head
+      }
+    }
     bar = grid_arrive(a, event(il, 2));
     stage([&](int r, int m) { return (m == 0 ? L.gate : L.up) + int64_t(r) * in_h; }, a.I, in_h,
           true);
@@ -344,15 +431,21 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         residual, add_to_x, staged);
     bar = grid_arrive(a, event(il, 4));
     if (il + 1 < a.n_layers)
-      stage([&](int r, int) { return qkv_row(a.layers[il + 1], r); }, nq + 2 * nk, in_h, false);
+      stage([&](int r, int) { return phase1_row<HYBRID>(a, a.layers[il + 1], r); },
+            phase1_rows<HYBRID>(a, a.layers[il + 1]), in_h, false);
     grid_wait(a, bar, event(il, 4));
   }
   if (slice) copy16_wait_all();
 }
 
-template <int E>
-const void* kernel_for() {
-  return reinterpret_cast<const void*>(decode_step_kernel<E>);
+// The kernel's instances: llama stacks with heads of 64 or 128, hybrid stacks with heads of 128
+// or 256.
+const void* kernel_for(const StepArgs& a) {
+  if (a.hybrid)
+    return a.hd == 128 ? reinterpret_cast<const void*>(decode_step_kernel<4, true>)
+                       : reinterpret_cast<const void*>(decode_step_kernel<8, true>);
+  return a.hd == 64 ? reinterpret_cast<const void*>(decode_step_kernel<2, false>)
+                    : reinterpret_cast<const void*>(decode_step_kernel<4, false>);
 }
 
 size_t smem_bytes(const StepArgs& a) { return SmemLayout(a).total; }
@@ -360,8 +453,17 @@ size_t smem_bytes(const StepArgs& a) { return SmemLayout(a).total; }
 }  // namespace
 
 bool decode_step_fits(const StepArgs& a) {
-  if (a.hd != 64 && a.hd != 128) return false;
+  if (a.hybrid ? a.hd != 128 && a.hd != 256 : a.hd != 64 && a.hd != 128) return false;
   if (a.H % 8 || a.I % 8 || a.nh < 1 || a.nkv < 1 || a.nh % a.nkv) return false;
+  if (a.rot_half % 32 || 2 * a.rot_half > a.hd) return false;
+  if (a.hybrid && a.hv > 0) {
+    // Gated DeltaNet heads: a conv channel per thread, whole column quads per row lane.
+    const int nq4 = a.dv / 4;
+    if (a.hk < 1 || a.hv < a.hk || a.hv % a.hk || a.dk < 4 || a.dk % 4 || a.dv < 4 || a.dv % 4 ||
+        kThreadsB % nq4 || 2 * a.dk + a.dv > kThreadsB || a.conv_k < 2 || a.conv_k > kMaxTaps ||
+        (a.hv * a.dv) % 8 || a.conv_c != 2 * a.hk * a.dk + a.hv * a.dv)
+      return false;
+  }
   int dev = 0, optin = 0;
   if (a.capacity < 1 || cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
@@ -370,7 +472,7 @@ bool decode_step_fits(const StepArgs& a) {
     return false;
   }
   int blocks = 0;
-  const void* k = a.hd == 64 ? kernel_for<2>() : kernel_for<4>();
+  const void* k = kernel_for(a);
   if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(a))) !=
           cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, kThreadsB, smem_bytes(a)) !=
@@ -384,10 +486,9 @@ bool decode_step_fits(const StepArgs& a) {
 void decode_step(Ctx& ctx, const StepArgs& a) {
   const size_t smem = smem_bytes(a);
   const int blocks = a.blocks;  // at most the SM count (CudaBackend::decode_blocks_)
-  if (a.hd == 64)
-    decode_step_kernel<2><<<blocks, kThreadsB, smem, ctx.stream>>>(a);
-  else
-    decode_step_kernel<4><<<blocks, kThreadsB, smem, ctx.stream>>>(a);
+  void* args[] = {const_cast<StepArgs*>(&a)};
+  HEARTH_CUDA_CHECK(
+      cudaLaunchKernel(kernel_for(a), dim3(blocks), dim3(kThreadsB), args, smem, ctx.stream));
   HEARTH_CUDA_LAUNCHED();
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/common.h"
 
@@ -12,10 +13,19 @@ namespace hearth::cuda {
 
 // One layer, device addresses. Weights bf16 row-major (16-byte aligned); gains of the step's
 // gain dtype; q_norm/k_norm null when the model has none. The caches are [capacity, nkv·hd].
+// A Gated DeltaNet layer (hybrid steps, `linear` 1) has in_qkv/in_z/in_b/in_a instead of
+// q/k/v, o its out projection, and its conv and recurrent states (f32, updated in place).
 struct StepLayerDev {
   const uint4 *q, *k, *v, *o, *gate, *up, *down;
   const void *attn_norm, *ffn_norm, *q_norm, *k_norm;
   __nv_bfloat16 *kc, *vc;
+  const uint4* out_gate;  // attention output gate rows [nh·hd, H], or null
+  const uint4 *in_qkv, *in_z, *in_b, *in_a;
+  const float *conv_w, *a_log, *dt_bias;  // [K, C], [Hv], [Hv]
+  const void* lin_norm;                   // [Dv], of dtype StepArgs::lin_gain_dt
+  float *conv_state, *state;              // [K-1, C], [Hv, Dk, Dv]
+  int32_t linear;
+  int32_t pad_;
 };
 
 // Attention splits a head's keys into at most this many chunks, a warp each.
@@ -33,11 +43,20 @@ struct StepArgs {
   int32_t spin;         // 1: the grid barrier polls without sleeping (measurement switch)
   int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
   int32_t blocks;       // the grid: one block per SM (fewer for tests), all resident at once
+  int32_t rot_half;     // rotary_dim / 2 (a multiple of 32; 0: no rope)
+  // Hybrid steps (Qwen3.5): whether layers may be Gated DeltaNet layers, whether attention
+  // layers have an output gate, and the Gated DeltaNet shapes (conv taps K, channels C).
+  int32_t hybrid, gated;
+  int32_t hk, hv, dk, dv, conv_k, conv_c;
+  int32_t lin_gain_dt;
   float eps, offset, scale, rope_factor;
   __nv_bfloat16* x;  // [H] residual stream
-  // Scratch: q [nh·hd], k and v [nkv·hd] (contiguous, in that order: phase 1 writes them as
-  // one vector), attention output [nh·hd], MLP hidden [I].
-  __nv_bfloat16 *q, *k, *v, *attn, *h;
+  // Scratch: q [nh·hd], k and v [nkv·hd], the output gate [nh·hd] (contiguous, in that order:
+  // phase 1 writes them as one vector), the mixer's output (attention's or the Gated DeltaNet's,
+  // the o product's input) [max(nh·hd, Hv·Dv)], MLP hidden [I]; a Gated DeltaNet layer's
+  // products in f32: qkv [C], z [Hv·Dv], b [Hv], a [Hv] (contiguous).
+  __nv_bfloat16 *q, *k, *v, *og, *attn, *h;
+  float* lin;
   unsigned long long* barrier;  // arrivals at grid barriers; zero before the first launch
   const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
   const float* inv_freq;        // device [hd / 2], or null: no rope
@@ -46,15 +65,17 @@ struct StepArgs {
   unsigned long long* trace;
 };
 
-// Whether the kernel takes this shape on the current device (head_dim 64 or 128; one block of
-// 512 threads and its shared memory must fit an SM).
+// Whether the kernel takes this shape on the current device (head_dim 64 or 128, or 128 or 256
+// in a hybrid step; Gated DeltaNet heads with 2·Dk + Dv ≤ 512 and Dv/4 a power of two; one
+// block of 512 threads and its shared memory must fit an SM).
 bool decode_step_fits(const StepArgs& a);
 void decode_step(Ctx& ctx, const StepArgs& a);
 
-// Per phase, averaged over layers: each block's work (arrival less its previous departure) and
-// its wait at the barrier, mean and extreme over blocks, in µs at `cycles_per_us`.
+// Per phase, averaged over the layers of each kind (linear[il]: a Gated DeltaNet layer): each
+// block's work (arrival less its previous departure) and its wait at the barrier, mean and
+// extreme over blocks, in µs at `cycles_per_us`.
 constexpr int kStepPhases = 5;
 std::string decode_step_trace_summary(const unsigned long long* trace, int n_layers, int blocks,
-                                      double cycles_per_us);
+                                      double cycles_per_us, const std::vector<bool>& linear);
 
 }  // namespace hearth::cuda

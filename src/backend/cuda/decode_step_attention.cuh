@@ -45,12 +45,17 @@ __device__ __forceinline__ float bf_round(float v) { return __bfloat162float(__f
 // the L2 at the layer's start, prefetch_gains).
 template <int E>
 struct HeadConsts {
-  float qg[E], kg[E], cs[E / 2], sn[E / 2];
+  float qg[E], kg[E], cs[E / 2], sn[E / 2];  // cs/sn: j < rot_half / 32
 };
+
+// The lane's E values of one key's row (E bf16): one load of 4, 8 or 16 bytes.
+template <int E>
+using VecOf =
+    typename std::conditional<E == 8, uint4,
+                              typename std::conditional<E == 4, uint2, unsigned>::type>::type;
 template <int E>
 __device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLayerDev& L,
                                                  const float* rot, int lane, HeadConsts<E>& c) {
-  constexpr int hj = E * 16;  // hd / 2
 #pragma unroll
   for (int j = 0; j < E; ++j) {
     c.qg[j] = L.q_norm ? ld(L.q_norm, a.gain_dt, lane + 32 * j) + a.offset : 0.0f;
@@ -58,18 +63,19 @@ __device__ __forceinline__ void load_head_consts(const StepArgs& a, const StepLa
   }
 #pragma unroll
   for (int j = 0; j < E / 2; ++j) {
-    c.cs[j] = rot[lane + 32 * j];
-    c.sn[j] = rot[hj + lane + 32 * j];
+    const bool ok = lane + 32 * j < a.rot_half;
+    c.cs[j] = ok ? rot[lane + 32 * j] : 1.0f;
+    c.sn[j] = ok ? rot[a.rot_half + lane + 32 * j] : 0.0f;
   }
 }
 
-// rot[i] = cos(pos · inv_freq[i]) · factor, rot[hd/2 + i] = sin(…) · factor for i < hd/2 (the
-// block's threads; visible after the next block barrier). Zeros without rope.
+// rot[i] = cos(pos · inv_freq[i]) · factor, rot[half + i] = sin(…) · factor for i < half =
+// rotary_dim / 2 (the block's threads; visible after the next block barrier). None without rope.
 __device__ __forceinline__ void rotation_to_smem(const StepArgs& a, int pos, float* rot) {
-  const int half = a.hd / 2;
+  const int half = a.rot_half;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn = 0.0f, cs = 0.0f;
-    if (a.inv_freq) sincosf(float(pos) * a.inv_freq[i], &sn, &cs);
+    float sn, cs;
+    sincosf(float(pos) * a.inv_freq[i], &sn, &cs);
     rot[i] = cs * a.rope_factor;
     rot[half + i] = sn * a.rope_factor;
   }
@@ -86,10 +92,31 @@ __device__ __forceinline__ void prefetch_gains(const StepArgs& a, const StepLaye
   }
 }
 
+// Rotates the pairs (j, j + hj), j < hj, of a lane's elements (rotary_dim = 64·hj), each
+// rounded to bf16. hj is matched against each possible value in turn, so that every index is a
+// compile-time constant and x stays in registers (a runtime pair index put x in local memory).
+// Without PARTIAL only the whole head (hj = E/2) or none.
+template <int E, bool PARTIAL, int HJ = E / 2>
+__device__ __forceinline__ void rotate_pairs(float (&x)[E], const HeadConsts<E>& c, int hj) {
+  if constexpr (HJ > 0) {
+    if (hj != HJ) {
+      if constexpr (PARTIAL) rotate_pairs<E, PARTIAL, HJ - 1>(x, c, hj);
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < HJ; ++j) {
+      const float p = x[j], q = x[j + HJ];
+      x[j] = bf_round(p * c.cs[j] - q * c.sn[j]);
+      x[j + HJ] = bf_round(q * c.cs[j] + p * c.sn[j]);
+    }
+  }
+}
+
 // One head's vector (a warp; lane l holds elements l + 32j) as qk_norm_rope_store_kernel makes
-// it: RMS-normalised with the gains g (none: `norm` false) and rotated (rotary_dim == head_dim:
-// pairs (j, j + E/2); no rope: a.inv_freq null), each rounded to bf16 where that kernel stores.
-template <int E>
+// it: RMS-normalised with the gains g (none: `norm` false) and rotated over its first rotary_dim
+// dims (pairs (j, j + hj) for j < hj = rot_half / 32; no rope: rot_half 0), each rounded to bf16
+// where that kernel stores.
+template <int E, bool PARTIAL>
 __device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], bool norm,
                                           const float (&g)[E], const HeadConsts<E>& c) {
   const int hd = E * 32;
@@ -101,15 +128,7 @@ __device__ __forceinline__ void norm_rope(const StepArgs& a, float (&x)[E], bool
 #pragma unroll
     for (int j = 0; j < E; ++j) x[j] = bf_round(x[j] * inv * g[j]);
   }
-  if (a.inv_freq) {
-    constexpr int hj = E / 2;
-#pragma unroll
-    for (int j = 0; j < hj; ++j) {
-      const float p = x[j], q = x[j + hj];
-      x[j] = bf_round(p * c.cs[j] - q * c.sn[j]);
-      x[j + hj] = bf_round(q * c.cs[j] + p * c.sn[j]);
-    }
-  }
+  rotate_pairs<E, PARTIAL>(x, c, a.rot_half / 32);
 }
 
 template <int E>
@@ -154,13 +173,15 @@ __device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int
 // after the barrier (an L2 round trip), so nothing else on the path may wait for memory: the
 // gains and rotation are computed before the barrier, the new value is stored from the
 // registers that hold it, and P·V issues its shared-memory reads in batches of 16 keys.
-template <int E>
+// PARTIAL: the rotation may cover part of the head (hybrid steps).
+template <int E, bool PARTIAL>
 __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq, int lo, int hi,
                                 int pos, float* qs, const char* buf, const HeadConsts<E>& hc,
                                 float* part, int lane) {
   const int hd = E * 32, nkv = a.nkv, group = a.nh / nkv, g = hq / group;
   const int64_t row = int64_t(nkv) * hd;
-  using VecE = typename std::conditional<E == 4, uint2, unsigned>::type;
+  using VecE = VecOf<E>;
+  constexpr int kBatch = E == 8 ? 8 : 16;  // V rows in flight per lane (registers: 4·E each)
   // The new token's key and this lane's values at pos, when this chunk holds pos: requested
   // together with q.
   VecE v_new{};
@@ -172,14 +193,14 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   {
     float x[E];
     load_head<E>(a.q + hq * hd, lane, x);
-    norm_rope<E>(a, x, L.q_norm != nullptr, hc.qg, hc);
+    norm_rope<E, PARTIAL>(a, x, L.q_norm != nullptr, hc.qg, hc);
 #pragma unroll
     for (int j = 0; j < E; ++j) qs[lane + 32 * j] = x[j] * a.scale;
   }
   float s_new = 0.0f;  // q · k at pos, when this chunk holds pos
   if (hi == pos) {
     float t = 0.0f;
-    norm_rope<E>(a, k, L.k_norm != nullptr, hc.kg, hc);
+    norm_rope<E, PARTIAL>(a, k, L.k_norm != nullptr, hc.kg, hc);
 #pragma unroll
     for (int j = 0; j < E; ++j) t += qs[lane + 32 * j] * k[j];  // this lane's own qs elements
     s_new = warp_sum(t);
@@ -238,17 +259,17 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     l = warp_sum(pr);
     const char* vbuf = buf + kChunkKeys * k_stride_bytes(hd);
     const int n_keys = hi - lo + 1;
-    for (int j0 = 0; j0 < n_keys; j0 += 16) {
-      VecE vv[16];  // every row of the batch requested before any is used; past hi: zeros
+    for (int j0 = 0; j0 < n_keys; j0 += kBatch) {
+      VecE vv[kBatch];  // every row of the batch requested before any is used; past hi: zeros
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < kBatch; ++j) {
         const int q = j0 + j;
         vv[j] = q >= n_keys     ? VecE{}
                 : lo + q == pos ? v_new
                                 : *reinterpret_cast<const VecE*>(vbuf + q * hd * 2 + lane * E * 2);
       }
 #pragma unroll
-      for (int j = 0; j < 16; ++j) accumulate(vv[j], __shfl_sync(0xffffffffu, pr, j0 + j));
+      for (int j = 0; j < kBatch; ++j) accumulate(vv[j], __shfl_sync(0xffffffffu, pr, j0 + j));
     }
   } else {
     for (int base = lo; base <= hi; base += 32) {
@@ -265,14 +286,14 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[e] *= corr;
       const int n_keys = min(32, hi - base + 1);
-      // V in batches of 16 keys, every row of a batch requested before any is used; the lane's
-      // E values in one load (8 bytes for E = 4, 4 for E = 2). Keys past hi: zeros (p = 0).
+      // V in batches, every row of a batch requested before any is used; the lane's E values
+      // in one load. Keys past hi: zeros (p = 0).
 #pragma unroll
-      for (int j0 = 0; j0 < 32; j0 += 16) {
+      for (int j0 = 0; j0 < 32; j0 += kBatch) {
         if (j0 >= n_keys) break;
-        VecE vv[16];
+        VecE vv[kBatch];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kBatch; ++j) {
           const int q = base + j0 + j;
           vv[j] = q == pos  ? v_new
                   : q <= hi ? __ldcg(reinterpret_cast<const VecE*>(
@@ -280,7 +301,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
                             : VecE{};
         }
 #pragma unroll
-        for (int j = 0; j < 16; ++j) accumulate(vv[j], __shfl_sync(0xffffffffu, pr, j0 + j));
+        for (int j = 0; j < kBatch; ++j) accumulate(vv[j], __shfl_sync(0xffffffffu, pr, j0 + j));
       }
     }
   }
@@ -295,10 +316,12 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
 
 // The head's attention output from its nc chunks' partials (a warp; lane l owns dims
 // l·E .. l·E+E-1; chunk j's partial at part + j·(hd + 2)):
-// bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c), chunks in order.
-template <int E>
+// bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c), chunks in order; with an output gate
+// (GATED and StepArgs::gated: `gate`, the lane's E values of the gate's rows, which phase 1 stores
+// after q, k and v) then times sigmoid(gate), rounded again, as mul_sigmoid computes it.
+template <int E, bool GATED>
 __device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc, const float* part,
-                                               int lane) {
+                                               const VecOf<E>& gate, int lane) {
   const int hd = E * 32, ps = hd + 2;
   float2 v[kStepMaxChunks];
   float M = -INFINITY;
@@ -320,8 +343,14 @@ __device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc
     }
   }
   const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+  __nv_bfloat16 g[E];
+  std::memcpy(g, &gate, sizeof gate);
 #pragma unroll
-  for (int e = 0; e < E; ++e) a.attn[hq * hd + lane * E + e] = __float2bfloat16(num[e] * inv);
+  for (int e = 0; e < E; ++e) {
+    float y = num[e] * inv;
+    if (GATED && a.gated) y = bf_round(y) * sigmoid_f(bf(g[e]));
+    a.attn[hq * hd + lane * E + e] = __float2bfloat16(y);
+  }
 }
 
 }  // namespace hearth::cuda::step

@@ -1,27 +1,31 @@
 // The one-kernel decode step's timing report (HEARTH_DECODE_TRACE=1, decode_step.h): host
-// formatting of the clock64 marks the kernel leaves, one line per phase.
+// formatting of the clock64 marks the kernel leaves, one line per phase, one table per kind of
+// layer (attention, Gated DeltaNet).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/decode_step.h"
 
 namespace hearth::cuda {
 
-std::string decode_step_trace_summary(const unsigned long long* t, int n_layers, int blocks,
-                                      double cycles_per_us) {
-  static const char* const kNames[kStepPhases] = {"norm+qkv", "attention", "o+add", "norm+gate/up",
-                                                  "down+add"};
-  std::string out = fmt::format(
-      "one-kernel decode trace ({} layers, {} blocks), µs per layer, averaged over layers:\n"
-      "  phase                 work mean  work max   wait min  wait mean\n",
-      n_layers, blocks);
+namespace {
+
+// The table over the layers il with layer_of(il) true.
+template <typename Pick>
+std::string phase_table(const unsigned long long* t, int n_layers, int blocks, double cycles_per_us,
+                        const char* const (&names)[kStepPhases], Pick layer_of) {
   auto at = [&](int event, int b) { return double(t[size_t(event) * blocks + b]); };
+  std::string out = "  phase                 work mean  work max   wait min  wait mean\n";
+  int n = 0;
+  for (int il = 0; il < n_layers; ++il) n += layer_of(il) ? 1 : 0;
   double total = 0.0;
   for (int p = 0; p < kStepPhases; ++p) {
     double work_mean = 0, work_max = 0, wait_min = 0, wait_mean = 0;
     for (int il = 0; il < n_layers; ++il) {
+      if (!layer_of(il)) continue;
       const int arrive = 1 + (il * kStepPhases + p) * 2;
       const int before = arrive == 1 ? 0 : arrive - 1;  // the previous departure (or the start)
       double wmax = 0, wsum = 0, bmin = 1e300, bsum = 0;
@@ -37,14 +41,41 @@ std::string decode_step_trace_summary(const unsigned long long* t, int n_layers,
       wait_min += bmin;
       wait_mean += bsum / blocks;
     }
-    const double k = 1.0 / (n_layers * cycles_per_us);
-    out += fmt::format("  {:<20} {:9.2f} {:9.2f} {:10.2f} {:10.2f}\n", kNames[p], work_mean * k,
+    const double k = 1.0 / (n * cycles_per_us);
+    out += fmt::format("  {:<20} {:9.2f} {:9.2f} {:10.2f} {:10.2f}\n", names[p], work_mean * k,
                        work_max * k, wait_min * k, wait_mean * k);
     total += (work_mean + wait_mean) * k;
   }
-  out += fmt::format("  per layer (block 0 clock): {:.2f} µs; sum of means {:.2f} µs\n",
-                     (at(n_layers * kStepPhases * 2, 0) - at(0, 0)) / (n_layers * cycles_per_us),
-                     total);
+  out += fmt::format("  sum of means {:.2f} µs per layer\n", total);
+  return out;
+}
+
+}  // namespace
+
+std::string decode_step_trace_summary(const unsigned long long* t, int n_layers, int blocks,
+                                      double cycles_per_us, const std::vector<bool>& linear) {
+  static const char* const kNames[kStepPhases] = {"norm+qkv", "attention", "o+add", "norm+gate/up",
+                                                  "down+add"};
+  static const char* const kLinearNames[kStepPhases] = {"norm+in_proj", "gated deltanet",
+                                                        "out_proj+add", "norm+gate/up", "down+add"};
+  auto is_linear = [&](int il) { return size_t(il) < linear.size() && linear[size_t(il)]; };
+  int n_linear = 0;
+  for (int il = 0; il < n_layers; ++il) n_linear += is_linear(il) ? 1 : 0;
+  std::string out =
+      fmt::format("one-kernel decode trace ({} layers, {} blocks):\n", n_layers, blocks);
+  if (n_linear < n_layers) {
+    out += fmt::format("{} attention layers, µs per layer, averaged over them:\n",
+                       n_layers - n_linear);
+    out += phase_table(t, n_layers, blocks, cycles_per_us, kNames,
+                       [&](int il) { return !is_linear(il); });
+  }
+  if (n_linear > 0) {
+    out += fmt::format("{} Gated DeltaNet layers, µs per layer, averaged over them:\n", n_linear);
+    out += phase_table(t, n_layers, blocks, cycles_per_us, kLinearNames, is_linear);
+  }
+  out += fmt::format("per layer (block 0 clock): {:.2f} µs\n",
+                     (double(t[size_t(n_layers * kStepPhases * 2) * blocks]) - double(t[0])) /
+                         (n_layers * cycles_per_us));
   return out;
 }
 
