@@ -159,7 +159,9 @@ class CudaBackend final : public Backend {
                       const MoeScratch& s) override;
 
   // The persistent one-kernel decode step (decode_step.cu) where it applies: bf16 weights and
-  // caches, head_dim 64 or 128; opt-in with HEARTH_DECODE_LAYERS=1.
+  // caches, heads of 64 or 128 (llama family) or 128 or 256 (Qwen3.5 hybrids), at most 512 keys;
+  // by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1 always, =0 never).
+  // cuda_backend_decode.cpp.
   bool decode_layers(const DecodeLayers& step) override;
 
   // The grouped path gives every (token, slot) pair its own row.

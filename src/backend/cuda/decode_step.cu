@@ -1,30 +1,42 @@
-// A one-token decode step of a plain llama-family stack as one persistent kernel
-// (Backend::decode_layers; docs/cuda.md, "One kernel per decode step").
+// A one-token decode step of a plain llama-family stack, or of a Qwen3.5 hybrid stack, as one
+// persistent kernel (Backend::decode_layers; docs/cuda.md, "One kernel per decode step").
 //
 // Session 5 measured every decode launch at a fixed 6–10 µs inside the graph whatever its
 // size, six per layer; this kernel has one launch per step. One block per SM, 16 warps, stays
 // resident for the whole step and walks each layer's five phases, separated by grid barriers:
-//   1. every block normalises x into shared memory; q/k/v rows spread over all warps;
+//   1. every block normalises x into shared memory; q/k/v rows (and a gated layer's output
+//      gate rows) spread over all warps;
 //   2. attention, a block per query head and a warp per chunk of its keys: it applies q/k
 //      RMSNorm and rope itself, stores the new k and v into the cache, and the block combines
 //      the chunks' partials in shared memory (decode_step_attention.cuh);
 //   3. o rows, each added into the residual stream by its owner;
 //   4. every block normalises x again; gate/up rows with the activation;
 //   5. down rows added into the residual stream.
+// A Gated DeltaNet layer of a hybrid stack has the same five phases: its in_proj rows (f32
+// products) in phase 1, the mixer in phase 2 (a block per value head, decode_step_mixer.cuh),
+// its out projection in phase 3; after that projection, the blocks that ran the mixer update
+// the conv states and write the recurrent state back.
 // Work units go round-robin over blocks first (unit u: block u % G, warp u / G), so a phase
 // with fewer units than warps still spreads over the SMs. The arithmetic and rounding points
-// are those of the per-op kernels (gemv.cu, rope.cu, attention.cu): bf16 stores where they
-// store, f32 in between. Data written in the step by other blocks is read through L2
-// (__ldcg: L1 is not coherent); weights through the non-caching path.
+// are those of the per-op kernels (gemv.cu, rope.cu, attention.cu, gated_delta_mixer.cu):
+// bf16 stores where they store, f32 in between. Data written in the step by other blocks is
+// read through L2 (__ldcg: L1 is not coherent); weights through the non-caching path.
 //
 // Between its arrival at a grid barrier and its wait there, a warp requests what its next
 // phase reads that depends on nothing computed before the barrier, so the wait overlaps that
 // traffic: the first batch of its first weight rows (StepArgs::stage, stage_first) and, for
 // attention, its chunk's cached keys and values (StepArgs::kv_prefetch, prefetch_kv) and the
-// q/k gains and rotation (load_head_consts).
+// q/k gains and rotation (load_head_consts); for the mixer, its head's recurrent state and
+// conv constants.
+//
+// The kernel is large (160–210 KB of code per instance), larger than an SM's instruction
+// cache, so code that runs once per layer (attention, the mixer) comes in cold from L2 each
+// time: session 13's clock marks found a head of 256's attention 3–4 times slower on its first
+// chunk than on its second. Such code is kept short (kScoreUnroll, the loops of the combine and
+// the mixer).
 // The backend takes it by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1: always,
 // =0: never): session 12 measured it 7 % ahead of the per-op graph on the 0.6B shape (31 MB
-// per layer) and 8 % on the 8B (docs/cuda.md).
+// per layer) and 8 % on the 8B, session 13 5–9 % on the 9B hybrid (docs/cuda.md).
 #include <algorithm>
 
 #include "backend/cuda/decode_step.h"

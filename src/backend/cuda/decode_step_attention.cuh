@@ -150,7 +150,7 @@ __device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int
   for (int i = lane; i < kChunkKeys * words; i += 32) {
     const int j = i / words, w = i - j * words, p = lo + j;
     const bool ok = p <= hi && p != pos;
-    const int64_t at = (int64_t(p) % a.capacity) * row + g * hd + w * 8;
+    const int64_t at = int64_t(p % a.capacity) * row + g * hd + w * 8;
     copy16_async(reinterpret_cast<uint4*>(buf + j * k_stride_bytes(hd) + w * 16),
                  ok ? static_cast<const void*>(L.kc + at) : static_cast<const void*>(buf), ok);
     copy16_async(reinterpret_cast<uint4*>(vbuf + j * hd * 2 + w * 16),
@@ -181,7 +181,9 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   const int hd = E * 32, nkv = a.nkv, group = a.nh / nkv, g = hq / group;
   const int64_t row = int64_t(nkv) * hd;
   using VecE = VecOf<E>;
-  constexpr int kBatch = E == 8 ? 8 : 16;  // V rows in flight per lane (registers: 4·E each)
+  // V rows in flight per lane (registers: E / 2 each); heads of 256 take fewer to keep the
+  // cold code short (see kScoreUnroll).
+  constexpr int kBatch = E == 8 ? 4 : 16;
   // The new token's key and this lane's values at pos, when this chunk holds pos: requested
   // together with q.
   VecE v_new{};
@@ -205,7 +207,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     for (int j = 0; j < E; ++j) t += qs[lane + 32 * j] * k[j];  // this lane's own qs elements
     s_new = warp_sum(t);
     if (hq % group == 0) {
-      const int64_t at = (int64_t(pos) % a.capacity) * row + g * hd;
+      const int64_t at = int64_t(pos % a.capacity) * row + g * hd;
 #pragma unroll
       for (int j = 0; j < E; ++j) L.kc[at + lane + 32 * j] = __float2bfloat16(k[j]);
       *reinterpret_cast<VecE*>(L.vc + at + lane * E) = v_new;
@@ -227,9 +229,13 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     }
   };
   const float4* q4 = reinterpret_cast<const float4*>(qs);  // qs: hd floats, 16-byte aligned
+  // Heads of 256 unroll the row by a quarter: the step's kernel is large (~250 KB of code), so
+  // code run once per layer, as attention is, comes in from L2 a line at a time; session 13
+  // timed a head of 256's scores at 6.8 µs fully unrolled.
+  constexpr int kScoreUnroll = E == 8 ? 8 : E * 4;
   auto score = [&](const uint4* kr, auto load) {
     float t = 0.0f;
-#pragma unroll
+#pragma unroll kScoreUnroll
     for (int w = 0; w < hd / 8; ++w) {
       const uint4 kv = load(kr + w);
       const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
@@ -276,7 +282,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
       const int p = base + lane;
       const bool ok = p <= hi;
       const float s = key_score(
-          p, reinterpret_cast<const uint4*>(L.kc + (int64_t(p) % a.capacity) * row + g * hd),
+          p, reinterpret_cast<const uint4*>(L.kc + int64_t(p % a.capacity) * row + g * hd),
           [](const uint4* q) { return __ldcg(q); });
       const float m_new = fmaxf(m, warp_max(s));
       const float pr = ok ? __expf(s - m_new) : 0.0f;
@@ -297,7 +303,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
           const int q = base + j0 + j;
           vv[j] = q == pos  ? v_new
                   : q <= hi ? __ldcg(reinterpret_cast<const VecE*>(
-                                  L.vc + (int64_t(q) % a.capacity) * row + g * hd + lane * E))
+                                  L.vc + int64_t(q % a.capacity) * row + g * hd + lane * E))
                             : VecE{};
         }
 #pragma unroll
@@ -322,25 +328,21 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
 template <int E, bool GATED>
 __device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc, const float* part,
                                                const VecOf<E>& gate, int lane) {
+  // Loops over the nc chunks, not unrolled over the most chunks: this runs once per head and
+  // layer, with its code cold (see kScoreUnroll); the same sums in the same order.
   const int hd = E * 32, ps = hd + 2;
-  float2 v[kStepMaxChunks];
   float M = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kStepMaxChunks; ++j) {
-    v[j] = j < nc ? make_float2(part[j * ps], part[j * ps + 1]) : make_float2(-INFINITY, 0.0f);
-    M = fmaxf(M, v[j].x);
-  }
+#pragma unroll 1
+  for (int j = 0; j < nc; ++j) M = fmaxf(M, part[j * ps]);
   float num[E], den = 0.0f;
 #pragma unroll
   for (int e = 0; e < E; ++e) num[e] = 0.0f;
+#pragma unroll 1
+  for (int j = 0; j < nc; ++j) {
+    const float w = __expf(part[j * ps] - M);
+    den += w * part[j * ps + 1];
 #pragma unroll
-  for (int j = 0; j < kStepMaxChunks; ++j) {
-    if (j < nc) {
-      const float w = __expf(v[j].x - M);
-      den += w * v[j].y;
-#pragma unroll
-      for (int e = 0; e < E; ++e) num[e] += w * part[j * ps + 2 + lane * E + e];
-    }
+    for (int e = 0; e < E; ++e) num[e] += w * part[j * ps + 2 + lane * E + e];
   }
   const float inv = den > 0.0f ? 1.0f / den : 0.0f;
   __nv_bfloat16 g[E];
