@@ -32,8 +32,8 @@
 // The kernel is large (160–210 KB of code per instance), larger than an SM's instruction
 // cache, so code that runs once per layer (attention, the mixer) comes in cold from L2 each
 // time: session 13's clock marks found a head of 256's attention 3–4 times slower on its first
-// chunk than on its second. Such code is kept short (kScoreUnroll, the loops of the combine and
-// the mixer).
+// chunk than on its second. Such code is kept short where that measured faster (kScoreUnroll,
+// the combine's loop over the chunks).
 // The backend takes it by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1: always,
 // =0: never): session 12 measured it 7 % ahead of the per-op graph on the 0.6B shape (31 MB
 // per layer) and 8 % on the 8B, session 13 5–9 % on the 9B hybrid (docs/cuda.md).

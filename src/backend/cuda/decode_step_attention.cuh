@@ -181,9 +181,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   const int hd = E * 32, nkv = a.nkv, group = a.nh / nkv, g = hq / group;
   const int64_t row = int64_t(nkv) * hd;
   using VecE = VecOf<E>;
-  // V rows in flight per lane (registers: E / 2 each); heads of 256 take fewer to keep the
-  // cold code short (see kScoreUnroll).
-  constexpr int kBatch = E == 8 ? 4 : 16;
+  constexpr int kBatch = E == 8 ? 8 : 16;  // V rows in flight per lane (registers: E / 2 each)
   // The new token's key and this lane's values at pos, when this chunk holds pos: requested
   // together with q.
   VecE v_new{};

@@ -12,8 +12,10 @@
 //
 // Code size: the step's kernel is large (~200 KB of code) and this runs once per layer, so its
 // instructions come in cold from L2 (session 13's clock marks: attention's code took 3–4 times
-// as long on its first run in a layer as on its second). Its loops are therefore not unrolled
-// (the mixer's phase 6.4 → ~6 µs, its slowest marks 10.7 → 7.3 µs).
+// as long on its first run in a layer as on its second). Not unrolling this mixer's loops
+// shortened its phase a little (marks: slowest 10.7 → 7.3 µs) but cost the hybrid kernel's
+// products 7 % (gate/up 47.0 → 50.2 µs per layer, tg128 221–222 → 213.7 t/s in one session on
+// one machine), so the compiler's unrolling stays.
 //
 // Numerics: the expressions of gated_delta_mixer.cu (conv_token, the gates, the delta rule,
 // the gated norm), in f32; only summation orders differ. The products arrive in f32 (phase 1
@@ -116,7 +118,6 @@ __device__ __forceinline__ float2 block_sum2(float x, float y, float* part) {
 // Sums the per-row-lane partials red[rl][quad] over the row lanes, in order.
 __device__ __forceinline__ float4 sum_row_lanes(const float4* red, int nrl, int nq4, int quad) {
   float4 s = red[quad];
-#pragma unroll 1
   for (int r = 1; r < nrl; ++r) {
     const float4 p = red[r * nq4 + quad];
     s.x += p.x;
@@ -180,7 +181,6 @@ __device__ void mixer_head(const StepArgs& a, const StepLayerDev& L, int h, floa
   // takes rows rl, rl + nrl, ... of columns col..col+3.
   float4* const S4 = reinterpret_cast<float4*>(S);
   float4 mem = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 1
   for (int i = rl; i < dk; i += nrl) {
     float4 s = S4[i * nq4 + quad];
     s.x *= decay;
@@ -198,7 +198,6 @@ __device__ void mixer_head(const StepArgs& a, const StepLayerDev& L, int h, floa
       make_float4(bt * (v.x - mem.x), bt * (v.y - mem.y), bt * (v.z - mem.z), bt * (v.w - mem.w));
   float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float4* const Sg = reinterpret_cast<float4*>(L.state + int64_t(h) * dk * dv);
-#pragma unroll 1
   for (int i = rl; i < dk; i += nrl) {
     float4 s = S4[i * nq4 + quad];
     const float kk = kv[i];
