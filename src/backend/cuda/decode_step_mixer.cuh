@@ -13,7 +13,7 @@
 // Code size: the step's kernel is large (~200 KB of code) and this runs once per layer, so its
 // instructions come in cold from L2 (session 13's clock marks: attention's code took 3–4 times
 // as long on its first run in a layer as on its second). Not unrolling this mixer's loops
-// shortened its phase a little (marks: slowest 10.7 → 7.3 µs) but cost the hybrid kernel's
+// shortened its phase a little (marks: slowest 10.7 → 8.4 µs) but cost the hybrid kernel's
 // products 7 % (gate/up 47.0 → 50.2 µs per layer, tg128 221–222 → 213.7 t/s in one session on
 // one machine), so the compiler's unrolling stays.
 //
