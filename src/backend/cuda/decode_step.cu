@@ -29,7 +29,7 @@
 // q/k gains and rotation (load_head_consts); for the mixer, its head's recurrent state and
 // conv constants.
 //
-// The kernel is large (160–210 KB of code per instance), larger than an SM's instruction
+// The kernel is large (140–220 KB of sm_90 code per instance), larger than an SM's instruction
 // cache, so code that runs once per layer (attention, the mixer) comes in cold from L2 each
 // time: session 13's clock marks found a head of 256's attention 3–4 times slower on its first
 // chunk than on its second. Such code is kept short where that measured faster (kScoreUnroll,

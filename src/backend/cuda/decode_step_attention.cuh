@@ -227,7 +227,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     }
   };
   const float4* q4 = reinterpret_cast<const float4*>(qs);  // qs: hd floats, 16-byte aligned
-  // Heads of 256 unroll the row by a quarter: the step's kernel is large (~250 KB of code), so
+  // Heads of 256 unroll the row by a quarter: the step's kernel is large (140–220 KB of code), so
   // code run once per layer, as attention is, comes in from L2 a line at a time; session 13
   // timed a head of 256's scores at 6.8 µs fully unrolled.
   constexpr int kScoreUnroll = E == 8 ? 8 : E * 4;
