@@ -258,7 +258,8 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
       EXPECT_LT(err, 5e-2) << s.name << " prompt " << prompt_len << " step " << step;
       worst = std::max(worst, err);
       // Each step feeds both models the same token (the per-op argmax), so an error cannot
-      // compound through a different continuation; it can only through the caches.
+      // compound through a different continuation; it can only through the caches (and the
+      // hybrids' recurrent states).
     }
     EXPECT_EQ(cuda_decode_layers_taken() - before, 2 * kSteps) << "the one-kernel step ran";
     std::printf(
