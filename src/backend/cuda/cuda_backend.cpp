@@ -130,10 +130,10 @@ CudaBackend::~CudaBackend() {
     if (cudaMemcpy(marks.data(), static_cast<char*>(step_ws_) + trace_offset_,
                    marks.size() * sizeof marks[0], cudaMemcpyDeviceToHost) == cudaSuccess &&
         khz > 0)
-      std::fputs(
-          decode_step_trace_summary(marks.data(), trace_layers_, decode_blocks_, khz / 1e3, linear)
-              .c_str(),
-          stderr);
+      std::fputs(decode_step_trace_summary(marks.data(), trace_layers_, decode_blocks_, khz / 1e3,
+                                           linear, trace_heads_)
+                     .c_str(),
+                 stderr);
   }
   for (GraphSlot& g : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);

@@ -213,6 +213,8 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   if (decode_trace_) {
     trace_offset_ = barrier_at + 16;
     trace_layers_ = step.n_layers;
+    trace_heads_[0] = a.nh;
+    trace_heads_[1] = a.hv;
     a.trace = reinterpret_cast<unsigned long long*>(ws + trace_offset_);
   }
   const int32_t pf[2] = {step.position, int32_t(kv0.first)};

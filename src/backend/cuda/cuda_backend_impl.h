@@ -295,6 +295,7 @@ class CudaBackend final : public Backend {
   bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
   int decode_blocks_ = 0;    // blocks of the one-kernel step (the SM count; HEARTH_DECODE_GRID=N)
   int trace_layers_ = 0;     // layers of the last traced step (0: none)
+  int trace_heads_[2] = {};  // its phase 2's heads: attention, Gated DeltaNet
   size_t trace_offset_ = 0;  // where its marks lie in step_ws_
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;

@@ -75,7 +75,10 @@ void decode_step(Ctx& ctx, const StepArgs& a);
 // block's work (arrival less its previous departure) and its wait at the barrier, mean and
 // extreme over blocks, in µs at `cycles_per_us`.
 constexpr int kStepPhases = 5;
+// heads[0], heads[1]: phase 2's heads in attention and Gated DeltaNet layers (their blocks' work
+// there is shown apart from the other blocks').
 std::string decode_step_trace_summary(const unsigned long long* trace, int n_layers, int blocks,
-                                      double cycles_per_us, const std::vector<bool>& linear);
+                                      double cycles_per_us, const std::vector<bool>& linear,
+                                      const int (&heads)[2]);
 
 }  // namespace hearth::cuda

@@ -16,25 +16,31 @@ namespace {
 // The table over the layers il with layer_of(il) true.
 template <typename Pick>
 std::string phase_table(const unsigned long long* t, int n_layers, int blocks, double cycles_per_us,
-                        const char* const (&names)[kStepPhases], Pick layer_of) {
+                        const char* const (&names)[kStepPhases], int heads, Pick layer_of) {
   auto at = [&](int event, int b) { return double(t[size_t(event) * blocks + b]); };
   std::string out = "  phase                 work mean  work max   wait min  wait mean\n";
   int n = 0;
   for (int il = 0; il < n_layers; ++il) n += layer_of(il) ? 1 : 0;
-  double total = 0.0;
+  double total = 0.0, head_max = 0.0, other_max = 0.0;  // phase 2's work, by kind of block
   for (int p = 0; p < kStepPhases; ++p) {
     double work_mean = 0, work_max = 0, wait_min = 0, wait_mean = 0;
     for (int il = 0; il < n_layers; ++il) {
       if (!layer_of(il)) continue;
       const int arrive = 1 + (il * kStepPhases + p) * 2;
       const int before = arrive == 1 ? 0 : arrive - 1;  // the previous departure (or the start)
-      double wmax = 0, wsum = 0, bmin = 1e300, bsum = 0;
+      double wmax = 0, wsum = 0, bmin = 1e300, bsum = 0, hmax = 0, omax = 0;
       for (int b = 0; b < blocks; ++b) {
         const double work = at(arrive, b) - at(before, b), wait = at(arrive + 1, b) - at(arrive, b);
         wmax = std::max(wmax, work);
         wsum += work;
+        double& kind_max = b < heads ? hmax : omax;
+        kind_max = std::max(kind_max, work);
         bmin = std::min(bmin, wait);
         bsum += wait;
+      }
+      if (p == 1) {
+        head_max += hmax;
+        other_max += omax;
       }
       work_mean += wsum / blocks;
       work_max += wmax;
@@ -45,6 +51,9 @@ std::string phase_table(const unsigned long long* t, int n_layers, int blocks, d
     out += fmt::format("  {:<20} {:9.2f} {:9.2f} {:10.2f} {:10.2f}\n", names[p], work_mean * k,
                        work_max * k, wait_min * k, wait_mean * k);
     total += (work_mean + wait_mean) * k;
+    if (p == 1)
+      out += fmt::format("    work max of the {} heads' blocks {:.2f}, of the others {:.2f}\n",
+                         heads, head_max * k, other_max * k);
   }
   out += fmt::format("  sum of means {:.2f} µs per layer\n", total);
   return out;
@@ -53,7 +62,8 @@ std::string phase_table(const unsigned long long* t, int n_layers, int blocks, d
 }  // namespace
 
 std::string decode_step_trace_summary(const unsigned long long* t, int n_layers, int blocks,
-                                      double cycles_per_us, const std::vector<bool>& linear) {
+                                      double cycles_per_us, const std::vector<bool>& linear,
+                                      const int (&heads)[2]) {
   static const char* const kNames[kStepPhases] = {"norm+qkv", "attention", "o+add", "norm+gate/up",
                                                   "down+add"};
   static const char* const kLinearNames[kStepPhases] = {"norm+in_proj", "gated deltanet",
@@ -66,12 +76,12 @@ std::string decode_step_trace_summary(const unsigned long long* t, int n_layers,
   if (n_linear < n_layers) {
     out += fmt::format("{} attention layers, µs per layer, averaged over them:\n",
                        n_layers - n_linear);
-    out += phase_table(t, n_layers, blocks, cycles_per_us, kNames,
+    out += phase_table(t, n_layers, blocks, cycles_per_us, kNames, heads[0],
                        [&](int il) { return !is_linear(il); });
   }
   if (n_linear > 0) {
     out += fmt::format("{} Gated DeltaNet layers, µs per layer, averaged over them:\n", n_linear);
-    out += phase_table(t, n_layers, blocks, cycles_per_us, kLinearNames, is_linear);
+    out += phase_table(t, n_layers, blocks, cycles_per_us, kLinearNames, heads[1], is_linear);
   }
   out += fmt::format("per layer (block 0 clock): {:.2f} µs\n",
                      (double(t[size_t(n_layers * kStepPhases * 2) * blocks]) - double(t[0])) /
