@@ -12,10 +12,10 @@
 //
 // Code size: the step's kernel is large (~200 KB of code) and this runs once per layer, so its
 // instructions come in cold from L2 (session 13's clock marks: attention's code took 3–4 times
-// as long on its first run in a layer as on its second). Not unrolling this mixer's loops
-// shortened its phase a little (marks: slowest 10.7 → 8.4 µs) but cost the hybrid kernel's
-// products 7 % (gate/up 47.0 → 50.2 µs per layer, tg128 221–222 → 213.7 t/s in one session on
-// one machine), so the compiler's unrolling stays.
+// as long on its first run in a layer as on its second), so its loops over the state stay
+// rolled. Session 13 measured them rolled together with V read four rows at a time, which moved
+// spills into the products and cost 7 %; session 14 measured them rolled with the attention's
+// score row unrolled by 8 / 4 words (fewer spills): 9B 222.8–223.8 → 225.4 t/s (one machine).
 //
 // Numerics: the expressions of gated_delta_mixer.cu (conv_token, the gates, the delta rule,
 // the gated norm), in f32; only summation orders differ. The products arrive in f32 (phase 1
