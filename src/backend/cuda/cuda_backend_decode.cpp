@@ -102,13 +102,16 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   const int64_t I = L0.gate.ndim == 2 ? L0.gate.shape[0] : 0;
   const DType gdt = L0.attn_norm.dtype;
   // The attention layers' caches share capacity and first position (the first one's); a stack
-  // of Gated DeltaNet layers only has none, and attends to nothing.
+  // of Gated DeltaNet layers only has none, and attends to nothing. The first Gated DeltaNet
+  // layer (lin) gives the conv's taps and the gated norm's gain dtype.
   const DecodeLayer* first_attn = nullptr;
+  const DecodeLayer* lin = nullptr;
   bool hybrid = false;
   for (int il = 0; il < step.n_layers; ++il) {
     const DecodeLayer& L = step.layers[il];
     hybrid = hybrid || is_linear(L) || !L.out_gate.empty();
     if (!first_attn && !is_linear(L)) first_attn = &L;
+    if (!lin && is_linear(L)) lin = &L;
   }
   const KvView kv0 = first_attn ? first_attn->kv : KvView{Tensor(), Tensor(), 1, step.position};
   // Its attention gives each (query head, chunk of keys) a warp, at most kStepMaxChunks chunks:
@@ -143,9 +146,6 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.hybrid = hybrid ? 1 : 0;
   a.gated = first_attn && !first_attn->out_gate.empty() ? 1 : 0;
   // Gated DeltaNet shapes, where the stack has such layers (hv 0: none).
-  const DecodeLayer* lin = nullptr;
-  for (int il = 0; il < step.n_layers && !lin; ++il)
-    if (is_linear(step.layers[il])) lin = &step.layers[il];
   if (lin) {
     a.hk = g.n_k_heads;
     a.hv = g.n_v_heads;
