@@ -93,13 +93,6 @@ __device__ __forceinline__ void prefetch_state(const StepArgs& a, const StepLaye
   copy16_commit();
 }
 
-__device__ __forceinline__ void add_scaled4(float4& acc, const float4& v, float a, float b) {
-  acc.x += v.x * a * b;
-  acc.y += v.y * a * b;
-  acc.z += v.z * a * b;
-  acc.w += v.w * a * b;
-}
-
 // Two sums over the block at once (every thread gets both); `part` [2][32] in shared memory.
 __device__ __forceinline__ float2 block_sum2(float x, float y, float* part) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;

@@ -86,6 +86,14 @@ __device__ __forceinline__ float block_sum(float v) {
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+// acc += v · a · b per component (the Gated DeltaNet mixers' state passes; the product order
+// is theirs).
+__device__ __forceinline__ void add_scaled4(float4& acc, const float4& v, float a, float b) {
+  acc.x += v.x * a * b;
+  acc.y += v.y * a * b;
+  acc.z += v.z * a * b;
+  acc.w += v.w * a * b;
+}
 
 // Programmatic dependent launch (Hopper and later). A kernel started by launch_pdl may begin
 // while the kernel before it in the stream is still running: it must call pdl_wait() before it

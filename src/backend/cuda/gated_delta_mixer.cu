@@ -57,14 +57,6 @@ __device__ __forceinline__ void cluster_wait() {
 }
 #endif
 
-// acc += v · a · b per component (a column sum's term: Sᵀk or Sᵀq, times the L2 norm's scale).
-__device__ __forceinline__ void add_scaled(float4& acc, const float4& v, float a, float b) {
-  acc.x += v.x * a * b;
-  acc.y += v.y * a * b;
-  acc.z += v.z * a * b;
-  acc.w += v.w * a * b;
-}
-
 // A column quad's float4 summed over the warp's row lanes (lane = 8·(row_lane % 4) + quad, so
 // the lanes holding one quad are kQuads apart), the sum in each of them.
 __device__ __forceinline__ float4 sum_warp_rows(float4 v) {
@@ -228,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       S[u].y *= decay;
       S[u].z *= decay;
       S[u].w *= decay;
-      add_scaled(mem, S[u], kv, ik);
+      add_scaled4(mem, S[u], kv, ik);
     }
   }
   // Row lanes 4w..4w+3 share warp w: sum them, then the warps.
@@ -258,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       S[u].z = S[u].z + kv * ik * delta.z;
       S[u].w = S[u].w + kv * ik * delta.w;
       if (col_ok) *reinterpret_cast<float4*>(Sg + int64_t(i) * dv) = S[u];
-      add_scaled(out, S[u], qv, iq);
+      add_scaled4(out, S[u], qv, iq);
     }
   }
   out = sum_warp_rows(out);
