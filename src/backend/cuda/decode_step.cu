@@ -127,7 +127,9 @@ __device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a, int
   if (threadIdx.x == kBarrierThread) {
     // A release add: it orders the block's writes (made before the __syncthreads above) before
     // the arrival without a full fence; session 7 measured it against __threadfence + atomicAdd
-    // at +1.3 % (8B) and +5 % (0.6B) tokens/s.
+    // at +1.3 % (8B) and +5 % (0.6B) tokens/s. A reduction that returns nothing (red.release),
+    // the target computed from the count read at the step's start, was slower in session 15:
+    // 9B 226.0 → 217.7 t/s, the phases' waits and gate/up 1–3 µs longer.
     unsigned long long before;
     asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;"
                  : "=l"(before)
