@@ -48,6 +48,14 @@ test("sends a message and shows the streamed, rendered answer", async () => {
 
 test("streams visibly and the stop button ends a reply", async () => {
   const page = await openPage(URL_MODEL, { max_tokens: "1500", temperature: "0" });
+  // The random model writes its 1,500 tokens in about a second, which a busy 2-core machine can
+  // miss between two polls (the test once timed out waiting for text with the stop button
+  // shown). Throttled to 4 KB/s, the ~340 KB stream lasts over a minute: text shows early and
+  // the reply is still running when the button is clicked.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("Network.enable");
+  await cdp.send("Network.emulateNetworkConditions",
+                 { offline: false, latency: 0, downloadThroughput: 4000, uploadThroughput: -1 });
   await page.fill("#input", "Write a very long essay.");
   await page.press("#input", "Enter");
   // Text shows up while the reply is still running (the stop button is visible).
