@@ -29,11 +29,13 @@
 // q/k gains and rotation (load_head_consts); for the mixer, its head's recurrent state and
 // conv constants.
 //
-// The kernel is large (140–220 KB of sm_90 code per instance), larger than an SM's instruction
-// cache, so code that runs once per layer (attention, the mixer) comes in cold from L2 each
-// time: session 13's clock marks found a head of 256's attention 3–4 times slower on its first
-// chunk than on its second. Such code is kept short where that measured faster (kScoreUnroll,
-// the combine's loop over the chunks).
+// The kernel is large (146–212 KB of sm_90 code per instance), larger than an SM's instruction
+// cache, so code that runs once per layer (attention, the mixer) starts cold: session 13's clock
+// marks found a head of 256's attention 3–4 times slower on its first chunk than on its second.
+// Such code is kept short where that measured faster (kScoreUnroll, the combine's loop over the
+// chunks). Session 15 bounded what is left of it: warm, a chunk's scores and P·V took 2.1 µs
+// against 3.6 cold; an L2 evict_first policy on the weights and ~40 KB less product code changed
+// nothing (docs/PERFORMANCE.md).
 // The backend takes it by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1: always,
 // =0: never): session 12 measured it 7 % ahead of the per-op graph on the 0.6B shape (31 MB
 // per layer) and 8 % on the 8B, session 13 5–9 % on the 9B hybrid (docs/cuda.md).

@@ -228,7 +228,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   };
   const float4* q4 = reinterpret_cast<const float4*>(qs);  // qs: hd floats, 16-byte aligned
   // The row is unrolled by 8 words (4 for heads of 256), not fully: the step's kernel is large
-  // (130–210 KB of code), so code run once per layer, as attention is, comes in from L2 a line at
+  // (146–212 KB of code), so code run once per layer, as attention is, comes in from L2 a line at
   // a time; session 13 timed a head of 256's scores at 6.8 µs fully unrolled. Session 14 (s14a,
   // one machine): 8 / 4 against 16 / 8 words, 9B 222.8 → 225.4 t/s, 8B 233.8 → 238.2.
   constexpr int kScoreUnroll = E == 8 ? 4 : 8;

@@ -10,8 +10,8 @@
 // memory; the new state stays there and goes back to memory after the next phase's products
 // (state_write_back), off the critical path.
 //
-// Code size: the step's kernel is large (~200 KB of code) and this runs once per layer, so its
-// instructions come in cold from L2 (session 13's clock marks: attention's code took 3–4 times
+// Code size: the step's kernel is large (146–212 KB of code) and this runs once per layer, so
+// its instructions come in cold (session 13's clock marks: attention's code took 3–4 times
 // as long on its first run in a layer as on its second), so its loops over the state stay
 // rolled. Session 13 measured them rolled together with V read four rows at a time, which moved
 // spills into the products and cost 7 %; session 14 measured them rolled with the attention's
