@@ -38,6 +38,9 @@ TEST(CudaDecodeTrace, SummaryAveragesEachKindOfLayer) {
   has("1 attention layers, µs per layer");
   has("  attention                21.00     22.00       1.00       2.00\n");
   has("    work max of the 2 heads' blocks 21.00, of the others 22.00\n");
+  // Block b's work in phase p of layer il is 100 il + 10 (p + 1) + b: block 2 is the slowest.
+  has("  norm+gate/up             41.00     42.00       1.00       2.00\n"
+      "    blocks' own means: fastest 40.00, median 41.00, slowest 42.00 (block 2)\n");
   has("  sum of means 165.00 µs per layer\n");  // Σ_p (10(p+1) + 1) + 5 · 2
   has("1 Gated DeltaNet layers, µs per layer");
   has("  gated deltanet          121.00    122.00       1.00       2.00\n");

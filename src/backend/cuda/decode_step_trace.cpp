@@ -24,6 +24,7 @@ std::string phase_table(const unsigned long long* t, int n_layers, int blocks, d
   double total = 0.0, head_max = 0.0, other_max = 0.0;  // phase 2's work, by kind of block
   for (int p = 0; p < kStepPhases; ++p) {
     double work_mean = 0, work_max = 0, wait_min = 0, wait_mean = 0;
+    std::vector<double> own(size_t(blocks), 0.0);  // each block's work summed over the layers
     for (int il = 0; il < n_layers; ++il) {
       if (!layer_of(il)) continue;
       const int arrive = 1 + (il * kStepPhases + p) * 2;
@@ -31,6 +32,7 @@ std::string phase_table(const unsigned long long* t, int n_layers, int blocks, d
       double wmax = 0, wsum = 0, bmin = 1e300, bsum = 0, hmax = 0, omax = 0;
       for (int b = 0; b < blocks; ++b) {
         const double work = at(arrive, b) - at(before, b), wait = at(arrive + 1, b) - at(arrive, b);
+        own[size_t(b)] += work;
         wmax = std::max(wmax, work);
         wsum += work;
         double& kind_max = b < heads ? hmax : omax;
@@ -51,9 +53,19 @@ std::string phase_table(const unsigned long long* t, int n_layers, int blocks, d
     out += fmt::format("  {:<20} {:9.2f} {:9.2f} {:10.2f} {:10.2f}\n", names[p], work_mean * k,
                        work_max * k, wait_min * k, wait_mean * k);
     total += (work_mean + wait_mean) * k;
-    if (p == 1)
+    if (p == 1) {
       out += fmt::format("    work max of the {} heads' blocks {:.2f}, of the others {:.2f}\n",
                          heads, head_max * k, other_max * k);
+    } else {
+      // Whether the same blocks are slow in every layer (the slowest block's own mean near the
+      // work max) or a different one each time (near the work mean).
+      std::vector<double> sorted = own;
+      std::sort(sorted.begin(), sorted.end());
+      const auto slowest = std::max_element(own.begin(), own.end()) - own.begin();
+      out += fmt::format(
+          "    blocks' own means: fastest {:.2f}, median {:.2f}, slowest {:.2f} (block {})\n",
+          sorted.front() * k, sorted[sorted.size() / 2] * k, sorted.back() * k, slowest);
+    }
   }
   out += fmt::format("  sum of means {:.2f} µs per layer\n", total);
   return out;
