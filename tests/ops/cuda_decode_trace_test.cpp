@@ -40,7 +40,11 @@ TEST(CudaDecodeTrace, SummaryAveragesEachKindOfLayer) {
   has("    work max of the 2 heads' blocks 21.00, of the others 22.00\n");
   // Block b's work in phase p of layer il is 100 il + 10 (p + 1) + b: block 2 is the slowest.
   has("  norm+gate/up             41.00     42.00       1.00       2.00\n"
-      "    blocks' own means: fastest 40.00, median 41.00, slowest 42.00 (block 2)\n");
+      "    blocks' own means: fastest 40.00, median 41.00, slowest 42.00 (block 2); median of the "
+      "heads' blocks 41.00, of the others 42.00\n");
+  // In the Gated DeltaNet table only block 0 had a head: 140 + b in gate/up.
+  has("    blocks' own means: fastest 140.00, median 141.00, slowest 142.00 (block 2); median of "
+      "the heads' blocks 140.00, of the others 142.00\n");
   has("  sum of means 165.00 µs per layer\n");  // Σ_p (10(p+1) + 1) + 5 · 2
   has("1 Gated DeltaNet layers, µs per layer");
   has("  gated deltanet          121.00    122.00       1.00       2.00\n");

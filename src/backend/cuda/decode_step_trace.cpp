@@ -13,6 +13,13 @@ namespace hearth::cuda {
 
 namespace {
 
+// The upper median (0 for none); v is reordered.
+double median(std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 // The table over the layers il with layer_of(il) true.
 template <typename Pick>
 std::string phase_table(const unsigned long long* t, int n_layers, int blocks, double cycles_per_us,
@@ -58,13 +65,18 @@ std::string phase_table(const unsigned long long* t, int n_layers, int blocks, d
                          heads, head_max * k, other_max * k);
     } else {
       // Whether the same blocks are slow in every layer (the slowest block's own mean near the
-      // work max) or a different one each time (near the work mean).
-      std::vector<double> sorted = own;
-      std::sort(sorted.begin(), sorted.end());
+      // work max) or a different one each time (near the median); and whether the blocks that
+      // had a head in phase 2 (and may have work of it left, as the mixer's state stores) are
+      // slower than the others.
       const auto slowest = std::max_element(own.begin(), own.end()) - own.begin();
+      const int split = std::clamp(heads, 0, blocks);
+      std::vector<double> all = own, with_head(own.begin(), own.begin() + split),
+                          others(own.begin() + split, own.end());
       out += fmt::format(
-          "    blocks' own means: fastest {:.2f}, median {:.2f}, slowest {:.2f} (block {})\n",
-          sorted.front() * k, sorted[sorted.size() / 2] * k, sorted.back() * k, slowest);
+          "    blocks' own means: fastest {:.2f}, median {:.2f}, slowest {:.2f} (block {}); "
+          "median of the heads' blocks {:.2f}, of the others {:.2f}\n",
+          *std::min_element(all.begin(), all.end()) * k, median(all) * k, own[size_t(slowest)] * k,
+          slowest, median(with_head) * k, median(others) * k);
     }
   }
   out += fmt::format("  sum of means {:.2f} µs per layer\n", total);
