@@ -75,7 +75,7 @@ std::string phase_table(const unsigned long long* t, int n_layers, int blocks, d
       out += fmt::format(
           "    blocks' own means: fastest {:.2f}, median {:.2f}, slowest {:.2f} (block {}); "
           "median of the heads' blocks {:.2f}, of the others {:.2f}\n",
-          *std::min_element(all.begin(), all.end()) * k, median(all) * k, own[size_t(slowest)] * k,
+          *std::min_element(own.begin(), own.end()) * k, median(all) * k, own[size_t(slowest)] * k,
           slowest, median(with_head) * k, median(others) * k);
     }
   }
