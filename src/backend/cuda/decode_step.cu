@@ -414,6 +414,10 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       }
     }
     bar = grid_arrive(a, event(il, 1));
+    // What the block's heads' conv shifts read, requested now (conv_rows_request).
+    if (linear)
+      for (int h = blockIdx.x, k = 0; h < a.hv; h += G, ++k)
+        conv_rows_request(a, L, h, conv_rows_smem(a, mix, k));
     grid_wait(a, bar, event(il, 1));
     // 3. x += o · attn (the mixer's output)
     stage_vector(a.attn, in_o * 8, xs);
@@ -423,8 +427,8 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         a.H, in_o, xs, unit0, units_step, lane, [&](int r) { return L.o + int64_t(r) * in_o; },
         residual, add_to_x, staged);
     if (linear) {  // every block has read the conv states (phase 2)
-      for (int h = blockIdx.x; h < a.hv; h += G) {
-        conv_state_shift(a, L, h);
+      for (int h = blockIdx.x, k = 0; h < a.hv; h += G, ++k) {
+        conv_rows_store(a, L, h, conv_rows_smem(a, mix, k));
         if (h + G >= a.hv) state_write_back(a, L, h, mix);  // the block's last head
       }
     }
@@ -482,6 +486,8 @@ bool decode_step_fits(const StepArgs& a) {
         kThreadsB % nq4 || 2 * a.dk + a.dv > kThreadsB || a.conv_k < 2 || a.conv_k > kMaxTaps ||
         (a.hv * a.dv) % 8 || a.conv_c != 2 * a.hk * a.dk + a.hv * a.dv)
       return false;
+    // A block's heads' conv rows wait in the mixer's reduction buffers (conv_rows_fit).
+    if (a.blocks < 1 || !conv_rows_fit(a, (a.hv + a.blocks - 1) / a.blocks)) return false;
   }
   int dev = 0, optin = 0;
   if (a.capacity < 1 || cudaGetDevice(&dev) != cudaSuccess ||

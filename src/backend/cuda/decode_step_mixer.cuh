@@ -32,7 +32,8 @@ constexpr int kMixThreads = 512;  // the step's block
 constexpr int kMaxTaps = 4;
 
 // Bytes of shared memory the mixer takes: the state [Dk·Dv], the conv outputs q [Dk], k [Dk],
-// v [Dv], two reduction buffers [row lanes][Dv] (a float4 per thread each) and the block sums'
+// v [Dv], two reduction buffers [row lanes][Dv] (a float4 per thread each; from phase 2's end
+// to phase 3's end they hold the conv shift's rows, conv_rows_smem) and the block sums'
 // partials [2][32], f32.
 __host__ __device__ constexpr size_t mixer_smem_bytes(int dk, int dv) {
   return size_t(dk) * size_t(dv) * 4 + size_t(2 * dk + dv) * 4 + 2 * size_t(kMixThreads) * 16 +
@@ -240,17 +241,50 @@ __device__ __forceinline__ void state_write_back(const StepArgs& a, const StepLa
 }
 
 // Head h's conv state after this token: rows 1..K-2 move up, the token's input (phase 1's
-// product) is last. Run after the grid barrier that ends phase 2, when every block that read
-// the old state has: the q/k channels are shared by the key head's value heads and written by
-// the first of them, the v channels by their own head.
-__device__ __forceinline__ void conv_state_shift(const StepArgs& a, const StepLayerDev& L, int h) {
+// product) is last. The block stores it after the grid barrier that ends phase 2, when every
+// block that read the old state has (the q/k channels are shared by the key head's value heads
+// and written by the first of them, the v channels by their own head). What it stores is
+// requested while the block waits at that barrier (the old rows 1..K-2 and the input: nothing
+// the block writes before it stores them) into the mixer's reduction buffers, free once the
+// mixer is done, so that phase 3 ends in stores only (session 16: the slowest block of that
+// phase was a mixer block, ~2.5 µs behind the median, and so were all 32 mixer blocks: 3.2–4 µs
+// of shift and stores after their products; session 17: with the rows requested at the
+// barrier, phase 3's slowest block 11.0 → 9.3 µs and the 9B +0.5 % tokens/s, docs/cuda.md).
+__device__ __forceinline__ float4* conv_rows_smem(const StepArgs& a, float* mix, int slot) {
+  return reinterpret_cast<float4*>(mix + a.dk * a.dv + 2 * a.dk + a.dv) +
+         slot * (2 * a.dk + a.dv) / 4 * (a.conv_k - 1);
+}
+// Whether `heads` heads' rows fit those buffers (2 · kMixThreads 16-byte words).
+__host__ __device__ inline bool conv_rows_fit(const StepArgs& a, int heads) {
+  return heads * (2 * a.dk + a.dv) / 4 * (a.conv_k - 1) <= 2 * kMixThreads;
+}
+// Channels go four at a time (dk, dv % 4 == 0, so four channels are contiguous in a row).
+__device__ __forceinline__ void conv_rows_request(const StepArgs& a, const StepLayerDev& L, int h,
+                                                  float4* buf) {
+  const int n4 = (2 * a.dk + a.dv) / 4;
   const bool first_of_key_head = h % (a.hv / a.hk) == 0;
-  for (int j = threadIdx.x; j < 2 * a.dk + a.dv; j += blockDim.x) {
-    if (j < 2 * a.dk && !first_of_key_head) continue;
-    const int c = mix_channel(a, h, j);
+  for (int q = threadIdx.x; q < n4; q += blockDim.x) {
+    if (4 * q < 2 * a.dk && !first_of_key_head) continue;
+    const int c = mix_channel(a, h, 4 * q);
+    for (int r = 0; r + 1 < a.conv_k; ++r) {
+      const float* src =
+          r + 2 < a.conv_k ? L.conv_state + int64_t(r + 1) * a.conv_c + c : a.lin + c;
+      copy16_async(reinterpret_cast<uint4*>(buf + r * n4 + q), src, true);
+    }
+  }
+  copy16_commit();
+}
+// The shifted rows to L.conv_state (each thread stores what it requested).
+__device__ __forceinline__ void conv_rows_store(const StepArgs& a, const StepLayerDev& L, int h,
+                                                const float4* buf) {
+  const int n4 = (2 * a.dk + a.dv) / 4;
+  const bool first_of_key_head = h % (a.hv / a.hk) == 0;
+  copy16_wait_all();
+  for (int q = threadIdx.x; q < n4; q += blockDim.x) {
+    if (4 * q < 2 * a.dk && !first_of_key_head) continue;
+    const int c = mix_channel(a, h, 4 * q);
     for (int r = 0; r + 1 < a.conv_k; ++r)
-      L.conv_state[int64_t(r) * a.conv_c + c] =
-          r + 2 < a.conv_k ? L.conv_state[int64_t(r + 1) * a.conv_c + c] : __ldcg(a.lin + c);
+      *reinterpret_cast<float4*>(L.conv_state + int64_t(r) * a.conv_c + c) = buf[r * n4 + q];
   }
 }
 
