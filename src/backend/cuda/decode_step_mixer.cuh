@@ -246,10 +246,11 @@ __device__ __forceinline__ void state_write_back(const StepArgs& a, const StepLa
 // and written by the first of them, the v channels by their own head). What it stores is
 // requested while the block waits at that barrier (the old rows 1..K-2 and the input: nothing
 // the block writes before it stores them) into the mixer's reduction buffers, free once the
-// mixer is done, so that phase 3 ends in stores only (session 16: the slowest block of that
-// phase was a mixer block, ~2.5 µs behind the median, and so were all 32 mixer blocks: 3.2–4 µs
-// of shift and stores after their products; session 17: with the rows requested at the
-// barrier, phase 3's slowest block 11.0 → 9.3 µs and the 9B +0.5 % tokens/s, docs/cuda.md).
+// mixer is done, so that phase 3 ends in stores only. (Session 16 found that phase's slowest
+// block a mixer block, ~2.5 µs behind the median; session 17's clock marks showed all 32 mixer
+// blocks that late, from the shift's dependent loads and the stores after their products. With
+// the rows requested at the barrier: the phase's slowest block 11.0 → 9.3 µs, the 9B +0.5 %
+// tokens/s; docs/cuda.md.)
 __device__ __forceinline__ float4* conv_rows_smem(const StepArgs& a, float* mix, int slot) {
   return reinterpret_cast<float4*>(mix + a.dk * a.dv + 2 * a.dk + a.dv) +
          slot * (2 * a.dk + a.dv) / 4 * (a.conv_k - 1);
