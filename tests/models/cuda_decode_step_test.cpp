@@ -6,8 +6,10 @@
 // DeltaNet layers between gated attention layers with partial rotary: heads of 256 with Gated
 // DeltaNet heads of 128 × 128 as the 9B, and heads of 128 with 64 × 32 and three value heads per
 // key head). Both forms must give the same logits up to accumulation order (the bf16 bound of the
-// reference comparisons, 5e-2 of the logits' std) over decode steps that cross attention's 32-key
-// chunks and the cache's growth, and the fused form must actually run. Skipped without a GPU.
+// reference comparisons, 5e-2 of the logits' std) over decode steps that per_head attention's
+// 32-key chunks and the cache's growth, and the fused form must actually run; for heads of 256 past
+// 64 keys (a head's chunks spread over blocks, HEARTH_DECODE_XATTN) the same bits as a block per
+// head. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@ namespace hearth {
 
 // How many one-token steps the CUDA backends ran as one kernel (cuda_backend.cpp; test only).
 int64_t cuda_decode_layers_taken();
+int64_t cuda_decode_xattn_taken();
 
 namespace {
 
@@ -187,8 +190,10 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   LoadOptions o;
   o.device = "cuda";
   // The backend reads its switches when it is made: HEARTH_DECODE_LAYERS =1 on, =0 off, unset
-  // (null) by layer size; HEARTH_DECODE_GRID the kernel's blocks (null: one per SM).
-  auto load_with = [&](const char* one_kernel, const char* grid = nullptr) {
+  // (null) by layer size; HEARTH_DECODE_GRID the kernel's blocks (null: one per SM);
+  // HEARTH_DECODE_XATTN=0 a block per head of 256 (null: its chunks over blocks past 64 keys).
+  auto load_with = [&](const char* one_kernel, const char* grid = nullptr,
+                       const char* xattn = nullptr) {
     auto set = [](const char* name, const char* value) {
       if (value)
         setenv(name, value, 1);
@@ -197,9 +202,11 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
     };
     set("HEARTH_DECODE_LAYERS", one_kernel);
     set("HEARTH_DECODE_GRID", grid);
+    set("HEARTH_DECODE_XATTN", xattn);
     auto clear = [&] {
       set("HEARTH_DECODE_LAYERS", nullptr);
       set("HEARTH_DECODE_GRID", nullptr);
+      set("HEARTH_DECODE_XATTN", nullptr);
     };
     std::unique_ptr<Model> m;
     try {
@@ -217,6 +224,11 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   // SMs than the model has heads. Each row and head is computed as on the full grid, so the
   // logits must be the same bits.
   auto fused_small = load_with("1", "3");
+  // A block per head of 256 at every length: the same chunks and the same combine as the
+  // chunks over blocks, so the same bits, on the full grid and on 3 blocks (where the chunks'
+  // warps without a buffer read the cache).
+  const bool xattn = s.head_dim == 256;
+  auto per_head = load_with("1", nullptr, "0"), per_head_small = load_with("1", "3", "0");
   {
     // By default a model this small (layers of well under 24 MB) keeps the per-op path.
     auto by_size = load_with(nullptr);
@@ -230,19 +242,23 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
     EXPECT_EQ(cuda_decode_layers_taken(), before) << "small layers take the per-op path";
   }
 
-  // Two sequences: one crosses attention's first 32-key chunks and the cache's growth, the
-  // other runs with 460–500 keys, split into the kernel's most chunks (kStepMaxChunks).
+  // Three sequences: one crosses attention's first 32-key chunks and the cache's growth, one
+  // 64 keys (heads of 256: chunks over blocks from there), the last runs with 460–500 keys,
+  // split into the kernel's most chunks (kStepMaxChunks).
   const size_t V = size_t(s.vocab);
-  for (const int prompt_len : {20, 460}) {
+  for (const int prompt_len : {20, 50, 460}) {
     std::vector<int32_t> prompt;
     for (int i = 0; i < prompt_len; ++i) prompt.push_back(int32_t((i * 37 + 11) % s.vocab));
-    std::vector<float> a(V), b(V), c(V);
+    std::vector<float> a(V), b(V), c(V), d(V), e(V);
     auto sa = fused->new_sequence(), sb = per_op->new_sequence(), sc = fused_small->new_sequence();
+    auto sd = per_head->new_sequence(), se = per_head_small->new_sequence();
     fused->forward(*sa, prompt, LogitsRows::Last, a.data());
     per_op->forward(*sb, prompt, LogitsRows::Last, b.data());
     fused_small->forward(*sc, prompt, LogitsRows::Last, c.data());
+    per_head->forward(*sd, prompt, LogitsRows::Last, d.data());
+    per_head_small->forward(*se, prompt, LogitsRows::Last, e.data());
     EXPECT_EQ(a, b) << "the prefill takes the same path in both";
-    const int64_t before = cuda_decode_layers_taken();
+    const int64_t before = cuda_decode_layers_taken(), xattn_before = cuda_decode_xattn_taken();
     constexpr int kSteps = 40;
     double worst = 0.0;
     for (int step = 0; step < kSteps; ++step) {
@@ -250,8 +266,14 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
       fused->forward(*sa, std::span<const int32_t>(&next, 1), LogitsRows::Last, a.data());
       per_op->forward(*sb, std::span<const int32_t>(&next, 1), LogitsRows::Last, b.data());
       fused_small->forward(*sc, std::span<const int32_t>(&next, 1), LogitsRows::Last, c.data());
+      per_head->forward(*sd, std::span<const int32_t>(&next, 1), LogitsRows::Last, d.data());
+      per_head_small->forward(*se, std::span<const int32_t>(&next, 1), LogitsRows::Last, e.data());
       EXPECT_EQ(a, c) << s.name << " prompt " << prompt_len << " step " << step
                       << ": the kernel on 3 blocks";
+      EXPECT_EQ(a, d) << s.name << " prompt " << prompt_len << " step " << step
+                      << ": a block per head";
+      EXPECT_EQ(a, e) << s.name << " prompt " << prompt_len << " step " << step
+                      << ": a block per head, 3 blocks";
       const double sd = std_of(b);
       double err = 0.0;
       for (size_t i = 0; i < V; ++i) err = std::max(err, double(std::fabs(a[i] - b[i])) / sd);
@@ -261,7 +283,9 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
       // compound through a different continuation; it can only through the caches (and the
       // hybrids' recurrent states).
     }
-    EXPECT_EQ(cuda_decode_layers_taken() - before, 2 * kSteps) << "the one-kernel step ran";
+    EXPECT_EQ(cuda_decode_layers_taken() - before, 4 * kSteps) << "the one-kernel step ran";
+    EXPECT_EQ(cuda_decode_xattn_taken() - xattn_before, xattn ? 2 * kSteps : 0)
+        << "launched with chunks over blocks (heads of 256 only)";
     std::printf(
         "[ cuda     ] %-8s prompt %3d: one-kernel decode vs separate ops: max |diff| / std = "
         "%.2e\n",

@@ -85,6 +85,7 @@ bool gdn_layer(const Backend::DecodeLayer& L, const StepArgs& a, StepLayerDev& d
 }  // namespace
 
 std::atomic<int64_t> g_decode_layers_taken{0};
+std::atomic<int64_t> g_decode_xattn_taken{0};
 
 bool CudaBackend::decode_layers(const DecodeLayers& step) {
   if (decode_layers_mode_ == 0 || step.n_layers < 1 || !step.layers) return false;
@@ -143,6 +144,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
   a.blocks = decode_blocks_;
   a.rot_half = step.rope.rotary_dim / 2;
+  a.xattn = decode_xattn_ && hd == 256 ? 1 : 0;
   a.hybrid = hybrid ? 1 : 0;
   a.gated = first_attn && !first_attn->out_gate.empty() ? 1 : 0;
   // Gated DeltaNet shapes, where the stack has such layers (hv 0: none).
@@ -191,7 +193,9 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   const size_t n_mix = std::max(n_q, size_t(a.hv) * size_t(a.dv));
   const size_t n_lin = lin ? size_t(a.conv_c) + size_t(VD) + 2 * size_t(a.hv) : 0;
   const size_t lin_at = round16((2 * n_q + 2 * n_k + n_mix + n_h) * 2);
-  const size_t barrier_at = lin_at + round16(n_lin * 4);
+  const size_t xpart_at = lin_at + round16(n_lin * 4);
+  const size_t count_at = xpart_at + round16(size_t(nh) * kStepMaxChunks * size_t(hd + 2) * 4);
+  const size_t barrier_at = count_at + round16(size_t(nh) * 4);
   const size_t trace_bytes =
       decode_trace_ ? size_t(1 + step.n_layers * kStepPhases * 2) * size_t(decode_blocks_) * 8 : 0;
   const size_t need = barrier_at + 16 + trace_bytes;
@@ -209,6 +213,8 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.attn = a.og + n_q;
   a.h = a.attn + n_mix;
   a.lin = reinterpret_cast<float*>(ws + lin_at);
+  a.xpart = reinterpret_cast<float*>(ws + xpart_at);
+  a.head_count = reinterpret_cast<int32_t*>(ws + count_at);
   a.barrier = reinterpret_cast<unsigned long long*>(ws + barrier_at);
   if (decode_trace_) {
     trace_offset_ = barrier_at + 16;
@@ -224,6 +230,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
                    : nullptr;
   submit<&cuda::decode_step>(a);
   g_decode_layers_taken.fetch_add(1, std::memory_order_relaxed);
+  if (a.xattn) g_decode_xattn_taken.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -232,6 +239,11 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
 // How many one-token steps the CUDA backends ran as one kernel (test only).
 int64_t cuda_decode_layers_taken() {
   return cuda::g_decode_layers_taken.load(std::memory_order_relaxed);
+}
+// How many of those were launched with heads of 256 spread over blocks (StepArgs::xattn; the
+// kernel takes it past 64 keys; test only).
+int64_t cuda_decode_xattn_taken() {
+  return cuda::g_decode_xattn_taken.load(std::memory_order_relaxed);
 }
 
 }  // namespace hearth

@@ -317,13 +317,18 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   float* const mix = reinterpret_cast<float*>(base + at.mix);    // the mixer's region (hybrid)
   float* const part = reinterpret_cast<float*>(base + at.part);  // the head's chunks' partials
   float* const rot = reinterpret_cast<float*>(base + at.rot);    // the rotation at pos
-  // Attention: head hq in block hq mod G, its chunk c in warp c. This warp's chunk of the
-  // block's first head (blockIdx.x, chunk `warp`, keys lo..hi), if it has one: its gains and
-  // rotation are gathered during the barrier wait (the same for every head), and its keys and
-  // values prefetched when it has a buffer and the chunk fits it.
-  const bool has_head = int(blockIdx.x) < a.nh;
-  const bool first_chunk = has_head && warp < nc;
-  const int first_lo = first + warp * per, first_hi = min(pos, first_lo + per - 1);
+  // Attention: head hq in block hq mod G, its chunk c in warp c; with cross-block attention
+  // (xattn: heads of 256 with more chunks than their block has buffered warps), unit
+  // u = c·nh + hq in block u mod G, warp u / G (mod 16). This warp's first chunk (of head
+  // head0, chunk chunk0, keys lo..hi), if it has one: its gains and rotation are gathered during
+  // the barrier wait (the same for every head), and its keys and values prefetched when it has
+  // a buffer and the chunk fits it.
+  const bool xattn = E == 8 && a.xattn && nc > attn_warps(hd);
+  const int xu0 = blockIdx.x + G * warp, units = a.nh * nc;
+  const bool has_head = int(blockIdx.x) < (xattn ? units : a.nh);
+  const int head0 = xattn ? xu0 % a.nh : int(blockIdx.x), chunk0 = xattn ? xu0 / a.nh : warp;
+  const bool first_chunk = xattn ? xu0 < units : has_head && warp < nc;
+  const int first_lo = first + chunk0 * per, first_hi = min(pos, first_lo + per - 1);
   const bool prefetch = kv_buf && first_chunk && per <= kChunkKeys;
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
@@ -363,7 +368,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       }
     } else {
       if (prefetch)
-        prefetch_kv<E>(a, L, blockIdx.x / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
+        prefetch_kv<E>(a, L, head0 / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
       if (first_chunk) load_head_consts<E>(a, L, rot, lane, hc);
     }
     grid_wait(a, bar, event(il, 0));
@@ -375,6 +380,33 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
           load_mix_consts(a, L, h, mc);
         }
         mixer_head(a, L, h, mix, mc, h == int(blockIdx.x), h + G < a.hv);
+      }
+    } else if (xattn) {
+      // 2. heads of 256 past 64 keys, a warp per chunk, the chunks of a head in different
+      // blocks: each writes its partial to memory, and the head's last chunk to finish (its
+      // count) combines them. In a block per head, its two buffered warps take the chunks in
+      // turn, each later chunk's keys requested only when its warp comes to it, while the other
+      // blocks wait (session 18: 9B tg384 +1.4 %; at 64 keys or fewer the block per head is as
+      // fast, its combine in shared memory).
+      for (int u = xu0; u < units; u += G * kWarpsB) {
+        const int hq = u % a.nh, c = u / a.nh, hd_p = hd + 2;
+        const int lo = first + c * per, hi = min(pos, lo + per - 1);
+        if (kv_buf && !(u == xu0 && prefetch))
+          prefetch_kv<E>(a, L, hq / (a.nh / a.nkv), lo, hi, pos, kv_buf, lane);
+        VecOf<E> gate{};  // the head's gate, should this chunk be its last
+        if (HYBRID && a.gated)
+          gate = __ldcg(reinterpret_cast<const VecOf<E>*>(a.og + hq * hd + lane * E));
+        float* parts = a.xpart + int64_t(hq) * kStepMaxChunks * hd_p;
+        chunk_attention<E, HYBRID>(a, L, hq, lo, hi, pos, qs, kv_buf, hc, parts + c * hd_p, lane);
+        __threadfence();  // the partial before the count (the reduction pattern of the guide)
+        __syncwarp();
+        int last = 0;
+        if (lane == 0) last = atomicAdd(a.head_count + hq, 1) == nc - 1;
+        if (__shfl_sync(0xffffffffu, last, 0)) {
+          __threadfence();
+          combine_chunks<E, HYBRID, true>(a, hq, nc, parts, gate, lane);
+          if (lane == 0) a.head_count[hq] = 0;  // next read after two grid barriers
+        }
       }
     } else {
       // 2. q/k norm, rope, cache store and attention: a block per query head, a warp per chunk

@@ -44,6 +44,9 @@ struct StepArgs {
   int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
   int32_t blocks;       // the grid: one block per SM (fewer for tests), all resident at once
   int32_t rot_half;     // rotary_dim / 2 (a multiple of 32; 0: no rope)
+  // 1: attention spreads a head's chunks over blocks, the last to finish combining them
+  // (heads of 256 past 64 keys only: decode_step.cu, phase 2).
+  int32_t xattn;
   // Hybrid steps (Qwen3.5): whether layers may be Gated DeltaNet layers, whether attention
   // layers have an output gate, and the Gated DeltaNet shapes (conv taps K, channels C).
   int32_t hybrid, gated;
@@ -57,6 +60,10 @@ struct StepArgs {
   // products in f32: qkv [C], z [Hv·Dv], b [Hv], a [Hv] (contiguous).
   __nv_bfloat16 *q, *k, *v, *og, *attn, *h;
   float* lin;
+  // Cross-block attention (xattn): the chunks' partials [nh][kStepMaxChunks][hd + 2] f32, and
+  // each head's count of finished chunks [nh] (zero between layers: the last resets it).
+  float* xpart;
+  int32_t* head_count;
   unsigned long long* barrier;  // arrivals at grid barriers; zero before the first launch
   const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
   const float* inv_freq;        // device [hd / 2], or null: no rope

@@ -324,24 +324,31 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
 // bf16(Σ_c e^(m_c - M) · pv_c / Σ_c e^(m_c - M) · l_c), chunks in order; with an output gate
 // (GATED and StepArgs::gated: `gate`, the lane's E values of the gate's rows, which phase 1 stores
 // after q, k and v) then times sigmoid(gate), rounded again, as mul_sigmoid computes it.
-template <int E, bool GATED>
-__device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc, const float* part,
-                                               const VecOf<E>& gate, int lane) {
+// GLOBAL: the partials were written by other blocks (read through L2).
+template <int E, bool GATED, bool GLOBAL = false>
+__device__ __forceinline__ void combine_chunks(const StepArgs& a, int hq, int nc,
+                                               const float* parts, const VecOf<E>& gate, int lane) {
   // Loops over the nc chunks, not unrolled over the most chunks: this runs once per head and
   // layer, with its code cold (see kScoreUnroll); the same sums in the same order.
   const int hd = E * 32, ps = hd + 2;
+  auto part = [&](int i) {
+    if constexpr (GLOBAL)
+      return __ldcg(parts + i);
+    else
+      return parts[i];
+  };
   float M = -INFINITY;
 #pragma unroll 1
-  for (int j = 0; j < nc; ++j) M = fmaxf(M, part[j * ps]);
+  for (int j = 0; j < nc; ++j) M = fmaxf(M, part(j * ps));
   float num[E], den = 0.0f;
 #pragma unroll
   for (int e = 0; e < E; ++e) num[e] = 0.0f;
 #pragma unroll 1
   for (int j = 0; j < nc; ++j) {
-    const float w = __expf(part[j * ps] - M);
-    den += w * part[j * ps + 1];
+    const float w = __expf(part(j * ps) - M);
+    den += w * part(j * ps + 1);
 #pragma unroll
-    for (int e = 0; e < E; ++e) num[e] += w * part[j * ps + 2 + lane * E + e];
+    for (int e = 0; e < E; ++e) num[e] += w * part(j * ps + 2 + lane * E + e);
   }
   const float inv = den > 0.0f ? 1.0f / den : 0.0f;
   __nv_bfloat16 g[E];
