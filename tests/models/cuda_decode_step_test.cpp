@@ -6,10 +6,10 @@
 // DeltaNet layers between gated attention layers with partial rotary: heads of 256 with Gated
 // DeltaNet heads of 128 × 128 as the 9B, and heads of 128 with 64 × 32 and three value heads per
 // key head). Both forms must give the same logits up to accumulation order (the bf16 bound of the
-// reference comparisons, 5e-2 of the logits' std) over decode steps that per_head attention's
-// 32-key chunks and the cache's growth, and the fused form must actually run; for heads of 256 past
-// 64 keys (a head's chunks spread over blocks, HEARTH_DECODE_XATTN) the same bits as a block per
-// head. Skipped without a GPU.
+// reference comparisons, 5e-2 of the logits' std) over decode steps that cross attention's
+// 32-key chunks and the cache's growth, and the fused form must actually run; where a head's
+// chunks are spread over blocks (heads of 256 past 64 keys, of 128 past 128;
+// HEARTH_DECODE_XATTN) the same bits as a block per head. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -191,7 +191,8 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   o.device = "cuda";
   // The backend reads its switches when it is made: HEARTH_DECODE_LAYERS =1 on, =0 off, unset
   // (null) by layer size; HEARTH_DECODE_GRID the kernel's blocks (null: one per SM);
-  // HEARTH_DECODE_XATTN=0 a block per head of 256 (null: its chunks over blocks past 64 keys).
+  // HEARTH_DECODE_XATTN=0 a block per head (null: a head's chunks over blocks when it has more
+  // than its block buffers: heads of 256 past 64 keys, of 128 past 128).
   auto load_with = [&](const char* one_kernel, const char* grid = nullptr,
                        const char* xattn = nullptr) {
     auto set = [](const char* name, const char* value) {
@@ -224,10 +225,10 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   // SMs than the model has heads. Each row and head is computed as on the full grid, so the
   // logits must be the same bits.
   auto fused_small = load_with("1", "3");
-  // A block per head of 256 at every length: the same chunks and the same combine as the
+  // A block per head at every length: the same chunks and the same combine as the
   // chunks over blocks, so the same bits, on the full grid and on 3 blocks (where the chunks'
   // warps without a buffer read the cache).
-  const bool xattn = s.head_dim == 256;
+  const bool xattn = s.head_dim == 256 || s.head_dim == 128;
   auto per_head = load_with("1", nullptr, "0"), per_head_small = load_with("1", "3", "0");
   {
     // By default a model this small (layers of well under 24 MB) keeps the per-op path.
@@ -242,11 +243,11 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
     EXPECT_EQ(cuda_decode_layers_taken(), before) << "small layers take the per-op path";
   }
 
-  // Three sequences: one crosses attention's first 32-key chunks and the cache's growth, one
-  // 64 keys (heads of 256: chunks over blocks from there), the last runs with 460–500 keys,
-  // split into the kernel's most chunks (kStepMaxChunks).
+  // Four sequences: one crosses attention's first 32-key chunks and the cache's growth, one
+  // 64 keys and one 128 (a head's chunks over blocks from there, for heads of 256 and 128), the
+  // last runs with 460–500 keys, split into the kernel's most chunks (kStepMaxChunks).
   const size_t V = size_t(s.vocab);
-  for (const int prompt_len : {20, 50, 460}) {
+  for (const int prompt_len : {20, 50, 110, 460}) {
     std::vector<int32_t> prompt;
     for (int i = 0; i < prompt_len; ++i) prompt.push_back(int32_t((i * 37 + 11) % s.vocab));
     std::vector<float> a(V), b(V), c(V), d(V), e(V);
@@ -285,7 +286,7 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
     }
     EXPECT_EQ(cuda_decode_layers_taken() - before, 4 * kSteps) << "the one-kernel step ran";
     EXPECT_EQ(cuda_decode_xattn_taken() - xattn_before, xattn ? 2 * kSteps : 0)
-        << "launched with chunks over blocks (heads of 256 only)";
+        << "launched with chunks over blocks (heads of 128 and 256 only)";
     std::printf(
         "[ cuda     ] %-8s prompt %3d: one-kernel decode vs separate ops: max |diff| / std = "
         "%.2e\n",

@@ -90,7 +90,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   decode_spin_ = spin && std::string(spin) == "1";
   const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
   decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
-  // Heads of 256 past 64 keys spread over blocks (StepArgs::xattn); =0: a block per head.
+  // A head's chunks spread over blocks when it has more than its block buffers
+  // (StepArgs::xattn); =0: a block per head at every length.
   const char* xattn = std::getenv("HEARTH_DECODE_XATTN");
   decode_xattn_ = !(xattn && std::string(xattn) == "0");
   // The one-kernel step on fewer blocks than SMs (=N, tests): a GPU with fewer SMs than the

@@ -144,7 +144,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
   a.blocks = decode_blocks_;
   a.rot_half = step.rope.rotary_dim / 2;
-  a.xattn = decode_xattn_ && hd == 256 ? 1 : 0;
+  a.xattn = decode_xattn_ && (hd == 256 || hd == 128) ? 1 : 0;
   a.hybrid = hybrid ? 1 : 0;
   a.gated = first_attn && !first_attn->out_gate.empty() ? 1 : 0;
   // Gated DeltaNet shapes, where the stack has such layers (hv 0: none).
@@ -240,8 +240,8 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
 int64_t cuda_decode_layers_taken() {
   return cuda::g_decode_layers_taken.load(std::memory_order_relaxed);
 }
-// How many of those were launched with heads of 256 spread over blocks (StepArgs::xattn; the
-// kernel takes it past 64 keys; test only).
+// How many of those were launched with a head's chunks spread over blocks (StepArgs::xattn; the
+// kernel takes it past 64 keys for heads of 256, past 128 for heads of 128; test only).
 int64_t cuda_decode_xattn_taken() {
   return cuda::g_decode_xattn_taken.load(std::memory_order_relaxed);
 }

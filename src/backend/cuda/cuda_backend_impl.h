@@ -293,7 +293,7 @@ class CudaBackend final : public Backend {
   bool decode_trace_ = false;       // HEARTH_DECODE_TRACE=1: per-phase timings at exit
   bool decode_spin_ = false;        // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
   bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
-  bool decode_xattn_ = true;        // HEARTH_DECODE_XATTN=0: heads of 256 in one block each
+  bool decode_xattn_ = true;        // HEARTH_DECODE_XATTN=0: a block per head at every length
   int decode_blocks_ = 0;    // blocks of the one-kernel step (the SM count; HEARTH_DECODE_GRID=N)
   int trace_layers_ = 0;     // layers of the last traced step (0: none)
   int trace_heads_[2] = {};  // its phase 2's heads: attention, Gated DeltaNet

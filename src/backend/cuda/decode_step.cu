@@ -318,12 +318,12 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   float* const part = reinterpret_cast<float*>(base + at.part);  // the head's chunks' partials
   float* const rot = reinterpret_cast<float*>(base + at.rot);    // the rotation at pos
   // Attention: head hq in block hq mod G, its chunk c in warp c; with cross-block attention
-  // (xattn: heads of 256 with more chunks than their block has buffered warps), unit
+  // (xattn: heads of 128 or 256 with more chunks than their block has buffered warps), unit
   // u = c·nh + hq in block u mod G, warp u / G (mod 16). This warp's first chunk (of head
   // head0, chunk chunk0, keys lo..hi), if it has one: its gains and rotation are gathered during
   // the barrier wait (the same for every head), and its keys and values prefetched when it has
   // a buffer and the chunk fits it.
-  const bool xattn = E == 8 && a.xattn && nc > attn_warps(hd);
+  const bool xattn = (E == 8 || E == 4) && a.xattn && nc > attn_warps(hd);
   const int xu0 = blockIdx.x + G * warp, units = a.nh * nc;
   const bool has_head = int(blockIdx.x) < (xattn ? units : a.nh);
   const int head0 = xattn ? xu0 % a.nh : int(blockIdx.x), chunk0 = xattn ? xu0 / a.nh : warp;
@@ -382,12 +382,13 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         mixer_head(a, L, h, mix, mc, h == int(blockIdx.x), h + G < a.hv);
       }
     } else if (xattn) {
-      // 2. heads of 256 past 64 keys, a warp per chunk, the chunks of a head in different
-      // blocks: each writes its partial to memory, and the head's last chunk to finish (its
-      // count) combines them. In a block per head, its two buffered warps take the chunks in
-      // turn, each later chunk's keys requested only when its warp comes to it, while the other
-      // blocks wait (session 18: 9B tg384 +1.4 %; at 64 keys or fewer the block per head is as
-      // fast, its combine in shared memory).
+      // 2. heads of 256 past 64 keys or of 128 past 128, a warp per chunk, the chunks of a
+      // head in different blocks: each writes its partial to memory, and the head's last chunk
+      // to finish (its count) combines them. In a block per head, a head of 256's two buffered
+      // warps take the chunks in turn, each later chunk's keys requested only when its warp
+      // comes to it, and a head of 128's chunks past its four buffered warps read the cache
+      // directly, while the other blocks wait. Session 18, tg384: 9B +1.5 %, 8B +0.9 %, 0.6B
+      // +1–3 %; with fewer chunks the block per head is as fast, its combine in shared memory.
       for (int u = xu0; u < units; u += G * kWarpsB) {
         const int hq = u % a.nh, c = u / a.nh, hd_p = hd + 2;
         const int lo = first + c * per, hi = min(pos, lo + per - 1);

@@ -44,8 +44,8 @@ struct StepArgs {
   int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
   int32_t blocks;       // the grid: one block per SM (fewer for tests), all resident at once
   int32_t rot_half;     // rotary_dim / 2 (a multiple of 32; 0: no rope)
-  // 1: attention spreads a head's chunks over blocks, the last to finish combining them
-  // (heads of 256 past 64 keys only: decode_step.cu, phase 2).
+  // 1: attention spreads a head's chunks over blocks, the last to finish combining them (heads
+  // of 256 past 64 keys and of 128 past 128, more chunks than buffered warps: decode_step.cu).
   int32_t xattn;
   // Hybrid steps (Qwen3.5): whether layers may be Gated DeltaNet layers, whether attention
   // layers have an output gate, and the Gated DeltaNet shapes (conv taps K, channels C).
