@@ -260,12 +260,17 @@ __host__ __device__ inline bool conv_rows_fit(const StepArgs& a, int heads) {
   return heads * (2 * a.dk + a.dv) / 4 * (a.conv_k - 1) <= 2 * kMixThreads;
 }
 // Channels go four at a time (dk, dv % 4 == 0, so four channels are contiguous in a row).
+// Whether value head h shifts its quad q: the q and k channels belong to its key head, whose
+// first value head shifts them (first_of_key_head).
+__device__ __forceinline__ bool shifts_quad(const StepArgs& a, bool first_of_key_head, int q) {
+  return first_of_key_head || 4 * q >= 2 * a.dk;
+}
 __device__ __forceinline__ void conv_rows_request(const StepArgs& a, const StepLayerDev& L, int h,
                                                   float4* buf) {
   const int n4 = (2 * a.dk + a.dv) / 4;
   const bool first_of_key_head = h % (a.hv / a.hk) == 0;
   for (int q = threadIdx.x; q < n4; q += blockDim.x) {
-    if (4 * q < 2 * a.dk && !first_of_key_head) continue;
+    if (!shifts_quad(a, first_of_key_head, q)) continue;
     const int c = mix_channel(a, h, 4 * q);
     for (int r = 0; r + 1 < a.conv_k; ++r) {
       const float* src =
@@ -282,7 +287,7 @@ __device__ __forceinline__ void conv_rows_store(const StepArgs& a, const StepLay
   const bool first_of_key_head = h % (a.hv / a.hk) == 0;
   copy16_wait_all();
   for (int q = threadIdx.x; q < n4; q += blockDim.x) {
-    if (4 * q < 2 * a.dk && !first_of_key_head) continue;
+    if (!shifts_quad(a, first_of_key_head, q)) continue;
     const int c = mix_channel(a, h, 4 * q);
     for (int r = 0; r + 1 < a.conv_k; ++r)
       *reinterpret_cast<float4*>(L.conv_state + int64_t(r) * a.conv_c + c) = buf[r * n4 + q];
