@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
           gate = __ldcg(reinterpret_cast<const VecOf<E>*>(a.og + hq * hd + lane * E));
         float* parts = a.xpart + int64_t(hq) * kStepMaxChunks * hd_p;
         chunk_attention<E, HYBRID>(a, L, hq, lo, hi, pos, qs, kv_buf, hc, parts + c * hd_p, lane);
-        __threadfence();  // the partial before the count (the reduction pattern of the guide)
+        __threadfence();  // the partial before the count (the CUDA guide's last-block pattern)
         __syncwarp();
         int last = 0;
         if (lane == 0) last = atomicAdd(a.head_count + hq, 1) == nc - 1;
