@@ -328,7 +328,12 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const bool has_head = int(blockIdx.x) < (xattn ? units : a.nh);
   const int head0 = xattn ? xu0 % a.nh : int(blockIdx.x), chunk0 = xattn ? xu0 / a.nh : warp;
   const bool first_chunk = xattn ? xu0 < units : has_head && warp < nc;
-  const int first_lo = first + chunk0 * per, first_hi = min(pos, first_lo + per - 1);
+  // Chunk c's keys: [first + c·per, min(pos, first + c·per + per − 1)].
+  auto chunk_keys = [&](int c) {
+    const int lo = first + c * per;
+    return int2{lo, min(pos, lo + per - 1)};
+  };
+  const auto [first_lo, first_hi] = chunk_keys(chunk0);
   const bool prefetch = kv_buf && first_chunk && per <= kChunkKeys;
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
@@ -391,7 +396,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       // +1–3 %; with fewer chunks the block per head is as fast, its combine in shared memory.
       for (int u = xu0; u < units; u += G * kWarpsB) {
         const int hq = u % a.nh, c = u / a.nh, hd_p = hd + 2;
-        const int lo = first + c * per, hi = min(pos, lo + per - 1);
+        const auto [lo, hi] = chunk_keys(c);
         if (kv_buf && !(u == xu0 && prefetch))
           prefetch_kv<E>(a, L, hq / (a.nh / a.nkv), lo, hi, pos, kv_buf, lane);
         VecOf<E> gate{};  // the head's gate, should this chunk be its last
@@ -428,7 +433,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
           // (With HEARTH_DECODE_KV_PREFETCH=0, a chunk per warp, all from the cache.)
           const int workers = a.kv_prefetch ? attn_warps(hd) : nc;
           for (int c = warp; c < nc && warp < workers; c += workers) {
-            const int lo = first + c * per, hi = min(pos, lo + per - 1);
+            const auto [lo, hi] = chunk_keys(c);
             const bool ready = hq == int(blockIdx.x) && c == warp && prefetch;
             if (kv_buf && !ready)
               prefetch_kv<E>(a, L, hq / (a.nh / a.nkv), lo, hi, pos, kv_buf, lane);
@@ -436,8 +441,8 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
                                        lane);
           }
         } else if (warp < nc) {
-          const int lo = first + warp * per;
-          chunk_attention<E, HYBRID>(a, L, hq, lo, min(pos, lo + per - 1), pos, qs,
+          const auto [lo, hi] = chunk_keys(warp);
+          chunk_attention<E, HYBRID>(a, L, hq, lo, hi, pos, qs,
                                      hq == int(blockIdx.x) && prefetch ? kv_buf : nullptr, hc,
                                      part + warp * (hd + 2), lane);
         }
