@@ -5,6 +5,7 @@
 // comment says otherwise. Ops do not throw on the hot path: shapes are checked by the model.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -284,6 +285,19 @@ class Backend {
   // written when to_host_f32 / end_step would have delivered logits.
   virtual void pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick);
 
+  // --- picking ahead (optional) ---
+  // pick_token_ahead is pick_token without the wait: the step ends with its token still where it
+  // was picked, so the host can record and launch the next step while this one runs.
+  // take_picked_token() returns the oldest such token not yet taken, waiting for it.
+  // embedding_of_pick(y, table, scale) is embedding() of the token the last pick_token_ahead
+  // picked, read where it lies (on a GPU it need not reach the host before the next step
+  // starts). picks_ahead() says whether picking ahead overlaps anything; the defaults pick at
+  // once and keep the ids on the host.
+  virtual bool picks_ahead() const { return false; }
+  virtual void pick_token_ahead(const Tensor& logits, const TokenPick& pick);
+  virtual int32_t take_picked_token();
+  virtual void embedding_of_pick(const Tensor& y, const Tensor& table, float scale);
+
   // --- step hooks (optional; the CPU backend ignores them) ---
   // Bracket one forward pass of n_tokens rows. Between them a backend may defer work: the CUDA
   // backend records steps of 1-8 tokens and replays each as a CUDA graph (one per size). Everything
@@ -291,6 +305,10 @@ class Backend {
   // complete when to_host_f32 / end_step returns.
   virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }
   virtual void end_step() {}
+
+ private:
+  std::deque<int32_t> picked_ahead_;  // the default pick_token_ahead's tokens, not yet taken
+  int32_t last_picked_ahead_ = -1;
 };
 
 // keep_weights_mapped: read weights in place from the mapped checkpoint instead of copying them

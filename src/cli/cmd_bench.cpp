@@ -44,13 +44,25 @@ double run_gen(Model& model, int64_t n, bool sampled, std::mt19937& rng) {
   auto state = model.new_sequence();
   int32_t token = dist(rng);
   // The decode loop as generation runs it: each step's logits give the next input through the
-  // backend's picker (on a GPU only the token id crosses to the host when it picks there).
+  // backend's picker (on a GPU only the token id crosses to the host when it picks there), and
+  // where the model picks ahead each step is queued before the previous one's token is taken.
   TokenPick pick;
   if (sampled) pick = {0.8f, 40, 0.95f, 0.05f, 0.0};
   auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < n; ++i) {
+  if (model.picks_ahead() && n > 0) {
     pick.u = draw(rng);
-    token = model.forward_pick(*state, std::span<const int32_t>(&token, 1), pick);
+    model.queue_pick(*state, token, pick);
+    for (int64_t i = 1; i < n; ++i) {
+      pick.u = draw(rng);
+      model.queue_pick(*state, Model::kPickedToken, pick);
+      token = model.take_pick();
+    }
+    token = model.take_pick();
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      pick.u = draw(rng);
+      token = model.forward_pick(*state, std::span<const int32_t>(&token, 1), pick);
+    }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -76,6 +76,7 @@ class LlamaModel final : public StepModel {
   }
 
  private:
+  Backend& step_backend() const override { return *backend_; }
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
            const TokenPick* pick, int32_t* token) override;
   void load_weights();
@@ -367,7 +368,7 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
 
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
-  backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
+  embed(*backend_, x, embed_, tokens, d_.embed_scale);
   seq.kv.reserve_batch(n);
   if (n != 1 || !decode_layers(seq, x, positions_[0])) {
     for (int il = 0; il < int(d_.n_layer); ++il) {

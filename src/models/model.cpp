@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include "backend/token_pick.h"
+#include "core/error.h"
 
 namespace hearth {
 
@@ -10,6 +11,22 @@ int32_t Model::forward_pick(SequenceState& state, std::span<const int32_t> token
   forward(state, tokens, LogitsRows::Last, pick_logits_.data());
   thread_local std::vector<std::pair<float, int32_t>> scratch;
   return pick_token_host(pick_logits_, pick, scratch);
+}
+
+void Model::queue_pick(SequenceState& state, int32_t token, const TokenPick& pick) {
+  if (token == kPickedToken) {
+    if (last_queued_pick_ < 0) fail("queue_pick: no earlier step picked a token to continue from");
+    token = last_queued_pick_;
+  }
+  last_queued_pick_ = forward_pick(state, std::span<const int32_t>(&token, 1), pick);
+  queued_picks_.push_back(last_queued_pick_);
+}
+
+int32_t Model::take_pick() {
+  if (queued_picks_.empty()) fail("take_pick: no step is queued");
+  const int32_t token = queued_picks_.front();
+  queued_picks_.pop_front();
+  return token;
 }
 
 }  // namespace hearth

@@ -5,6 +5,7 @@
 // forward() is not re-entrant: one forward at a time per Model.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -72,6 +73,18 @@ class Model {
   // only the token id crosses to the host); the default picks on the host.
   virtual int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
                                const TokenPick& pick);
+
+  // Picking ahead: queue_pick runs forward_pick's one-token step without waiting for its token,
+  // so the host records and launches the next step while the device runs this one (on a GPU the
+  // host's work and the launch then overlap the previous step; docs/cuda.md). `token` is the
+  // input id, or kPickedToken: the token the previous queued step picks, which then does not
+  // cross to the host before this step runs. take_pick() returns the oldest queued step's token,
+  // waiting for it. The state advances when a step is queued. picks_ahead() says whether
+  // queueing overlaps anything; where it does not, queue_pick runs the step at once.
+  static constexpr int32_t kPickedToken = -1;
+  virtual bool picks_ahead() const { return false; }
+  virtual void queue_pick(SequenceState& state, int32_t token, const TokenPick& pick);
+  virtual int32_t take_pick();
   // Tokens per prefill forward when the caller leaves it to the model (a prefill_chunk of 0):
   // 512 on the CPU, 2048 on a GPU, where cuBLAS needs the larger products to reach its peak
   // (docs/design-notes.md). load_model sets it from the backend.
@@ -79,7 +92,9 @@ class Model {
   void set_default_prefill_chunk(int64_t n) { default_prefill_chunk_ = n; }
 
  private:
-  std::vector<float> pick_logits_;  // the default forward_pick's host row
+  std::vector<float> pick_logits_;    // the default forward_pick's host row
+  std::deque<int32_t> queued_picks_;  // the default queue_pick's tokens, not yet taken
+  int32_t last_queued_pick_ = -1;
   int64_t default_prefill_chunk_ = 512;
 };
 

@@ -62,6 +62,7 @@ class Qwen35Model final : public StepModel {
   }
 
  private:
+  Backend& step_backend() const override { return *backend_; }
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
            const TokenPick* pick, int32_t* token) override;
   void reserve_scratch(int64_t n);
@@ -327,7 +328,7 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
   const Tensor h = h_.view(act_, {n, H});
-  be.embedding(x, w_.embed, tokens.data(), 1.0f);
+  embed(be, x, w_.embed, tokens, 1.0f);
   seq.kv().reserve_batch(n);
   // Each block's products end in a residual add into x (linear_residual), and the next block's
   // input norm happens inside its first products (InputNorm): no pass over x in between.

@@ -27,9 +27,37 @@ class StepModel : public Model {
     return token;
   }
 
+  // Picking ahead through the backend: the step ends in pick_token_ahead, and a kPickedToken
+  // input is embedded where the previous pick lies (embedding_of_pick).
+  bool picks_ahead() const final { return step_backend().picks_ahead(); }
+  void queue_pick(SequenceState& state, int32_t token, const TokenPick& pick) final {
+    picked_input_ = token == kPickedToken;
+    const int32_t id = picked_input_ ? 0 : token;  // 0: a valid id for the checks, not read
+    try {
+      run(state, std::span<const int32_t>(&id, 1), LogitsRows::Last, nullptr, &pick, nullptr);
+    } catch (...) {
+      picked_input_ = false;
+      throw;
+    }
+    picked_input_ = false;
+  }
+  int32_t take_pick() final { return step_backend().take_picked_token(); }
+
  protected:
+  virtual Backend& step_backend() const = 0;
+
+  // The step's input rows: the embeddings of `tokens`, or in a queue_pick step whose input is
+  // kPickedToken, of the token the previous step picked.
+  void embed(Backend& be, const Tensor& x, const Tensor& table, std::span<const int32_t> tokens,
+             float scale) const {
+    if (picked_input_)
+      be.embedding_of_pick(x, table, scale);
+    else
+      be.embedding(x, table, tokens.data(), scale);
+  }
+
   // The forward pass: the requested rows' logits to `logits` (host), or with `pick` only the
-  // token picked from the last row to *token.
+  // token picked from the last row to *token (token null: picked ahead, for take_pick).
   virtual void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
                    float* logits, const TokenPick* pick, int32_t* token) = 0;
 
@@ -60,7 +88,11 @@ class StepModel : public Model {
                           int32_t* token) {
     if (pick) {
       const int64_t n_rows = out.dim(0);
-      be.pick_token(token, out.slice_rows(n_rows - 1, n_rows).reshaped({out.dim(1)}), *pick);
+      const Tensor row = out.slice_rows(n_rows - 1, n_rows).reshaped({out.dim(1)});
+      if (token)
+        be.pick_token(token, row, *pick);
+      else
+        be.pick_token_ahead(row, *pick);
     } else {
       be.to_host_f32(logits, out);
     }
@@ -70,6 +102,7 @@ class StepModel : public Model {
   std::vector<int32_t> positions_;
 
  private:
+  bool picked_input_ = false;  // queue_pick(kPickedToken) is running
   DeviceBuffer logits_;
   int64_t logits_capacity_ = 0;
 };

@@ -49,7 +49,10 @@ void prefill(Model& model, SequenceState& state, std::span<const int32_t> tokens
              std::vector<float>* last_logits);
 
 // Generates after `prompt` (which must be non-empty) on a state whose n_past() is 0 or a prefix
-// of the prompt already processed (the prompt cache).
+// of the prompt already processed (the prompt cache). Afterwards the state holds the prompt and
+// every generated token but the last; where the model picks ahead (Model::picks_ahead) and the
+// loop ended on a stop token or the callback, a state that cannot be cut back (recurrent
+// layers) holds the last token too.
 GenerateResult generate(Model& model, SequenceState& state, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TokenCallback& on_token = {});
 

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loader/npy.h"
@@ -56,6 +58,36 @@ inline std::vector<int32_t> greedy_tokens(Model& model, const std::vector<int32_
   params.sampling.temperature = 0.0f;
   auto state = model.new_sequence();
   return generate(model, *state, prompt, params).tokens;
+}
+
+// The decode loop twice from `prompt`, n tokens each, the pick's draws from `u_seed`: one step
+// at a time (forward_pick), and with each step queued before the previous one's token is taken
+// (queue_pick with Model::kPickedToken, take_pick). Returns {one at a time, picked ahead}.
+inline std::pair<std::vector<int32_t>, std::vector<int32_t>> decode_both_ways(
+    Model& model, const std::vector<int32_t>& prompt, int n, TokenPick pick, uint32_t u_seed) {
+  std::vector<int32_t> plain, ahead;
+  std::mt19937 rng_plain(u_seed), rng_ahead(u_seed);
+  auto draw = [](std::mt19937& rng) { return std::uniform_real_distribution<double>(0, 1)(rng); };
+  auto a = model.new_sequence(), b = model.new_sequence();
+  pick.u = draw(rng_plain);
+  int32_t t = model.forward_pick(*a, prompt, pick);
+  for (int i = 0; i < n; ++i) {
+    plain.push_back(t);
+    pick.u = draw(rng_plain);
+    t = model.forward_pick(*a, std::span<const int32_t>(&t, 1), pick);
+  }
+  pick.u = draw(rng_ahead);
+  int32_t first = model.forward_pick(*b, prompt, pick);
+  ahead.push_back(first);
+  pick.u = draw(rng_ahead);
+  model.queue_pick(*b, first, pick);
+  for (int i = 1; i < n; ++i) {
+    pick.u = draw(rng_ahead);
+    model.queue_pick(*b, Model::kPickedToken, pick);
+    ahead.push_back(model.take_pick());
+  }
+  model.take_pick();  // the step past the n-th token
+  return {plain, ahead};
 }
 
 inline double max_error_rel_std(const float* got, const std::vector<float>& want, double std) {

@@ -3,6 +3,7 @@
 // (prefill-all equals prefill-then-decode at every position; chunked prefill equals one-shot).
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "fixture.h"
 #include "models/llama.h"
 #include "models/model.h"
@@ -89,6 +90,22 @@ TEST_P(LlamaFamily, ChunkedPrefillEqualsOneShot) {
     EXPECT_LT(test::max_error_rel_std(chunked.data(), whole, std), 1e-4)
         << c.name << " chunk " << chunk;
   }
+}
+
+// Picking ahead (the default here: at once, ids on the host) gives forward_pick's tokens,
+// greedy and sampled; taking a pick nothing queued, or continuing from no pick, is an error.
+TEST_P(LlamaFamily, PickingAheadEqualsOneStepAtATime) {
+  const FixtureCase& c = GetParam();
+  auto model = load_model(c.dir);
+  auto prompt = prompt_of(c);
+  for (TokenPick pick : {TokenPick{}, TokenPick{0.9f, 20, 0.95f, 0.0f, 0.0}}) {
+    auto [plain, ahead] = test::decode_both_ways(*model, prompt, 6, pick, 11);
+    EXPECT_EQ(ahead, plain) << c.name << " temperature " << pick.temperature;
+  }
+  EXPECT_THROW(model->take_pick(), Error);
+  auto fresh = load_model(c.dir);
+  auto s = fresh->new_sequence();
+  EXPECT_THROW(fresh->queue_pick(*s, Model::kPickedToken, TokenPick{}), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaFamily, ::testing::ValuesIn(llama_cases()),

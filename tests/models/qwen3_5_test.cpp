@@ -202,6 +202,16 @@ TEST_P(Qwen35Family, SnapshotRestoreRegeneratesIdentically) {
   EXPECT_EQ(again, logits) << "truncate(0) resets every state";
 }
 
+// Picking ahead (the default here: at once, ids on the host) gives forward_pick's tokens.
+TEST_P(Qwen35Family, PickingAheadEqualsOneStepAtATime) {
+  const FixtureCase& c = GetParam();
+  auto model = load_model(c.dir);
+  for (TokenPick pick : {TokenPick{}, TokenPick{0.9f, 20, 0.95f, 0.0f, 0.0}}) {
+    auto [plain, ahead] = test::decode_both_ways(*model, prompt_of(c), 6, pick, 11);
+    EXPECT_EQ(ahead, plain) << c.name << " temperature " << pick.temperature;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen35Family, ::testing::ValuesIn(qwen3_5_cases()),
                          [](const auto& info) { return info.param.name; });
 

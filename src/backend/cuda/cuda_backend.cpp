@@ -104,6 +104,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // The one-kernel Gated DeltaNet mixer needs thread-block clusters (sm_90);
   // HEARTH_CUDA_GDN_MIXER=0 runs the four ops instead, for measurements.
   gdn_mixer_ = prop.major >= 9 && gdn_mixer_switch();
+  const char* step_times = std::getenv("HEARTH_CUDA_STEP_TIMES");
+  if (step_times && std::string(step_times) == "1") {
+    step_times_ = std::make_unique<StepTimes>();
+    HEARTH_CUDA_CHECK(cudaEventCreate(&step_times_->before));
+    HEARTH_CUDA_CHECK(cudaEventCreate(&step_times_->after));
+  }
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
   HEARTH_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
   HEARTH_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, kLtWorkspace));
@@ -111,7 +117,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   HEARTH_CUDA_CHECK(
       cudaHostAlloc(reinterpret_cast<void**>(&dyn_host_), kDynInts * 4, cudaHostAllocDefault));
   HEARTH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dyn_dev_), kDynInts * 4));
-  HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&graph_done_, cudaEventDisableTiming));
+  HEARTH_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&graph_dyn_host_),
+                                  kDynAreas * kGraphDynInts * 4, cudaHostAllocDefault));
+  for (cudaEvent_t& e : dyn_copied_)
+    HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  HEARTH_CUDA_CHECK(
+      cudaHostAlloc(reinterpret_cast<void**>(&ahead_host_), kAheadSlots * 4, cudaHostAllocDefault));
+  for (cudaEvent_t& e : ahead_ready_)
+    HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   ring_ = kGraphDynInts;
   attention_init();
   gemv_init();
@@ -139,6 +152,18 @@ CudaBackend::~CudaBackend() {
                      .c_str(),
                  stderr);
   }
+  if (step_times_) {
+    const StepTimes& st = *step_times_;
+    if (st.steps > 0)
+      std::fprintf(stderr,
+                   "step times: %lld replays; per step: host between token and launch %.2f us, "
+                   "launch to token %.2f us, graph span on the GPU %.2f us\n",
+                   static_cast<long long>(st.steps),
+                   st.host_us / std::max<int64_t>(1, st.host_steps), st.wall_us / st.steps,
+                   st.span_us / st.steps);
+    cudaEventDestroy(st.before);
+    cudaEventDestroy(st.after);
+  }
   for (GraphSlot& g : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
   weights_.clear();
@@ -156,7 +181,10 @@ CudaBackend::~CudaBackend() {
   cudaFreeHost(moe_ids_host_);
   cudaFree(dyn_dev_);
   for (void* p : staging_) cudaFreeHost(p);
-  cudaEventDestroy(graph_done_);
+  cudaFreeHost(graph_dyn_host_);
+  cudaFreeHost(ahead_host_);
+  for (cudaEvent_t e : dyn_copied_) cudaEventDestroy(e);
+  for (cudaEvent_t e : ahead_ready_) cudaEventDestroy(e);
   cublasLtDestroy(ctx_.lt);
   if (ctx_.blas) cublasDestroy(ctx_.blas);
   cudaStreamDestroy(ctx_.stream);

@@ -11,8 +11,10 @@
 //   rows) are copied into a pinned "dyn" area and kernels read them from its device mirror. In a
 //   recorded step (begin_step(1) ... end_step) ops are not launched but appended as records
 //   (launcher + its plain-data arguments). At the end, if the records equal those of the last
-//   captured graph, only the dyn values changed: the graph (whose first node copies the dyn
-//   area to the device) is replayed. Otherwise the records are captured into a new graph.
+//   captured graph, only the dyn values changed: the graph is replayed after a copy of the
+//   step's dyn values to the device. Otherwise the records are captured into a new graph. A
+//   recorded step's values go to one of kDynAreas pinned areas in turn, so the host can record
+//   a step while the previous one (picked ahead) still waits for its copy.
 // - Anything that needs the host mid-step (alloc, copy_from_host, growing a buffer) first runs
 //   the records so far eagerly and leaves the step unrecorded.
 // - Outputs whose Tensor::device is CPU (the model's logits) are computed into a device f32
@@ -21,8 +23,11 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -39,6 +44,8 @@ namespace hearth::cuda {
 
 constexpr int64_t kDynInts = 1 << 20;       // 4 MiB pinned, mirrored on the device
 constexpr int64_t kGraphDynInts = 1 << 16;  // [0, this): a recorded step's values
+constexpr int kDynAreas = 3;                // host areas of recorded steps' values, in turn
+constexpr int kAheadSlots = 8;              // tokens picked ahead and not yet taken, at most
 constexpr size_t kLtWorkspace = 32u << 20;
 constexpr size_t kUploadChunk = 64u << 20;
 
@@ -170,6 +177,13 @@ class CudaBackend final : public Backend {
   void begin_step(int64_t n_tokens) override;
   void end_step() override;
 
+  // Picking ahead (cuda_backend_io.cpp): the pick's token is copied to a pinned slot of its own
+  // after the step, and the next step's embedding reads it from device memory.
+  bool picks_ahead() const override { return true; }
+  void pick_token_ahead(const Tensor& logits, const TokenPick& pick) override;
+  int32_t take_picked_token() override;
+  void embedding_of_pick(const Tensor& y, const Tensor& table, float scale) override;
+
   // Test hooks: graphs off (every step eager), sampling picks on the device too, and how many
   // graphs were captured / replayed.
   void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
@@ -250,14 +264,29 @@ class CudaBackend final : public Backend {
   void finish_recording();
   void submit_recorded_d2h();
   void capture();
+  // The recorded step's values: their host area, where `at` of the dyn area lies on the host,
+  // and the copy of the area to the device before the step's work (then the next area).
+  int32_t* graph_dyn_host() const { return graph_dyn_host_ + dyn_area_ * kGraphDynInts; }
+  int32_t* dyn_host_at(int64_t at) const {
+    return at < kGraphDynInts ? graph_dyn_host() + at : dyn_host_ + at;
+  }
+  void copy_graph_dyn();
+  // The graph slot's kind for a pick: greedy or sampled, and whether the step's input is the
+  // previous pick (embedding_of_pick), so each keeps its own graph.
+  size_t pick_slot_offset(bool greedy) const {
+    return size_t((greedy ? 1 : 2) + (picked_input_ ? 2 : 0)) * kGraphTokens;
+  }
 
   // --- host outputs (logits) ---
 
   void linear_to_host(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // The picker's launch into token_dev_ (pick_token and pick_token_ahead), and its graph slot.
+  void submit_pick(const Tensor& logits, const TokenPick& pick);
   const Ten* pending_host_output(const Tensor& x) const;
   void deliver_or_queue_output();
   void deliver_now();
   void finish_delivery();
+  void note_step_times();  // HEARTH_CUDA_STEP_TIMES=1
   void ensure_out_host(size_t bytes);
   void grow_device(void** p, size_t& have, size_t need);
   // A device scratch buffer replaced by a larger one (at least need bytes) outside any recorded
@@ -308,11 +337,40 @@ class CudaBackend final : public Backend {
     int64_t cursor = 0;
   };
   static constexpr int64_t kGraphTokens = 8;
-  // Slots: n (logits to the host), n + kGraphTokens (greedy pick), n + 2·kGraphTokens (sampled).
-  std::array<GraphSlot, 3 * kGraphTokens + 1> graphs_;
+  // Slots: n (logits to the host), n + kGraphTokens (greedy pick), n + 2·kGraphTokens (sampled),
+  // n + 3·kGraphTokens and n + 4·kGraphTokens (the same with the previous pick as input).
+  std::array<GraphSlot, 5 * kGraphTokens + 1> graphs_;
   size_t slot_ = 0;
-  cudaEvent_t graph_done_ = nullptr;
+  bool picked_input_ = false;  // this recorded step embeds the previous pick
+  // Host areas of recorded steps' values (kDynAreas · kGraphDynInts ints, pinned), the one in
+  // use, and for each the event after its copy to the device.
+  int32_t* graph_dyn_host_ = nullptr;
+  int dyn_area_ = 0;
+  std::array<cudaEvent_t, kDynAreas> dyn_copied_{};
+  // Picks ahead: their pinned slots and events, the queue (slot, or -1 and the token for a pick
+  // made on the host), the next slot, and where the last pick's token lies.
+  struct AheadPick {
+    int slot;
+    int32_t token;
+  };
+  int32_t* ahead_host_ = nullptr;
+  std::array<cudaEvent_t, kAheadSlots> ahead_ready_{};
+  std::deque<AheadPick> ahead_;
+  int ahead_next_ = 0;
+  bool last_pick_on_device_ = false;  // in token_dev_
+  int32_t last_pick_host_ = -1;       // else here (-1: none)
   int64_t graphs_captured_ = 0, graphs_replayed_ = 0;
+  // HEARTH_CUDA_STEP_TIMES=1 (measurement): where a replayed step's wall time goes, printed at
+  // exit: the host's time between a step's token and the next launch, and the GPU's span of a
+  // graph (timing events around it) against the launch-to-token wall time.
+  struct StepTimes {
+    cudaEvent_t before = nullptr, after = nullptr;
+    double host_us = 0, span_us = 0, wall_us = 0;
+    int64_t steps = 0, host_steps = 0;
+    std::chrono::steady_clock::time_point launched, delivered;
+    bool timing = false;  // a replay's events are pending
+  };
+  std::unique_ptr<StepTimes> step_times_;
 
   // The pending host output: device f32 source, pinned staging, the caller's pointer.
   Ten out_;

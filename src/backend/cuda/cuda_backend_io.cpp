@@ -93,21 +93,12 @@ void CudaBackend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick
   // step is 12 % faster than bringing the row to the host (docs/PERFORMANCE.md).
   const bool greedy = pick.temperature <= 0.0f;
   const bool on_device = greedy || device_sampling_;
+  // token_dev_ is about to hold another token than the last pick ahead.
+  last_pick_on_device_ = false;
+  last_pick_host_ = -1;
   if (logits.device != Device::CUDA || logits.dtype != DType::F32 || !on_device)
     return Backend::pick_token(dst, logits, pick);
-  const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
-  static_assert(sizeof dyn % 4 == 0);
-  const auto* d_dyn =
-      reinterpret_cast<const PickDyn*>(upload_ints(&dyn, int64_t(sizeof dyn / 4), 6));
-  if (!token_dev_) {
-    stop_recording();
-    HEARTH_CUDA_CHECK(cudaMalloc(&token_dev_, 16));
-    invalidate_graph();
-  }
-  submit<&cuda::pick_token>(static_cast<int32_t*>(token_dev_), Ten(logits), d_dyn, greedy);
-  // Greedy steps launch only the picker's first kernel, so they keep a graph of their own
-  // (sampled ones the next set of slots) and alternating requests do not recapture.
-  if (recording_) slot_ += size_t(greedy ? 1 : 2) * kGraphTokens;
+  submit_pick(logits, pick);
   // The token leaves as the step's host output (4 bytes instead of the logits row).
   if (out_.p) deliver_or_queue_output();
   ensure_out_host(4);
@@ -124,6 +115,70 @@ void CudaBackend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick
   } else {
     deliver_now();
   }
+}
+
+void CudaBackend::submit_pick(const Tensor& logits, const TokenPick& pick) {
+  const bool greedy = pick.temperature <= 0.0f;
+  const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
+  static_assert(sizeof dyn % 4 == 0);
+  const auto* d_dyn =
+      reinterpret_cast<const PickDyn*>(upload_ints(&dyn, int64_t(sizeof dyn / 4), 6));
+  if (!token_dev_) {
+    stop_recording();
+    HEARTH_CUDA_CHECK(cudaMalloc(&token_dev_, 16));
+    invalidate_graph();
+  }
+  submit<&cuda::pick_token>(static_cast<int32_t*>(token_dev_), Ten(logits), d_dyn, greedy);
+  // Greedy steps launch only the picker's first kernel, so they keep a graph of their own
+  // (sampled ones the next set of slots) and alternating requests do not recapture.
+  if (recording_) slot_ += pick_slot_offset(greedy);
+}
+
+void CudaBackend::pick_token_ahead(const Tensor& logits, const TokenPick& pick) {
+  bind();
+  if (ahead_.size() >= size_t(kAheadSlots))
+    fail("CUDA backend: at most {} tokens can be picked ahead without being taken", kAheadSlots);
+  const bool on_device = pick.temperature <= 0.0f || device_sampling_;
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32 || !on_device) {
+    int32_t token = 0;
+    pick_token(&token, logits, pick);  // on the host, now
+    ahead_.push_back({-1, token});
+    last_pick_host_ = token;
+    return;
+  }
+  submit_pick(logits, pick);
+  if (out_.p) deliver_or_queue_output();
+  if (recording_) finish_recording();
+  // The token to a pinned slot of its own, in stream order after the step: the next step's pick
+  // rewrites token_dev_ only after this copy. Slots are reused in turn, so with fewer than
+  // kAheadSlots picks untaken a slot's earlier token has been taken.
+  const int slot = ahead_next_;
+  ahead_next_ = (ahead_next_ + 1) % kAheadSlots;
+  launch_d2h(ctx_, ahead_host_ + slot, token_dev_, 4);
+  HEARTH_CUDA_CHECK(cudaEventRecord(ahead_ready_[size_t(slot)], ctx_.stream));
+  ahead_.push_back({slot, 0});
+  last_pick_on_device_ = true;
+  last_pick_host_ = -1;
+}
+
+int32_t CudaBackend::take_picked_token() {
+  if (ahead_.empty()) fail("take_picked_token: no token was picked ahead");
+  const AheadPick p = ahead_.front();
+  ahead_.pop_front();
+  if (p.slot < 0) return p.token;
+  bind();
+  HEARTH_CUDA_CHECK(cudaEventSynchronize(ahead_ready_[size_t(p.slot)]));
+  return ahead_host_[p.slot];
+}
+
+void CudaBackend::embedding_of_pick(const Tensor& y, const Tensor& table, float scale) {
+  bind();
+  if (!last_pick_on_device_) {
+    if (last_pick_host_ < 0) fail("embedding_of_pick: no token was picked ahead");
+    return embedding(y, table, &last_pick_host_, scale);
+  }
+  if (recording_) picked_input_ = true;
+  submit<&cuda::embedding>(Ten(y), Ten(table), static_cast<const int32_t*>(token_dev_), scale);
 }
 
 void CudaBackend::linear_to_host(const Tensor& y, const Tensor& x, const Tensor& w,
@@ -161,10 +216,33 @@ void CudaBackend::deliver_now() {
 
 void CudaBackend::finish_delivery() {
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  if (step_times_) note_step_times();
   std::memcpy(out_user_, out_host_, out_bytes_);
   out_ = Ten();
   out_user_ = nullptr;
   out_queued_ = false;
+}
+
+void CudaBackend::note_step_times() {
+  StepTimes& st = *step_times_;
+  const auto now = std::chrono::steady_clock::now();
+  if (st.timing) {
+    auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
+    float span_ms = 0;
+    HEARTH_CUDA_CHECK(cudaEventElapsedTime(&span_ms, st.before, st.after));
+    // The host part counts only between consecutive replays (not after a prefill or a capture).
+    if (st.delivered.time_since_epoch().count() != 0) {
+      st.host_us += us(st.launched - st.delivered);
+      ++st.host_steps;
+    }
+    st.wall_us += us(now - st.launched);
+    st.span_us += span_ms * 1e3;
+    ++st.steps;
+    st.timing = false;
+    st.delivered = now;
+  } else {
+    st.delivered = {};
+  }
 }
 
 void CudaBackend::ensure_out_host(size_t bytes) {

@@ -17,8 +17,10 @@ void CudaBackend::begin_step(int64_t n_tokens) {
   // recorded; each size keeps its own graph.
   recording_ = n_tokens >= 1 && n_tokens <= kGraphTokens && graphs_enabled_;
   slot_ = recording_ ? size_t(n_tokens) : 0;
-  // The previous replay's first node may still be reading the pinned dyn values.
-  if (recording_) HEARTH_CUDA_CHECK(cudaEventSynchronize(graph_done_));
+  picked_input_ = false;
+  // The copy of this area kDynAreas recorded steps ago may not have run yet (it waits for the
+  // steps queued before it); with one step picked ahead it has.
+  if (recording_) HEARTH_CUDA_CHECK(cudaEventSynchronize(dyn_copied_[size_t(dyn_area_)]));
 }
 
 void CudaBackend::end_step() {
@@ -32,14 +34,14 @@ const int32_t* CudaBackend::upload_ints(const void* src, int64_t n, int tag) {
   if (n <= 0) return dyn_dev_;
   const size_t bytes = size_t(n) * 4;
   for (const auto& e : dedup_)
-    if (e.tag == tag && e.n == n && std::memcmp(dyn_host_ + e.offset, src, bytes) == 0)
+    if (e.tag == tag && e.n == n && std::memcmp(dyn_host_at(e.offset), src, bytes) == 0)
       return dyn_dev_ + e.offset;
   const int64_t len = (n + 3) / 4 * 4;  // 16-byte aligned slots
   int64_t at;
   if (recording_ && graph_cursor_ + len <= kGraphDynInts) {
     at = graph_cursor_;
     graph_cursor_ += len;
-    std::memcpy(dyn_host_ + at, src, bytes);
+    std::memcpy(graph_dyn_host() + at, src, bytes);
   } else {
     if (recording_) stop_recording();  // a step with more inputs than the graph area holds
     if (len > kDynInts - kGraphDynInts)
@@ -66,14 +68,20 @@ void CudaBackend::stop_recording() {
   recording_ = false;
   dedup_.clear();  // graph-area slots are not ring slots
   if (!recs_.empty()) {
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(dyn_dev_, dyn_host_, size_t(graph_cursor_) * 4,
-                                      cudaMemcpyHostToDevice, ctx_.stream));
+    copy_graph_dyn();
     for (const Record& r : recs_) r.fn(ctx_, blob_.data() + r.offset);
-    // The pinned graph area is rewritten by the next recorded step only after this.
-    HEARTH_CUDA_CHECK(cudaEventRecord(graph_done_, ctx_.stream));
   }
   recs_.clear();
   blob_.clear();
+}
+
+void CudaBackend::copy_graph_dyn() {
+  if (graph_cursor_ > 0)
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(dyn_dev_, graph_dyn_host(), size_t(graph_cursor_) * 4,
+                                      cudaMemcpyHostToDevice, ctx_.stream));
+  // The area is rewritten kDynAreas recorded steps later, after this event (begin_step).
+  HEARTH_CUDA_CHECK(cudaEventRecord(dyn_copied_[size_t(dyn_area_)], ctx_.stream));
+  dyn_area_ = (dyn_area_ + 1) % kDynAreas;
 }
 
 void CudaBackend::invalidate_graph() {
@@ -97,9 +105,23 @@ void CudaBackend::finish_recording() {
   recording_ = false;
   if (out_.p) submit_recorded_d2h();
   if (!recs_.empty()) {
-    if (!records_match()) capture();
+    const bool replay = records_match();
+    if (!replay) {
+      // A step picked ahead may still run this slot's graph; updating or replacing an
+      // executable graph is simplest with none in flight, and captures are rare.
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+      capture();
+    }
+    if (step_times_ && replay) {
+      step_times_->launched = std::chrono::steady_clock::now();
+      HEARTH_CUDA_CHECK(cudaEventRecord(step_times_->before, ctx_.stream));
+    }
+    copy_graph_dyn();
     HEARTH_CUDA_CHECK(cudaGraphLaunch(graphs_[slot_].exec, ctx_.stream));
-    HEARTH_CUDA_CHECK(cudaEventRecord(graph_done_, ctx_.stream));
+    if (step_times_ && replay) {
+      HEARTH_CUDA_CHECK(cudaEventRecord(step_times_->after, ctx_.stream));
+      step_times_->timing = true;
+    }
     ++graphs_replayed_;
   }
   recs_.clear();
@@ -122,8 +144,6 @@ void CudaBackend::capture() {
   HEARTH_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(dyn_dev_, dyn_host_, size_t(graph_cursor_) * 4,
-                                      cudaMemcpyHostToDevice, ctx_.stream));
     for (const Record& r : recs_) r.fn(ctx_, blob_.data() + r.offset);
   } catch (...) {
     cudaStreamEndCapture(ctx_.stream, &graph);
