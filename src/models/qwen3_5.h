@@ -62,6 +62,7 @@ struct RecurrentSnapshot {
 // state [Hv, Dk, Dv], both f32) for each linear layer.
 // The recurrent state cannot be cut back, so truncate(n) succeeds only for n >= n_past(), n == 0,
 // or n equal to a snapshot kept with keep_snapshot(); later snapshots are dropped on truncation.
+// A stack without recurrent layers (qwen3_moe) truncates like a KV cache, to any n.
 class Qwen35Sequence final : public SequenceState {
  public:
   Qwen35Sequence(Backend& backend, const Qwen35Descriptor& d);

@@ -33,7 +33,8 @@ size_t RecurrentSnapshot::bytes() const {
 
 Qwen35Sequence::Qwen35Sequence(Backend& backend, const Qwen35Descriptor& d)
     : backend_(&backend),
-      kv_(backend, std::vector<int>(size_t(d.n_full_layers()), 0), int(d.n_head_kv), int(d.head_dim)) {
+      kv_(backend, std::vector<int>(size_t(d.n_full_layers()), 0), int(d.n_head_kv),
+          int(d.head_dim)) {
   int n_kv = 0, n_lin = 0;
   for (int64_t i = 0; i < d.n_layer; ++i) {
     const bool lin = d.linear_layer[size_t(i)];
@@ -98,6 +99,7 @@ void Qwen35Sequence::keep_snapshot(size_t max_kept) {
 
 bool Qwen35Sequence::truncate(int64_t n) {
   if (n >= n_past()) return true;
+  if (conv_.empty()) return kv_.truncate(n);  // no recurrent layers (qwen3_moe): the KV alone
   if (n <= 0) {
     kv_.truncate(0);
     reset_recurrent();

@@ -185,11 +185,13 @@ TEST_P(Qwen35Family, SnapshotRestoreRegeneratesIdentically) {
   EXPECT_EQ(seq.n_past(), int64_t(prompt.size()));
   EXPECT_EQ(greedy(*model, seq, logits, 12), first) << c.name << ": after restore";
 
-  // truncate() goes back only to a kept snapshot (or 0).
+  // truncate() goes back only to a kept snapshot (or 0), unless the stack has no recurrent
+  // layers (qwen3_moe): then anywhere, like a KV cache.
   ASSERT_TRUE(seq.restore(*snap));
   seq.keep_snapshot();
   greedy(*model, seq, logits, 5);
-  EXPECT_FALSE(seq.truncate(int64_t(prompt.size()) + 2)) << "no snapshot there";
+  EXPECT_EQ(seq.truncate(int64_t(prompt.size()) + 2), !seq.needs_checkpoints())
+      << c.name << ": no snapshot there";
   ASSERT_TRUE(seq.truncate(int64_t(prompt.size())));
   EXPECT_EQ(greedy(*model, seq, logits, 12), first) << c.name << ": after truncate";
   // A restored snapshot must not see positions it never had.
