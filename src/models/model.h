@@ -98,6 +98,23 @@ class Model {
   int64_t default_prefill_chunk_ = 512;
 };
 
+// The steps a decode loop has queued (Model::queue_pick) and not taken: on leaving the scope,
+// by an exception too, their picks are taken and dropped, so none is left for the next caller
+// to take as its own.
+struct QueuedPicks {
+  explicit QueuedPicks(Model& m) : model(m) {}
+  QueuedPicks(const QueuedPicks&) = delete;
+  QueuedPicks& operator=(const QueuedPicks&) = delete;
+  ~QueuedPicks() {
+    for (; n > 0; --n) try {
+        model.take_pick();
+      } catch (...) {  // a failed step: nothing left to take
+      }
+  }
+  Model& model;
+  int n = 0;
+};
+
 struct LoadOptions {
   std::string device = "cpu";
   // CPU: read weights in place from the mapped file (fast load). false copies them into

@@ -248,6 +248,9 @@ GenerationResult Engine::run(Job& job) {
   std::vector<int32_t> history(req.prompt.begin(), req.prompt.end());
   auto give_back = [&] {
     if (options_.cache_bytes == 0) return;
+    // A state past the history (a step picked ahead on a token that was then not kept, and a
+    // recurrent state that cannot be cut back) matches no token list: not cached.
+    if (state->n_past() > int64_t(history.size())) return;
     const int64_t n = std::min<int64_t>(state->n_past(), int64_t(history.size()));
     if (n <= 0) return;
     cache_.release(std::vector<int32_t>(history.begin(), history.begin() + n), std::move(state),
@@ -300,19 +303,44 @@ GenerationResult Engine::run(Job& job) {
   result.finish_reason = "length";
   std::vector<float> raw;
   double t_first = 0;
-  for (int64_t i = 0; i < req.max_tokens; ++i) {
-    if (i > 0) {
-      if (state->n_past() >= n_ctx_) break;  // context full: "length"
+  // After the first token (from the prefill's logits), a GPU picks each token where the logits
+  // are and the next step is queued before this one's token is taken (Model::queue_pick), so
+  // detokenizing and streaming a token overlap the next step. Logprobs, penalties and logit
+  // bias need the logits on the host, one step at a time.
+  const bool ahead = model_->picks_ahead() && sampler.backend_can_pick() && req.logprobs < 0;
+  QueuedPicks queued(*model_);
+  // Runs the step that gives token i >= 1; false when the context is full ("length"). Picking
+  // ahead, the token comes back in `picked`; else the step's logits are in `logits`.
+  auto decode_step = [&](int64_t i, std::optional<int32_t>& picked) {
+    if (!ahead) {
+      if (state->n_past() >= n_ctx_) return false;
       model_->forward(*state, std::span<const int32_t>(&history.back(), 1), LogitsRows::Last,
                       logits.data());
+      return true;
     }
+    if (queued.n == 0) {
+      if (state->n_past() >= n_ctx_) return false;
+      model_->queue_pick(*state, history.back(), sampler.next_pick());
+      ++queued.n;
+    }
+    if (i + 1 < req.max_tokens && state->n_past() < n_ctx_) {
+      model_->queue_pick(*state, Model::kPickedToken, sampler.next_pick());
+      ++queued.n;
+    }
+    --queued.n;
+    picked = model_->take_pick();
+    return true;
+  };
+  for (int64_t i = 0; i < req.max_tokens; ++i) {
+    std::optional<int32_t> picked;
+    if (i > 0 && !decode_step(i, picked)) break;  // context full: "length"
     if (req.cancel->load()) {
       result.finish_reason = "cancelled";
       break;
     }
     std::optional<TokenLogprob> lp;
     if (req.logprobs >= 0) raw.assign(logits.begin(), logits.end());  // sample() edits logits
-    const int32_t token = sampler.sample(logits, history);
+    const int32_t token = picked ? *picked : sampler.sample(logits, history);
     if (req.logprobs >= 0) lp = compute_logprobs(raw, token, req.logprobs);
     if (i == 0) {
       t_first = now_ms();
@@ -342,6 +370,14 @@ GenerationResult Engine::run(Job& job) {
     } else {
       emit(std::string(), true);
     }
+  }
+  if (queued.n > 0) {
+    // The step queued after the last token ran on a token the loop then stopped at (or was
+    // cancelled after): its pick is dropped and the state cut back to before its input where it
+    // can be; a recurrent state keeps it (give_back caches it only if history holds it).
+    model_->take_pick();
+    --queued.n;
+    state->truncate(state->n_past() - 1);
   }
   if (decoder && !stops.matched()) {
     std::string tail = stops.push(decoder->flush());

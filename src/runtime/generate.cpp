@@ -68,51 +68,43 @@ GenerateResult generate(Model& model, SequenceState& state, std::span<const int3
   // with that token as its input where it lies, so the host's work for a step overlaps the
   // device's previous one. The pick settings and random draws go to the steps in the same order.
   const bool ahead = backend_picks && model.picks_ahead();
-  int in_flight = 0;  // steps queued whose tokens are not taken yet
+  QueuedPicks queued(model);
   auto decode_token = [&](int64_t i) {
     if (!ahead) return next_token(std::span<const int32_t>(&history.back(), 1));
-    if (in_flight == 0) {
+    if (queued.n == 0) {
       model.queue_pick(state, history.back(), sampler.next_pick());
-      ++in_flight;
+      ++queued.n;
     }
     if (i + 1 < params.max_tokens) {
       model.queue_pick(state, Model::kPickedToken, sampler.next_pick());
-      ++in_flight;
+      ++queued.n;
     }
-    --in_flight;
+    --queued.n;
     return model.take_pick();
   };
-  try {
-    for (int64_t i = 0; i < params.max_tokens; ++i) {
-      const int32_t token = i == 0 ? next_token(rest.subspan(size_t(last_begin))) : decode_token(i);
-      if (i == 0) {
-        result.timings.prompt_ms = elapsed_ms(t0);
-        t_first = std::chrono::steady_clock::now();
-      }
-      history.push_back(token);
-      result.tokens.push_back(token);
-      if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
-        result.finish_reason = "stop";
-        break;
-      }
-      if (on_token && !on_token(token)) {
-        result.finish_reason = "cancelled";
-        break;
-      }
+  for (int64_t i = 0; i < params.max_tokens; ++i) {
+    const int32_t token = i == 0 ? next_token(rest.subspan(size_t(last_begin))) : decode_token(i);
+    if (i == 0) {
+      result.timings.prompt_ms = elapsed_ms(t0);
+      t_first = std::chrono::steady_clock::now();
     }
-  } catch (...) {
-    // No queued pick may outlive this call: the next one would take it as its own.
-    try {
-      for (; in_flight > 0; --in_flight) model.take_pick();
-    } catch (...) {
+    history.push_back(token);
+    result.tokens.push_back(token);
+    if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
+      result.finish_reason = "stop";
+      break;
     }
-    throw;
+    if (on_token && !on_token(token)) {
+      result.finish_reason = "cancelled";
+      break;
+    }
   }
-  if (in_flight > 0) {
+  if (queued.n > 0) {
     // The step after the last token ran on a token the loop then stopped at: its pick is
     // dropped, and the state cut back to before its input where it can be (a recurrent state
     // cannot: it keeps that last token as input).
     model.take_pick();
+    --queued.n;
     state.truncate(state.n_past() - 1);
   }
   result.timings.generated_tokens = int64_t(result.tokens.size());

@@ -17,6 +17,7 @@
 #include "models/llama.h"
 #include "models/model.h"
 #include "models/qwen3_5.h"
+#include "runtime/engine.h"
 #include "runtime/generate.h"
 
 #ifdef HEARTH_HAVE_CUDA
@@ -185,6 +186,51 @@ TEST_P(CudaFixtures, PickingAheadEqualsOneStepAtATime) {
   EXPECT_LT(test::max_error_rel_std(got.data(), want, c.reference["logits_std"].get<double>()),
             5e-2)
       << c.name;
+}
+
+// The server's engine on the GPU picks ahead too: its greedy tokens are generate()'s. Stopped at
+// a token, it caches a state that holds exactly its token list (cut back, or for a recurrent
+// state with the stop token as input), so a second turn that reuses it scores its first token
+// as a fresh engine does.
+TEST_P(CudaFixtures, EnginePicksAheadAndCachesConsistentStates) {
+  const FixtureCase& c = GetParam();
+  const auto prompt = c.reference["prompt"].get<std::vector<int32_t>>();
+  EngineOptions o;
+  o.model_dir = c.dir;
+  o.device = "cuda";
+  o.cache_bytes = size_t{64} << 20;
+  auto cached = Engine::load(o);
+  o.cache_bytes = 0;
+  auto fresh = Engine::load(o);
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 10;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  const GenerationResult a = cached->generate(r);
+  auto model = load(c);
+  EXPECT_EQ(a.tokens, test::greedy_tokens(*model, prompt, 10)) << c.name;
+  size_t at = 1;
+  while (at < a.tokens.size() && std::find(a.tokens.begin(), a.tokens.begin() + long(at),
+                                           a.tokens[at]) != a.tokens.begin() + long(at))
+    ++at;
+  if (at == a.tokens.size()) return;  // one token repeated: none to stop at
+  r.stop_token_ids = {a.tokens[at]};
+  const GenerationResult b = cached->generate(r);
+  EXPECT_EQ(b.tokens, std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + long(at) + 1));
+  EXPECT_EQ(b.finish_reason, "stop");
+  GenerationRequest r2;
+  r2.prompt = prompt;
+  r2.prompt.insert(r2.prompt.end(), b.tokens.begin(), b.tokens.end());
+  r2.prompt.insert(r2.prompt.end(), prompt.begin(), prompt.begin() + 3);
+  r2.max_tokens = 1;
+  r2.logprobs = 0;
+  r2.sampling.temperature = 0.0f;
+  const GenerationResult turn = cached->generate(r2), alone = fresh->generate(r2);
+  EXPECT_GE(turn.usage.cached_tokens, int64_t(prompt.size())) << c.name;
+  ASSERT_EQ(turn.logprobs.size(), 1u);
+  ASSERT_EQ(alone.logprobs.size(), 1u);
+  EXPECT_NEAR(turn.logprobs[0].logprob, alone.logprobs[0].logprob, 0.05) << c.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtures, ::testing::ValuesIn(cuda_cases()),
