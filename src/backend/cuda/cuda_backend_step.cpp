@@ -67,10 +67,9 @@ void CudaBackend::stop_recording() {
   if (!recording_) return;
   recording_ = false;
   dedup_.clear();  // graph-area slots are not ring slots
-  if (!recs_.empty()) {
-    copy_graph_dyn();
-    for (const Record& r : recs_) r.fn(ctx_, blob_.data() + r.offset);
-  }
+  // Values uploaded for an op not recorded yet (it stopped the recording) are copied too.
+  copy_graph_dyn();
+  for (const Record& r : recs_) r.fn(ctx_, blob_.data() + r.offset);
   recs_.clear();
   blob_.clear();
 }
