@@ -1,6 +1,5 @@
 // The composed forms of the Backend's optional fused ops: correct on any backend, one op after
-// another. Backends that can do better override them (the CUDA backend for decode). Also the
-// default picking ahead: at once, the ids kept on the host.
+// another. Backends that can do better override them (the CUDA backend for decode).
 #include "backend/backend.h"
 
 #include <algorithm>
@@ -142,23 +141,16 @@ void Backend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pi
   *dst = pick_token_host(std::span<const float>(row, size_t(logits.numel())), pick, scratch);
 }
 
-void Backend::pick_token_ahead(const Tensor& logits, const TokenPick& pick) {
-  int32_t token = 0;
-  pick_token(&token, logits, pick);
-  picked_ahead_.push_back(token);
-  last_picked_ahead_ = token;
+void Backend::pick_token_ahead(const Tensor&, const TokenPick&) {
+  fail("backend '{}' does not pick ahead (picks_ahead() is false)", name());
 }
 
 int32_t Backend::take_picked_token() {
-  if (picked_ahead_.empty()) fail("take_picked_token: no token was picked ahead");
-  const int32_t token = picked_ahead_.front();
-  picked_ahead_.pop_front();
-  return token;
+  fail("backend '{}' does not pick ahead (picks_ahead() is false)", name());
 }
 
-void Backend::embedding_of_pick(const Tensor& y, const Tensor& table, float scale) {
-  if (last_picked_ahead_ < 0) fail("embedding_of_pick: no token was picked ahead");
-  embedding(y, table, &last_picked_ahead_, scale);
+void Backend::embedding_of_pick(const Tensor&, const Tensor&, float) {
+  fail("backend '{}' does not pick ahead (picks_ahead() is false)", name());
 }
 
 }  // namespace hearth

@@ -5,7 +5,6 @@
 // comment says otherwise. Ops do not throw on the hot path: shapes are checked by the model.
 #pragma once
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 
@@ -291,8 +290,8 @@ class Backend {
   // take_picked_token() returns the oldest such token not yet taken, waiting for it.
   // embedding_of_pick(y, table, scale) is embedding() of the token the last pick_token_ahead
   // picked, read where it lies (on a GPU it need not reach the host before the next step
-  // starts). picks_ahead() says whether picking ahead overlaps anything; the defaults pick at
-  // once and keep the ids on the host.
+  // starts). Only a backend whose picks_ahead() is true takes them (the defaults fail): elsewhere
+  // Model::queue_pick runs each step at once and keeps the ids on the host.
   virtual bool picks_ahead() const { return false; }
   virtual void pick_token_ahead(const Tensor& logits, const TokenPick& pick);
   virtual int32_t take_picked_token();
@@ -305,10 +304,6 @@ class Backend {
   // complete when to_host_f32 / end_step returns.
   virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }
   virtual void end_step() {}
-
- private:
-  std::deque<int32_t> picked_ahead_;  // the default pick_token_ahead's tokens, not yet taken
-  int32_t last_picked_ahead_ = -1;
 };
 
 // keep_weights_mapped: read weights in place from the mapped checkpoint instead of copying them

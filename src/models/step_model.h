@@ -27,10 +27,12 @@ class StepModel : public Model {
     return token;
   }
 
-  // Picking ahead through the backend: the step ends in pick_token_ahead, and a kPickedToken
-  // input is embedded where the previous pick lies (embedding_of_pick).
+  // Picking ahead through a backend that does (else Model's: each step at once): the step ends
+  // in pick_token_ahead, and a kPickedToken input is embedded where the previous pick lies
+  // (embedding_of_pick).
   bool picks_ahead() const final { return step_backend().picks_ahead(); }
   void queue_pick(SequenceState& state, int32_t token, const TokenPick& pick) final {
+    if (!picks_ahead()) return Model::queue_pick(state, token, pick);
     picked_input_ = token == kPickedToken;
     const int32_t id = picked_input_ ? 0 : token;  // 0: a valid id for the checks, not read
     try {
@@ -41,7 +43,9 @@ class StepModel : public Model {
     }
     picked_input_ = false;
   }
-  int32_t take_pick() final { return step_backend().take_picked_token(); }
+  int32_t take_pick() final {
+    return picks_ahead() ? step_backend().take_picked_token() : Model::take_pick();
+  }
 
  protected:
   virtual Backend& step_backend() const = 0;
