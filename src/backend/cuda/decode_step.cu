@@ -27,7 +27,8 @@
 // traffic: the first batch of its first weight rows (StepArgs::stage, stage_first; not in the
 // barrier thread's warp) and, for attention, its chunk's cached keys and values
 // (StepArgs::kv_prefetch, prefetch_kv) and the q/k gains and rotation (load_head_consts); for the
-// mixer, its head's recurrent state and conv constants.
+// mixer, its head's recurrent state and conv constants; before a norm, the norm's gains
+// (norm_gains_to_l1).
 //
 // The kernel is large (146–212 KB of sm_90 code per instance), larger than an SM's instruction
 // cache, so code that runs once per layer (attention, the mixer) starts cold: session 13's clock
@@ -154,6 +155,19 @@ __device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long 
   }
   mark(a.trace, event + 1);
   __syncthreads();
+}
+
+// An input norm's gains requested into the L1 between a barrier's arrival and its wait (a line
+// per 16-byte word of x this thread scales): they depend on nothing the step computes, and read
+// after the block sum they put an L2 round trip between the barrier and the phase's first
+// products, twice per layer. A hint, no registers held (in registers, the 9B's kernel spilled
+// 160 bytes against 44); nothing else the step reads allocates in the L1. Session 21: tg128 9B
+// +0.4 %, 8B +0.5 %, 0.6B +0.8 % (docs/PERFORMANCE.md).
+__device__ __forceinline__ void norm_gains_to_l1(const StepArgs& a, const void* gain) {
+  const int esize = a.gain_dt == kF32 ? 4 : 2;
+  for (int i = threadIdx.x; i < a.H / 8; i += blockDim.x)
+    asm volatile(
+        "prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(gain) + int64_t(i) * 8 * esize));
 }
 
 // xs[i] = bf16(x[i] · inv_rms(x) · (gain[i] + offset)), as normalise_input (gemv.cu) computes it.
@@ -340,9 +354,11 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const bool has_lin_head = HYBRID && int(blockIdx.x) < a.hv;  // a Gated DeltaNet head
   mark(a.trace, 0);
   if (has_head && a.rot_half > 0) rotation_to_smem(a, pos, rot);  // read after block barriers
-  if (a.n_layers > 0)
+  if (a.n_layers > 0) {
     stage([&](int r, int) { return phase1_row<HYBRID>(a, a.layers[0], r); },
           phase1_rows<HYBRID>(a, a.layers[0]), in_h, false);
+    norm_gains_to_l1(a, a.layers[0].attn_norm);
+  }
   for (int il = 0; il < a.n_layers; ++il) {
     const StepLayerDev L = a.layers[il];
     const bool linear = is_linear(L);
@@ -471,8 +487,9 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       }
     }
     bar = grid_arrive(a, event(il, 2));
-    stage([&](int r, int m) { return (m == 0 ? L.gate : L.up) + int64_t(r) * in_h; }, a.I, in_h,
-          true);
+    auto gate_up_row = [&](int r, int m) { return (m == 0 ? L.gate : L.up) + int64_t(r) * in_h; };
+    stage(gate_up_row, a.I, in_h, true);
+    norm_gains_to_l1(a, L.ffn_norm);
     grid_wait(a, bar, event(il, 2));
     // 4. h = act(gate · rms_norm(x)) ⊙ (up · rms_norm(x))
     normalise_to_smem(a, a.x, L.ffn_norm, xs);
@@ -483,7 +500,8 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       if (lane == 0) a.h[r] = __float2bfloat16(activation_f(a.act, sg) * su);
     }
     bar = grid_arrive(a, event(il, 3));
-    stage([&](int r, int) { return L.down + int64_t(r) * in_i; }, a.H, in_i, false);
+    auto down_row = [&](int r, int) { return L.down + int64_t(r) * in_i; };
+    stage(down_row, a.H, in_i, false);
     grid_wait(a, bar, event(il, 3));
     // 5. x += down · h
     stage_vector(a.h, a.I, xs);
@@ -491,9 +509,11 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         a.H, in_i, xs, unit0, units_step, lane, [&](int r) { return L.down + int64_t(r) * in_i; },
         residual, add_to_x, staged);
     bar = grid_arrive(a, event(il, 4));
-    if (il + 1 < a.n_layers)
-      stage([&](int r, int) { return phase1_row<HYBRID>(a, a.layers[il + 1], r); },
-            phase1_rows<HYBRID>(a, a.layers[il + 1]), in_h, false);
+    auto next_row = [&](int r, int) { return phase1_row<HYBRID>(a, a.layers[il + 1], r); };
+    if (il + 1 < a.n_layers) {
+      stage(next_row, phase1_rows<HYBRID>(a, a.layers[il + 1]), in_h, false);
+      norm_gains_to_l1(a, a.layers[il + 1].attn_norm);
+    }
     grid_wait(a, bar, event(il, 4));
   }
   if (slice) copy16_wait_all();
