@@ -187,10 +187,17 @@ __device__ void normalise_to_smem(const StepArgs& a, const __nv_bfloat16* x, con
   __syncthreads();
 }
 
-// A bf16 vector produced in the step (by any block) into shared memory.
+// A bf16 vector produced in the step (by any block) into shared memory, by cp.async from the
+// L2: every word requested before any is waited for. (A loop of loads and stores waited for each
+// load before requesting the next: the MLP's hidden vector, three words per thread on the 8B and
+// 9B, took three L2 round trips after the barrier instead of one; session 21: down 0.4 µs shorter
+// per layer, tg128 9B +0.3 %, 8B +0.3 %.) The wait also covers the thread's staged weights,
+// which the phase's first pass reads next.
 __device__ void stage_vector(const __nv_bfloat16* v, int n, uint4* xs) {
   const uint4* v8 = reinterpret_cast<const uint4*>(v);
-  for (int i = threadIdx.x; i < n / 8; i += blockDim.x) xs[i] = __ldcg(v8 + i);
+  for (int i = threadIdx.x; i < n / 8; i += blockDim.x) copy16_async(xs + i, v8 + i, true);
+  copy16_commit();
+  copy16_wait_all();
   __syncthreads();
 }
 
