@@ -161,7 +161,8 @@ __device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long 
 // per 16-byte word of x this thread scales): they depend on nothing the step computes, and read
 // after the block sum they put an L2 round trip between the barrier and the phase's first
 // products, twice per layer. A hint, no registers held (in registers, the 9B's kernel spilled
-// 160 bytes against 44); nothing else the step reads allocates in the L1. Session 21: tg128 9B
+// 160 bytes against 44); little else allocates in the L1 (weights, the step's products and the
+// K/V copies bypass it). Session 21: tg128 9B
 // +0.4 %, 8B +0.5 %, 0.6B +0.8 % (docs/PERFORMANCE.md).
 __device__ __forceinline__ void norm_gains_to_l1(const StepArgs& a, const void* gain) {
   const int esize = a.gain_dt == kF32 ? 4 : 2;
