@@ -88,6 +88,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   decode_trace_ = trace && std::string(trace) == "1";
   const char* spin = std::getenv("HEARTH_DECODE_SPIN");
   decode_spin_ = spin && std::string(spin) == "1";
+  // The o rows' second staged batch in llama stacks (StepArgs::stage2); =0: off.
+  const char* stage2 = std::getenv("HEARTH_DECODE_STAGE2");
+  decode_stage2_ = !(stage2 && std::string(stage2) == "0");
   const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
   decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
   // A head's chunks spread over blocks when it has more than its block buffers

@@ -140,6 +140,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.gain_dt = int32_t(gdt);
   a.act = int32_t(step.act);
   a.stage = decode_stage_ ? 1 : 0;
+  a.stage2 = decode_stage2_ ? 1 : 0;
   a.spin = decode_spin_ ? 1 : 0;
   a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
   a.blocks = decode_blocks_;

@@ -321,6 +321,7 @@ class CudaBackend final : public Backend {
   bool decode_stage_ = true;        // HEARTH_DECODE_STAGE=0: no staging across its barriers
   bool decode_trace_ = false;       // HEARTH_DECODE_TRACE=1: per-phase timings at exit
   bool decode_spin_ = false;        // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
+  bool decode_stage2_ = true;       // HEARTH_DECODE_STAGE2=0: the o rows' second batch unstaged
   bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
   bool decode_xattn_ = true;        // HEARTH_DECODE_XATTN=0: a block per head at every length
   int decode_blocks_ = 0;    // blocks of the one-kernel step (the SM count; HEARTH_DECODE_GRID=N)

@@ -25,7 +25,9 @@
 // Between its arrival at a grid barrier and its wait there, a warp requests what its next
 // phase reads that depends on nothing computed before the barrier, so the wait overlaps that
 // traffic: the first batch of its first weight rows (StepArgs::stage, stage_first; not in the
-// barrier thread's warp) and, for attention, its chunk's cached keys and values
+// barrier thread's warp; in a llama stack the o rows' second batch too, StepArgs::stage2, once
+// the block's attention is done: the 0.6B's o rows are then all in shared memory before phase 3;
+// session 22: 0.6B +0.8–1.0 %, 8B even) and, for attention, its chunk's cached keys and values
 // (StepArgs::kv_prefetch, prefetch_kv) and the q/k gains and rotation (load_head_consts); for the
 // mixer, its head's recurrent state and conv constants; before a norm, the norm's gains
 // (norm_gains_to_l1).
@@ -91,13 +93,13 @@ struct SmemLayout {
 // pass then takes them from there (the lane reads only what it copied: no barrier needed).
 
 __device__ __forceinline__ void stage_first(uint4* slice, const uint4* w0, const uint4* w1, int in8,
-                                            int lane) {
+                                            int lane, int from = 0) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const uint4* w = k == 0 ? w0 : w1;
 #pragma unroll
     for (int u = 0; u < kUnrollD; ++u) {
-      const int c = lane + u * 32;
+      const int c = from + lane + u * 32;
       const bool ok = w != nullptr && c < in8;
       copy16_async(slice + (k * kUnrollD + u) * 32 + lane,
                    ok ? static_cast<const void*>(w + c) : static_cast<const void*>(slice), ok);
@@ -203,20 +205,26 @@ __device__ void stage_vector(const __nv_bfloat16* v, int n, uint4* xs) {
 }
 
 // w_row · xs over in8 16-byte words (the warp's sum, in every lane); with W2 also w2_row · xs.
-// With `staged` set, the first batch comes from the warp's staged slice (stage_first).
+// With `staged` set, the first batch comes from the warp's staged slice (stage_first), and with
+// `staged2` also the second (the o rows' second slice, StepArgs::stage2).
 template <bool TWO>
 __device__ __forceinline__ void row_dot(const uint4* w, const uint4* w2, const uint4* xs, int in8,
                                         int lane, float& s1, float& s2,
-                                        const uint4* staged = nullptr) {
+                                        const uint4* staged = nullptr,
+                                        const uint4* staged2 = nullptr) {
   float acc = 0.0f, acc2 = 0.0f;
   for (int c0 = lane; c0 < in8; c0 += 32 * kUnrollD) {
     uint4 wv[kUnrollD], uv[TWO ? kUnrollD : 1];
-    if (staged && c0 == lane) {
+    const uint4* from = !staged                      ? nullptr
+                        : c0 == lane                 ? staged
+                        : c0 == lane + 32 * kUnrollD ? staged2
+                                                     : nullptr;
+    if (from) {
       copy16_wait_all();
 #pragma unroll
       for (int u = 0; u < kUnrollD; ++u) {
-        wv[u] = staged[u * 32 + lane];
-        if constexpr (TWO) uv[u] = staged[(kUnrollD + u) * 32 + lane];
+        wv[u] = from[u * 32 + lane];
+        if constexpr (TWO) uv[u] = from[(kUnrollD + u) * 32 + lane];
       }
     } else {
 #pragma unroll
@@ -248,10 +256,12 @@ __device__ __forceinline__ void row_dot(const uint4* w, const uint4* w2, const u
 template <typename RowW, typename Early, typename Store>
 __device__ __forceinline__ void product_rows(int rows, int in8, const uint4* xs, int unit0,
                                              int step, int lane, RowW row_w, Early early,
-                                             Store store, const uint4* staged) {
+                                             Store store, const uint4* staged,
+                                             const uint4* staged2 = nullptr) {
   for (int r = unit0; r < rows; r += 2 * step) {
     const int r2 = r + step;
     const uint4* st = r == unit0 ? staged : nullptr;
+    const uint4* st2 = r == unit0 ? staged2 : nullptr;
     float e1 = 0.0f, e2 = 0.0f;
     if (lane == 0) {
       e1 = early(r);
@@ -259,9 +269,9 @@ __device__ __forceinline__ void product_rows(int rows, int in8, const uint4* xs,
     }
     float s1, s2 = 0.0f;
     if (r2 < rows)
-      row_dot<true>(row_w(r), row_w(r2), xs, in8, lane, s1, s2, st);
+      row_dot<true>(row_w(r), row_w(r2), xs, in8, lane, s1, s2, st, st2);
     else
-      row_dot<false>(row_w(r), nullptr, xs, in8, lane, s1, s2, st);
+      row_dot<false>(row_w(r), nullptr, xs, in8, lane, s1, s2, st, st2);
     if (lane == 0) {
       store(r, s1, e1);
       if (r2 < rows) store(r2, s2, e2);
@@ -358,6 +368,14 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   const auto [first_lo, first_hi] = chunk_keys(chunk0);
   const bool prefetch = kv_buf && first_chunk && per <= kChunkKeys;
   const uint4* staged = slice;  // what the phases pass on: null when staging is off
+  // The o rows' second staged batch (StepArgs::stage2): this warp's slice in phase 2's region,
+  // free once the block's attention is done and until phase 3 has read it. Llama stacks only:
+  // a Gated DeltaNet layer keeps its state and conv rows there through phase 3, and in the
+  // hybrid instances the code alone cost the 9B 0.4 % (session 22, s22d).
+  uint4* const slice2 =
+      !HYBRID && slice && a.stage2 && at.total - at.kv >= size_t(kWarpsB) * 2 * kUnrollD * 32 * 16
+          ? reinterpret_cast<uint4*>(base + at.kv) + warp * 2 * kUnrollD * 32
+          : nullptr;
   auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
   const bool has_lin_head = HYBRID && int(blockIdx.x) < a.hv;  // a Gated DeltaNet head
   mark(a.trace, 0);
@@ -476,6 +494,12 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       }
     }
     bar = grid_arrive(a, event(il, 1));
+    const bool o_staged2 = slice2 && !linear && unit0 < a.H && in_o > 32 * kUnrollD;
+    if (o_staged2) {
+      const int r2 = unit0 + units_step;
+      stage_first(slice2, L.o + int64_t(unit0) * in_o,
+                  r2 < a.H ? L.o + int64_t(r2) * in_o : nullptr, in_o, lane, 32 * kUnrollD);
+    }
     // What the block's heads' conv shifts read, requested now (conv_rows_request).
     if (linear)
       for (int h = blockIdx.x, k = 0; h < a.hv; h += G, ++k)
@@ -487,7 +511,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     auto add_to_x = [&](int r, float s, float x) { a.x[r] = __float2bfloat16(x + bf_round(s)); };
     product_rows(
         a.H, in_o, xs, unit0, units_step, lane, [&](int r) { return L.o + int64_t(r) * in_o; },
-        residual, add_to_x, staged);
+        residual, add_to_x, staged, o_staged2 ? slice2 : nullptr);
     if (linear) {  // every block has read the conv states (phase 2)
       for (int h = blockIdx.x, k = 0; h < a.hv; h += G, ++k) {
         conv_rows_store(a, L, h, conv_rows_smem(a, mix, k));

@@ -47,6 +47,9 @@ struct StepArgs {
   // 1: attention spreads a head's chunks over blocks, the last to finish combining them (heads
   // of 256 past 64 keys and of 128 past 128, more chunks than buffered warps: decode_step.cu).
   int32_t xattn;
+  // 1: a llama stack stages the o rows' second batch too, in phase 2's region once the
+  // block's attention is done (decode_step.cu, slice2).
+  int32_t stage2;
   // Hybrid steps (Qwen3.5): whether layers may be Gated DeltaNet layers, whether attention
   // layers have an output gate, and the Gated DeltaNet shapes (conv taps K, channels C).
   int32_t hybrid, gated;
