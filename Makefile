@@ -7,7 +7,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 APT_PACKAGES = build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev \
-  libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libcpp-httplib-dev python3-numpy
+  libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libboost-dev python3-numpy
 
 deps:
 	@scripts/install-deps.sh $(APT_PACKAGES)

@@ -18,7 +18,7 @@ PACKAGES=(
   libcli11-dev
   libfmt-dev libfmt9
   libgtest-dev
-  libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev zlib1g-dev libssl-dev
+  libboost1.74-dev
 )
 
 # .device/ is ignored by .gitignore; keep it out of git also for checkouts without that line

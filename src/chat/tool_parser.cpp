@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "core/json_bounded.h"
+
 namespace hearth::chat {
 
 using nlohmann::json;
@@ -103,7 +105,7 @@ bool call_from_json(const json& j, std::vector<ToolCall>& calls) {
 bool parse_json_calls(std::string_view body, std::vector<ToolCall>& calls) {
   body = trim(body);
   std::vector<ToolCall> found;
-  json j = json::parse(body, nullptr, false);
+  json j = parse_json_or_discarded<json>(body);
   if (!j.is_discarded()) {
     if (j.is_array()) {
       for (const auto& item : j)
@@ -115,7 +117,7 @@ bool parse_json_calls(std::string_view body, std::vector<ToolCall>& calls) {
     std::vector<std::string_view> objects;
     if (!split_objects(body, objects)) return false;
     for (auto o : objects) {
-      json item = json::parse(o, nullptr, false);
+      json item = parse_json_or_discarded<json>(o);
       if (item.is_discarded() || !call_from_json(item, found)) return false;
     }
   }
@@ -204,7 +206,7 @@ bool parse_mistral(std::string_view body, std::vector<ToolCall>& calls) {
     if (a == std::string_view::npos) return false;
     std::string name(trim(part.substr(0, a)));
     if (const size_t id = name.find("[CALL_ID]"); id != std::string::npos) name.resize(id);
-    json args = json::parse(trim(part.substr(a + 6)), nullptr, false);
+    json args = parse_json_or_discarded<json>(trim(part.substr(a + 6)));
     if (name.empty() || args.is_discarded()) return false;
     found.push_back({name, args.is_string() ? args.get<std::string>() : args.dump()});
   }
@@ -241,7 +243,7 @@ json convert_parameter(std::string_view value, const json& schema) {
       if (!s.empty() && end && *end == '\0') return v;
     }
     if (type == "number") {
-      json j = json::parse(trimmed, nullptr, false);
+      json j = parse_json_or_discarded<json>(trimmed);
       if (!j.is_discarded() && j.is_number()) return j;
     }
     if (type == "boolean") {
@@ -252,7 +254,7 @@ json convert_parameter(std::string_view value, const json& schema) {
       if (s == "false") return false;
     }
     if (type == "object" || type == "array" || type == "any") {
-      json j = json::parse(trimmed, nullptr, false);
+      json j = parse_json_or_discarded<json>(trimmed);
       if (!j.is_discarded() && (type == "any" || (type == "object" ? j.is_object() : j.is_array())))
         return j;
     }

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "chat/pystr.h"
+#include "core/error.h"
+#include "core/json_bounded.h"
 
 namespace hearth::chat {
 
@@ -17,7 +19,8 @@ Value Value::undefined(std::string hint) {
   return v;
 }
 
-Value::Value(std::string s) : kind_(Kind::String), s_(std::make_shared<const std::string>(std::move(s))) {}
+Value::Value(std::string s)
+    : kind_(Kind::String), s_(std::make_shared<const std::string>(std::move(s))) {}
 
 Value Value::list(ValueList items) {
   Value v(Kind::List);
@@ -46,35 +49,51 @@ Value Value::object(std::shared_ptr<Object> o) {
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return false;
+    case Kind::None:
+      return false;
     case Kind::Bool:
-    case Kind::Int: return i_ != 0;
-    case Kind::Float: return f_ != 0.0;
-    case Kind::String: return !s_->empty();
+    case Kind::Int:
+      return i_ != 0;
+    case Kind::Float:
+      return f_ != 0.0;
+    case Kind::String:
+      return !s_->empty();
     case Kind::List:
-    case Kind::Tuple: return !list_->empty();
-    case Kind::Dict: return dict_->size() != 0;
-    case Kind::Object: return true;
+    case Kind::Tuple:
+      return !list_->empty();
+    case Kind::Dict:
+      return dict_->size() != 0;
+    case Kind::Object:
+      return true;
   }
   return false;
 }
 
 std::string Value::to_str() const {
   switch (kind_) {
-    case Kind::Undefined: return "";
-    case Kind::String: return *s_;
-    default: return repr();
+    case Kind::Undefined:
+      return "";
+    case Kind::String:
+      return *s_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "None";
-    case Kind::Bool: return i_ ? "True" : "False";
-    case Kind::Int: return std::to_string(i_);
-    case Kind::Float: return py_float_repr(f_);
-    case Kind::String: return py_str_repr(*s_);
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return i_ ? "True" : "False";
+    case Kind::Int:
+      return std::to_string(i_);
+    case Kind::Float:
+      return py_float_repr(f_);
+    case Kind::String:
+      return py_str_repr(*s_);
     case Kind::List:
     case Kind::Tuple: {
       bool tuple = kind_ == Kind::Tuple;
@@ -96,23 +115,34 @@ std::string Value::repr() const {
       }
       return out + "}";
     }
-    case Kind::Object: return obj_->repr();
+    case Kind::Object:
+      return obj_->repr();
   }
   return "";
 }
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::List: return "list";
-    case Kind::Tuple: return "tuple";
-    case Kind::Dict: return "dict";
-    case Kind::Object: return obj_->type_name();
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
+    case Kind::List:
+      return "list";
+    case Kind::Tuple:
+      return "tuple";
+    case Kind::Dict:
+      return "dict";
+    case Kind::Object:
+      return obj_->type_name();
   }
   return "object";
 }
@@ -158,7 +188,9 @@ Value Object::get_attr(const std::string& name) const {
   return Value::undefined("'" + type_name() + " object' has no attribute '" + name + "'");
 }
 
-Value Object::call(Evaluator&, CallArgs&) { runtime_fail("'" + type_name() + "' object is not callable"); }
+Value Object::call(Evaluator&, CallArgs&) {
+  runtime_fail("'" + type_name() + "' object is not callable");
+}
 
 Value make_function(std::string name, Function::Fn fn) {
   return Value::object(std::make_shared<Function>(std::move(name), std::move(fn)));
@@ -178,8 +210,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case K::Undefined:
-    case K::None: return true;
-    case K::String: return a.str() == b.str();
+    case K::None:
+      return true;
+    case K::String:
+      return a.str() == b.str();
     case K::List:
     case K::Tuple: {
       const auto &x = a.items(), &y = b.items();
@@ -197,8 +231,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case K::Object: return a.obj() == b.obj();
-    default: return false;
+    case K::Object:
+      return a.obj() == b.obj();
+    default:
+      return false;
   }
 }
 
@@ -223,25 +259,33 @@ int values_compare(const Value& a, const Value& b) {
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
-  runtime_fail("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+  runtime_fail("'<' not supported between instances of '" + a.type_name() + "' and '" +
+               b.type_name() + "'");
 }
 
 int64_t value_length(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::Undefined: return 0;
-    case Value::Kind::String: return static_cast<int64_t>(utf8_length(v.str()));
+    case Value::Kind::Undefined:
+      return 0;
+    case Value::Kind::String:
+      return static_cast<int64_t>(utf8_length(v.str()));
     case Value::Kind::List:
-    case Value::Kind::Tuple: return static_cast<int64_t>(v.items().size());
-    case Value::Kind::Dict: return static_cast<int64_t>(v.dict().size());
-    default: runtime_fail("object of type '" + v.type_name() + "' has no len()");
+    case Value::Kind::Tuple:
+      return static_cast<int64_t>(v.items().size());
+    case Value::Kind::Dict:
+      return static_cast<int64_t>(v.dict().size());
+    default:
+      runtime_fail("object of type '" + v.type_name() + "' has no len()");
   }
 }
 
 ValueList value_iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::Undefined: return {};
+    case Value::Kind::Undefined:
+      return {};
     case Value::Kind::List:
-    case Value::Kind::Tuple: return v.items();
+    case Value::Kind::Tuple:
+      return v.items();
     case Value::Kind::Dict: {
       ValueList keys;
       for (const auto& e : v.dict().entries) keys.push_back(e.first);
@@ -257,36 +301,46 @@ ValueList value_iterate(const Value& v) {
       }
       return chars;
     }
-    default: runtime_fail("'" + v.type_name() + "' object is not iterable");
+    default:
+      runtime_fail("'" + v.type_name() + "' object is not iterable");
   }
 }
 
-Value value_from_json(const nlohmann::ordered_json& j) {
+Value value_from_json(const nlohmann::ordered_json& j, int depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (depth > kMaxJsonDepth)
+    fail("chat template input: JSON nested deeper than {} levels", kMaxJsonDepth);
   switch (j.type()) {
-    case T::null: return Value::none();
-    case T::boolean: return Value(j.get<bool>());
-    case T::number_integer: return Value(j.get<int64_t>());
+    case T::null:
+      return Value::none();
+    case T::boolean:
+      return Value(j.get<bool>());
+    case T::number_integer:
+      return Value(j.get<int64_t>());
     case T::number_unsigned: {
       auto u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
       return Value(static_cast<int64_t>(u));
     }
-    case T::number_float: return Value(j.get<double>());
-    case T::string: return Value(j.get<std::string>());
+    case T::number_float:
+      return Value(j.get<double>());
+    case T::string:
+      return Value(j.get<std::string>());
     case T::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(value_from_json(e));
+      for (const auto& e : j) items.push_back(value_from_json(e, depth + 1));
       return Value::list(std::move(items));
     }
     case T::object: {
       ValueDict d;
       d.entries.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.entries.emplace_back(Value(it.key()), value_from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.entries.emplace_back(Value(it.key()), value_from_json(it.value(), depth + 1));
       return Value::dict(std::move(d));
     }
-    default: return Value::none();
+    default:
+      return Value::none();
   }
 }
 
@@ -298,16 +352,30 @@ static std::string json_float(double d) {
 
 static void dump_json(std::string& out, const Value& v, const JsonDumpOptions& o, int level) {
   using K = Value::Kind;
+  // Values a template builds itself (a list appended to itself in a loop) can nest without a
+  // bound; Python raises RecursionError here, we refuse before the stack runs out.
+  if (level > kMaxJsonDepth)
+    runtime_fail(fmt::format("tojson: value nested deeper than {} levels", kMaxJsonDepth));
   auto newline = [&](int lvl) {
     out.push_back('\n');
     for (int i = 0; i < lvl; ++i) out += *o.indent;
   };
   switch (v.kind()) {
-    case K::None: out += "null"; return;
-    case K::Bool: out += v.as_bool() ? "true" : "false"; return;
-    case K::Int: out += std::to_string(v.as_int()); return;
-    case K::Float: out += json_float(v.as_double()); return;
-    case K::String: json_quote(out, v.str(), o.ensure_ascii); return;
+    case K::None:
+      out += "null";
+      return;
+    case K::Bool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case K::Int:
+      out += std::to_string(v.as_int());
+      return;
+    case K::Float:
+      out += json_float(v.as_double());
+      return;
+    case K::String:
+      json_quote(out, v.str(), o.ensure_ascii);
+      return;
     case K::List:
     case K::Tuple: {
       if (v.items().empty()) {
@@ -362,7 +430,8 @@ static void dump_json(std::string& out, const Value& v, const JsonDumpOptions& o
       out.push_back('}');
       return;
     }
-    default: runtime_fail("Object of type " + v.type_name() + " is not JSON serializable");
+    default:
+      runtime_fail("Object of type " + v.type_name() + " is not JSON serializable");
   }
 }
 

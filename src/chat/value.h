@@ -3,11 +3,10 @@
 // strings, lists and dicts are immutable once built and shared by pointer, so copying a Value is
 // cheap. Mutable state exists only inside Objects (namespace(), loop, cycler).
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -30,7 +29,18 @@ struct RuntimeFailure {
 
 class Value {
  public:
-  enum class Kind : uint8_t { Undefined, None, Bool, Int, Float, String, List, Tuple, Dict, Object };
+  enum class Kind : uint8_t {
+    Undefined,
+    None,
+    Bool,
+    Int,
+    Float,
+    String,
+    List,
+    Tuple,
+    Dict,
+    Object
+  };
 
   Value() : kind_(Kind::Undefined) {}
   static Value undefined(std::string hint);  // hint: the message an error on it reports
@@ -52,7 +62,9 @@ class Value {
   bool is_bool() const { return kind_ == Kind::Bool; }
   bool is_int() const { return kind_ == Kind::Int; }
   bool is_float() const { return kind_ == Kind::Float; }
-  bool is_number() const { return kind_ == Kind::Int || kind_ == Kind::Float || kind_ == Kind::Bool; }
+  bool is_number() const {
+    return kind_ == Kind::Int || kind_ == Kind::Float || kind_ == Kind::Bool;
+  }
   bool is_string() const { return kind_ == Kind::String; }
   bool is_sequence_like() const { return kind_ == Kind::List || kind_ == Kind::Tuple; }
   bool is_dict() const { return kind_ == Kind::Dict; }
@@ -147,8 +159,9 @@ int64_t value_length(const Value& v);
 // Iterates like Python's iter(): lists, tuples, dict keys, string characters; undefined is empty.
 ValueList value_iterate(const Value& v);
 
-// JSON bridge. from_json keeps object key order; to_json_text is Python's json.dumps.
-Value value_from_json(const nlohmann::ordered_json& j);
+// JSON bridge. from_json keeps object key order and refuses (TemplateError) documents nested
+// deeper than kMaxJsonDepth, whatever parsed them; to_json_text is Python's json.dumps.
+Value value_from_json(const nlohmann::ordered_json& j, int depth = 0);
 struct JsonDumpOptions {
   bool ensure_ascii = false;
   std::optional<std::string> indent;  // nullopt: single line

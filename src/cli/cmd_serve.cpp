@@ -8,8 +8,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "cli/command.h"
@@ -27,7 +30,31 @@ struct ServeOptions {
   server::ServerOptions server;
   int64_t cache_mb = 8192;
   int http_threads = 64;
+  std::string api_key_file;
 };
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// The key from --api-key, --api-key-file or HEARTH_API_KEY (in that order). A file or the
+// environment keeps it out of `ps` and shell history.
+void resolve_api_key(ServeOptions& o) {
+  if (!o.server.api_key.empty() && !o.api_key_file.empty())
+    fail("give the key with --api-key or --api-key-file, not both");
+  if (!o.api_key_file.empty()) {
+    std::ifstream in(o.api_key_file);
+    if (!in) fail("--api-key-file: cannot read {}", o.api_key_file);
+    std::getline(in, o.server.api_key);
+    while (!o.server.api_key.empty() &&
+           std::isspace(static_cast<unsigned char>(o.server.api_key.back())))
+      o.server.api_key.pop_back();
+    if (o.server.api_key.empty())
+      fail("--api-key-file: {} holds no key on its first line", o.api_key_file);
+  } else if (o.server.api_key.empty()) {
+    if (const char* env = std::getenv("HEARTH_API_KEY")) o.server.api_key = env;
+  }
+}
 
 int run_serve(ServeOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -36,6 +63,15 @@ int run_serve(ServeOptions& o) {
   if (o.server.port < 0 || o.server.port > 65535)
     fail("--port must be in [0, 65535], got {}", o.server.port);
   if (o.server.n_ctx < 0) fail("--ctx must be >= 0, got {}", o.server.n_ctx);
+  if (o.http_threads < 1 || o.http_threads > 4096)
+    fail("--http-threads must be in [1, 4096], got {}", o.http_threads);
+  if (o.server.request_timeout_s < 0)
+    fail("--request-timeout must be >= 0 seconds, got {}", o.server.request_timeout_s);
+  if (o.server.idle_timeout_s < 1)
+    fail("--idle-timeout must be >= 1 second, got {}", o.server.idle_timeout_s);
+  if (o.server.max_prompt_tokens < 0)
+    fail("--max-prompt-tokens must be >= 0, got {}", o.server.max_prompt_tokens);
+  resolve_api_key(o);
   ThreadPool::set_global_threads(o.model.threads);
   o.server.model_dir = resolve_model_dir(o.model.dir);
   o.server.device = o.model.device;
@@ -53,8 +89,13 @@ int run_serve(ServeOptions& o) {
 
   server::Server srv(o.server);
   srv.start();
-  std::fprintf(stderr, "hearth serve: listening on %s, loading %s\n", srv.url().c_str(),
-               o.server.model_dir.c_str());
+  std::fprintf(stderr, "hearth serve: listening on %s:%d, loading %s\n", o.server.host.c_str(),
+               srv.port(), o.server.model_dir.c_str());
+  if (!is_loopback(o.server.host) && o.server.api_key.empty())
+    std::fprintf(stderr,
+                 "hearth serve: warning: listening on %s without an API key: anyone who can reach "
+                 "this port can use the model (set --api-key-file or HEARTH_API_KEY)\n",
+                 o.server.host.c_str());
   const auto t_load = std::chrono::steady_clock::now();
   // Load on a helper thread so a signal during a long load still stops the process promptly.
   std::exception_ptr load_error;
@@ -83,10 +124,12 @@ int run_serve(ServeOptions& o) {
     using ms = std::chrono::duration<double, std::milli>;
     const auto now = std::chrono::steady_clock::now();
     const auto& info = srv.state().engine->info();
-    std::printf("hearth serve: ready at %s (model %s, %s, ctx %lld; load %.0f ms, start %.0f ms)\n",
-                srv.url().c_str(), srv.state().model_id.c_str(), info.model_type.c_str(),
-                (long long)srv.state().engine->n_ctx(), ms(now - t_load).count(),
-                ms(t_load - t0).count());
+    const bool wildcard = o.server.host == "0.0.0.0" || o.server.host == "::";
+    const std::string where = wildcard ? " (and on every interface)" : "";
+    std::printf(
+        "hearth serve: ready at %s%s (model %s, %s, ctx %lld; load %.0f ms, start %.0f ms)\n",
+        srv.url().c_str(), where.c_str(), srv.state().model_id.c_str(), info.model_type.c_str(),
+        (long long)srv.state().engine->n_ctx(), ms(now - t_load).count(), ms(t_load - t0).count());
     std::fflush(stdout);
   }
   std::fprintf(stderr, "hearth serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -105,14 +148,29 @@ CommandRegistration reg(
       sub.add_option("-c,--ctx", o->server.n_ctx,
                      "context length per request (default: the model's)");
       sub.add_option("--api-key", o->server.api_key,
-                     "require this key (Authorization: Bearer KEY, or x-api-key)");
+                     "require this key (Authorization: Bearer KEY, or x-api-key); "
+                     "HEARTH_API_KEY sets it too");
+      sub.add_option("--api-key-file", o->api_key_file,
+                     "read the key from the first line of this file (kept out of `ps`)");
+      sub.add_option("--cors-origin", o->server.cors_origin,
+                     "let browser pages from this origin call the API (* for any; default: none)");
+      sub.add_option("--request-timeout", o->server.request_timeout_s,
+                     "end a generation that runs longer than this many seconds (0: no limit)")
+          ->capture_default_str();
+      sub.add_option("--idle-timeout", o->server.idle_timeout_s,
+                     "close a kept-alive connection idle this many seconds")
+          ->capture_default_str();
+      sub.add_option("--max-prompt-tokens", o->server.max_prompt_tokens,
+                     "refuse prompts longer than this (0: the context length)")
+          ->capture_default_str();
       sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")
           ->capture_default_str();
       sub.add_option("--web-dir", o->server.web_dir,
                      "directory of the chat page (default: the source tree's web/)");
       sub.add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes")
           ->capture_default_str();
-      sub.add_option("--http-threads", o->http_threads, "connections served at once")
+      sub.add_option("--http-threads", o->http_threads,
+                     "requests handled at once (idle connections need none)")
           ->capture_default_str();
       o->server.web_dir = std::string(HEARTH_SOURCE_ROOT) + "/web";
       return [o] { return run_serve(*o); };

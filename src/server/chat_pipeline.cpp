@@ -23,6 +23,12 @@ void finish_generation_request(const ServerState& state, GenerationRequest& gen,
   const int64_t n_ctx = engine.n_ctx();
   const int64_t n_prompt = int64_t(gen.prompt.size());
   if (n_prompt == 0) bad_request("the prompt is empty after tokenization", "messages");
+  const int64_t limit = state.options.max_prompt_tokens;
+  if (limit > 0 && n_prompt > limit)
+    bad_request(fmt::format("the prompt has {} tokens; this server takes at most {} "
+                            "(--max-prompt-tokens)",
+                            n_prompt, limit),
+                "messages", "prompt_too_long");
   if (n_prompt >= n_ctx)
     bad_request(
         fmt::format(

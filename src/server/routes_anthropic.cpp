@@ -6,6 +6,7 @@
 // cache_read_input_tokens the ones that were (Anthropic's split).
 #include <ctime>
 
+#include "core/json_bounded.h"
 #include "server/chat_pipeline.h"
 #include "server/http_util.h"
 #include "server/routes.h"
@@ -32,14 +33,14 @@ json usage_json(const GenerationUsage& u) {
 }
 
 json tool_input(const chat::ToolCall& c) {
-  json input = json::parse(c.arguments, nullptr, false);
+  const json input = parse_json_or_discarded<json>(c.arguments);
   return input.is_object() ? input : json::object();
 }
 
 // Streams one message's content blocks, opening and closing them as the output changes kind.
 class BlockWriter {
  public:
-  explicit BlockWriter(httplib::DataSink& sink) : sink_(sink) {}
+  explicit BlockWriter(http::BodyWriter& sink) : sink_(sink) {}
   bool ok() const { return ok_; }
   void write(const std::string& event, const json& body) {
     ok_ = ok_ && sse_write(sink_, sse_event(event, body));
@@ -88,26 +89,23 @@ class BlockWriter {
   }
 
  private:
-  httplib::DataSink& sink_;
+  http::BodyWriter& sink_;
   std::string open_;
   int index_ = 0;
   bool ok_ = true;
 };
 
-void messages(ServerState& s, const ojson& body, const httplib::Request& req,
-              httplib::Response& res) {
+void messages(ServerState& s, const ojson& body, const http::Request& req, http::Response& res) {
   const auto arrival = Clock::now();
   ChatRequest r = parse_anthropic_messages(body);
   auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, r));
   const std::string id = random_id("msg_");
-  const int port = s.options.port;
   const std::string model = body.contains("model") && body["model"].is_string()
                                 ? body["model"].get<std::string>()
                                 : s.model_id;
 
   if (!r.stream) {
     EngineRequest er(s, prepared->gen, arrival, /*want_deltas=*/false);
-    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     ChatOutput out(*prepared);
     std::string reasoning, text;
     std::vector<chat::ToolCall> calls;
@@ -116,10 +114,9 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
       text += ev.content;
       for (auto& c : ev.calls) calls.push_back(std::move(c));
     };
-    GenerationResult result = pump(er, &watch, {});
-    if (result.finish_reason == "error") throw ApiError(s.stopping ? 503 : 500, result.error);
-    if (result.finish_reason == "cancelled")
-      throw ApiError(503, "the request was cancelled (server shutting down)");
+    GenerationResult result = pump(er, &req, {});
+    if (const auto failure = result_failure(s, result))
+      throw ApiError(failure->status, failure->message);
     add(out.push(result.text));  // the parsers give the same result for any split of the text
     add(out.finish());
     json content = json::array();
@@ -144,8 +141,8 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
   }
 
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [&s, prepared, id, model, arrival, port,
-                                                         &req](size_t, httplib::DataSink& sink) {
+  res.set_stream("text/event-stream", [&s, prepared, id, model, arrival,
+                                       &req](http::BodyWriter& sink) {
     BlockWriter w(sink);
     const int64_t n_prompt = int64_t(prepared->gen.prompt.size());
     w.write("message_start", {{"type", "message_start"},
@@ -160,7 +157,6 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
                                 {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}}}});
     w.write("ping", {{"type", "ping"}});
     EngineRequest er(s, prepared->gen, arrival);
-    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     ChatOutput out(*prepared);
     size_t n_calls = 0;
     auto send = [&](const ChatOutput::Events& ev) {
@@ -170,15 +166,13 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
       return w.ok();
     };
     GenerationResult result = pump(
-        er, &watch, [&](const GenerationDelta& d) { return send(out.push(d.text)); },
+        er, &req, [&](const GenerationDelta& d) { return send(out.push(d.text)); },
         [&] {
           w.write("ping", {{"type", "ping"}});
           return w.ok();
         });
-    if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
-      const std::string msg =
-          result.finish_reason == "error" ? result.error : "the request was cancelled";
-      w.write("error", error_body(ApiStyle::Anthropic, 503, msg));
+    if (const auto failure = result_failure(s, result)) {
+      w.write("error", error_body(ApiStyle::Anthropic, failure->status, failure->message));
     } else {
       send(out.finish());
       w.close();
@@ -191,20 +185,18 @@ void messages(ServerState& s, const ojson& body, const httplib::Request& req,
            {"usage", usage_json(result.usage)}});
       w.write("message_stop", {{"type", "message_stop"}});
     }
-    sink.done();
-    return true;
   });
 }
 
 }  // namespace
 
-void register_anthropic_routes(httplib::Server& http, ServerState& s) {
-  http.Post("/v1/messages", json_post(s, ApiStyle::Anthropic, "/v1/messages",
-                                      [&s](const ojson& b, const httplib::Request& q,
-                                           httplib::Response& r) { messages(s, b, q, r); }));
-  http.Post("/v1/messages/count_tokens",
+void register_anthropic_routes(http::Router& http, ServerState& s) {
+  http.post("/v1/messages", json_post(s, ApiStyle::Anthropic, "/v1/messages",
+                                      [&s](const ojson& b, const http::Request& q,
+                                           http::Response& r) { messages(s, b, q, r); }));
+  http.post("/v1/messages/count_tokens",
             json_post(s, ApiStyle::Anthropic, "/v1/messages/count_tokens",
-                      [&s](const ojson& b, const httplib::Request&, httplib::Response& res) {
+                      [&s](const ojson& b, const http::Request&, http::Response& res) {
                         ojson body = b;
                         if (!body.contains("max_tokens")) body["max_tokens"] = 1;
                         ChatRequest r = parse_anthropic_messages(body);

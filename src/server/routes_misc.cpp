@@ -53,29 +53,35 @@ std::vector<int32_t> token_list(const ojson& body, const char* key) {
 
 }  // namespace
 
-void register_misc_routes(httplib::Server& http, ServerState& s) {
-  http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
-    if (s.ready && !s.stopping) {
-      send_json(res, {{"status", "ok"}});
-    } else {
-      json body = {{"status", s.stopping             ? "stopping"
-                              : s.load_error.empty() ? "loading"
-                                                     : "error"}};
-      if (!s.load_error.empty()) body["error"] = s.load_error;
-      send_json(res, body, 503);
-    }
-  });
-  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-    const bool ready = s.ready.load();
-    res.set_content(
-        s.metrics.render(ready ? s.engine->queue_depth() : 0, size_t(std::max(0, s.running.load())),
-                         ready ? s.engine->cache_stats() : PromptCacheStats{}),
-        "text/plain; version=0.0.4");
-  });
-  http.Post(
+void register_misc_routes(http::Router& http, ServerState& s) {
+  http.get(
+      "/health",
+      [&s](const http::Request&, http::Response& res) {
+        if (s.ready && !s.stopping) {
+          send_json(res, {{"status", "ok"}});
+        } else {
+          json body = {{"status", s.stopping             ? "stopping"
+                                  : s.load_error.empty() ? "loading"
+                                                         : "error"}};
+          if (!s.load_error.empty()) body["error"] = s.load_error;
+          send_json(res, body, 503);
+        }
+      },
+      http::RunOn::IoThread);
+  http.get(
+      "/metrics",
+      [&s](const http::Request&, http::Response& res) {
+        const bool ready = s.ready.load();
+        res.set_content(s.metrics.render(ready ? s.engine->queue_depth() : 0,
+                                         size_t(std::max(0, s.running.load())),
+                                         ready ? s.engine->cache_stats() : PromptCacheStats{}),
+                        "text/plain; version=0.0.4");
+      },
+      http::RunOn::IoThread);
+  http.post(
       "/tokenize",
       json_post(s, ApiStyle::OpenAI, "/tokenize",
-                [&s](const ojson& body, const httplib::Request&, httplib::Response& res) {
+                [&s](const ojson& body, const http::Request&, http::Response& res) {
                   const Tokenizer* tok = s.engine->tokenizer();
                   if (!tok) bad_request("this model has no tokenizer");
                   std::vector<int32_t> ids;
@@ -104,9 +110,9 @@ void register_misc_routes(httplib::Server& http, ServerState& s) {
                   }
                   send_json(res, out);
                 }));
-  http.Post("/detokenize",
+  http.post("/detokenize",
             json_post(s, ApiStyle::OpenAI, "/detokenize",
-                      [&s](const ojson& body, const httplib::Request&, httplib::Response& res) {
+                      [&s](const ojson& body, const http::Request&, http::Response& res) {
                         const Tokenizer* tok = s.engine->tokenizer();
                         if (!tok) bad_request("this model has no tokenizer");
                         const std::vector<int32_t> ids = token_list(body, "tokens");
@@ -117,21 +123,23 @@ void register_misc_routes(httplib::Server& http, ServerState& s) {
 
   auto files = std::make_shared<const std::map<std::string, std::pair<std::string, std::string>>>(
       load_web_files(s.options.web_dir));
-  http.Get(R"(/([A-Za-z0-9_\-]*\.?[A-Za-z0-9]*))", [&s, files](const httplib::Request& req,
-                                                               httplib::Response& res) {
-    std::string name = req.matches[1];
-    if (name.empty()) name = "index.html";
-    auto it = files->find(name);
-    if (it == files->end()) {
-      send_error(res, ApiStyle::OpenAI, 404,
-                 files->empty() ? "no chat page: the web directory was not found (--web-dir)"
-                                : "not found: /" + name);
-      s.metrics.count_request("/", 404);
-      return;
-    }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_content(it->second.second, it->second.first.c_str());
-  });
+  http.get(R"(/([A-Za-z0-9_\-]*\.?[A-Za-z0-9]*))",
+           [&s, files](const http::Request& req, http::Response& res) {
+             std::string name = req.matches[1];
+             if (name.empty()) name = "index.html";
+             auto it = files->find(name);
+             if (it == files->end()) {
+               send_error(res, ApiStyle::OpenAI, 404,
+                          files->empty()
+                              ? "no chat page: the web directory was not found (--web-dir)"
+                              : "not found: /" + name);
+               s.metrics.count_request("/", 404);
+               return;
+             }
+             res.set_header("Cache-Control", "no-cache");
+             res.set_content(it->second.second, it->second.first.c_str());
+           },
+           http::RunOn::IoThread);
 }
 
 }  // namespace hearth::server

@@ -98,9 +98,7 @@ json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_inde
 
 // A failed or interrupted generation as an HTTP error.
 void throw_for_result(const ServerState& state, const GenerationResult& r) {
-  if (r.finish_reason == "error") throw ApiError(state.stopping ? 503 : 500, r.error);
-  if (r.finish_reason == "cancelled")
-    throw ApiError(503, "the request was cancelled (server shutting down)");
+  if (auto f = result_failure(state, r)) throw ApiError(f->status, f->message);
 }
 
 std::string finish_reason(const GenerationResult& r, size_t n_calls) {
@@ -108,19 +106,17 @@ std::string finish_reason(const GenerationResult& r, size_t n_calls) {
   return r.finish_reason;
 }
 
-void chat_completions(ServerState& s, const ojson& body, const httplib::Request& req,
-                      httplib::Response& res) {
+void chat_completions(ServerState& s, const ojson& body, const http::Request& req,
+                      http::Response& res) {
   const auto arrival = Clock::now();
   ChatRequest r = parse_openai_chat(body);
   auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, r));
   const std::string id = random_id("chatcmpl-");
   const int64_t created = int64_t(std::time(nullptr));
-  const int port = s.options.port;
   const Engine& engine = *s.engine;
 
   if (!r.stream) {
     EngineRequest er(s, prepared->gen, arrival, /*want_deltas=*/false);
-    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
     ChatOutput out(*prepared);
     ChatOutput::Events all;
     auto add = [&](ChatOutput::Events ev) {
@@ -128,7 +124,7 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
       all.content += ev.content;
       for (auto& c : ev.calls) all.calls.push_back(std::move(c));
     };
-    GenerationResult result = pump(er, &watch, {});
+    GenerationResult result = pump(er, &req, {});
     throw_for_result(s, result);
     add(out.push(result.text));  // the parsers give the same result for any split of the text
     add(out.finish());
@@ -148,84 +144,76 @@ void chat_completions(ServerState& s, const ojson& body, const httplib::Request&
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [&s, prepared, id, created, include_usage, want_logprobs, arrival, port,
-                            &req](size_t, httplib::DataSink& sink) {
-        const Engine& engine = *s.engine;
-        auto chunk_body = [&](json delta, json finish, json logprobs = nullptr) {
-          json c = {{"id", id},
-                    {"object", "chat.completion.chunk"},
-                    {"created", created},
-                    {"model", s.model_id},
-                    {"choices", json::array({{{"index", 0},
-                                              {"delta", delta},
-                                              {"logprobs", logprobs},
-                                              {"finish_reason", finish}}})}};
-          if (include_usage) c["usage"] = nullptr;
-          return c;
-        };
-        auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
-          return sse_data(chunk_body(std::move(delta), std::move(finish), std::move(logprobs)));
-        };
-        const std::string slot(SseTextChunk::kSlot);
-        const SseTextChunk content_chunk(chunk_body({{"content", slot}}, nullptr));
-        const SseTextChunk reasoning_chunk(chunk_body({{"reasoning_content", slot}}, nullptr));
-        SseBatch batch(sink);
-        batch.add(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-        batch.flush();  // the first byte goes out before the request is queued
-        EngineRequest er(s, prepared->gen, arrival);
-        ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
-        ChatOutput out(*prepared);
-        size_t n_calls = 0;
-        std::string& buf = batch.buffer();
-        auto send_events = [&](const ChatOutput::Events& ev, const std::vector<TokenLogprob>& lps) {
-          json lp = want_logprobs && !lps.empty() ? chat_logprobs(engine, lps) : json();
-          bool sent_lp = false;
-          if (!ev.reasoning.empty()) reasoning_chunk.append(buf, ev.reasoning);
-          if (!ev.content.empty()) {
-            if (lp.is_null())
-              content_chunk.append(buf, ev.content);
-            else
-              buf += chunk({{"content", ev.content}}, nullptr, lp);
-            sent_lp = true;
-          }
-          if (!ev.calls.empty()) {
-            buf += chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}}, nullptr);
-            n_calls += ev.calls.size();
-          }
-          // Logprobs of tokens whose text was held back or went elsewhere still reach the client.
-          if (!sent_lp && !lp.is_null()) buf += chunk({{"content", ""}}, nullptr, lp);
-          return batch.ok();
-        };
-        GenerationResult result = pump(
-            er, &watch,
-            [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
-            [&] {
-              batch.add(": keep-alive\n\n");
-              return batch.flush();
-            },
-            [&] { return batch.flush(); });
-        if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
-          const int status = result.finish_reason == "error" && !s.stopping ? 500 : 503;
-          const std::string msg =
-              result.finish_reason == "error" ? result.error : "the request was cancelled";
-          batch.add(sse_data(error_body(ApiStyle::OpenAI, status, msg)));
-        } else {
-          send_events(out.finish(), {});
-          batch.add(chunk(json::object(), finish_reason(result, n_calls)));
-          if (include_usage)
-            batch.add(sse_data(usage_body(id, "chat.completion.chunk", created, s.model_id,
-                                          json::array(), result)));
-        }
-        batch.add("data: [DONE]\n\n");
-        batch.flush();
-        sink.done();
-        return true;
-      });
+  res.set_stream("text/event-stream", [&s, prepared, id, created, include_usage, want_logprobs,
+                                       arrival, &req](http::BodyWriter& sink) {
+    const Engine& engine = *s.engine;
+    auto chunk_body = [&](json delta, json finish, json logprobs = nullptr) {
+      json c = {{"id", id},
+                {"object", "chat.completion.chunk"},
+                {"created", created},
+                {"model", s.model_id},
+                {"choices", json::array({{{"index", 0},
+                                          {"delta", delta},
+                                          {"logprobs", logprobs},
+                                          {"finish_reason", finish}}})}};
+      if (include_usage) c["usage"] = nullptr;
+      return c;
+    };
+    auto chunk = [&](json delta, json finish, json logprobs = nullptr) {
+      return sse_data(chunk_body(std::move(delta), std::move(finish), std::move(logprobs)));
+    };
+    const std::string slot(SseTextChunk::kSlot);
+    const SseTextChunk content_chunk(chunk_body({{"content", slot}}, nullptr));
+    const SseTextChunk reasoning_chunk(chunk_body({{"reasoning_content", slot}}, nullptr));
+    SseBatch batch(sink);
+    batch.add(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+    batch.flush();  // the first byte goes out before the request is queued
+    EngineRequest er(s, prepared->gen, arrival);
+    ChatOutput out(*prepared);
+    size_t n_calls = 0;
+    std::string& buf = batch.buffer();
+    auto send_events = [&](const ChatOutput::Events& ev, const std::vector<TokenLogprob>& lps) {
+      json lp = want_logprobs && !lps.empty() ? chat_logprobs(engine, lps) : json();
+      bool sent_lp = false;
+      if (!ev.reasoning.empty()) reasoning_chunk.append(buf, ev.reasoning);
+      if (!ev.content.empty()) {
+        if (lp.is_null())
+          content_chunk.append(buf, ev.content);
+        else
+          buf += chunk({{"content", ev.content}}, nullptr, lp);
+        sent_lp = true;
+      }
+      if (!ev.calls.empty()) {
+        buf += chunk({{"tool_calls", tool_calls_json(ev.calls, n_calls, true)}}, nullptr);
+        n_calls += ev.calls.size();
+      }
+      // Logprobs of tokens whose text was held back or went elsewhere still reach the client.
+      if (!sent_lp && !lp.is_null()) buf += chunk({{"content", ""}}, nullptr, lp);
+      return batch.ok();
+    };
+    GenerationResult result = pump(
+        er, &req,
+        [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
+        [&] {
+          batch.add(": keep-alive\n\n");
+          return batch.flush();
+        },
+        [&] { return batch.flush(); });
+    if (const auto failure = result_failure(s, result)) {
+      batch.add(sse_data(error_body(ApiStyle::OpenAI, failure->status, failure->message)));
+    } else {
+      send_events(out.finish(), {});
+      batch.add(chunk(json::object(), finish_reason(result, n_calls)));
+      if (include_usage)
+        batch.add(sse_data(
+            usage_body(id, "chat.completion.chunk", created, s.model_id, json::array(), result)));
+    }
+    batch.add("data: [DONE]\n\n");
+    batch.flush();
+  });
 }
 
-void completions(ServerState& s, const ojson& body, const httplib::Request& req,
-                 httplib::Response& res) {
+void completions(ServerState& s, const ojson& body, const http::Request& req, http::Response& res) {
   const auto arrival = Clock::now();
   CompletionRequest r = parse_openai_completion(body);
   auto gen = std::make_shared<GenerationRequest>();
@@ -245,13 +233,11 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
   finish_generation_request(s, *gen, r.max_tokens, r.sampling);
   const std::string id = random_id("cmpl-");
   const int64_t created = int64_t(std::time(nullptr));
-  const int port = s.options.port;
   const std::string echo = r.echo ? prompt_text : std::string();
 
   if (!r.stream) {
     EngineRequest er(s, *gen, arrival, /*want_deltas=*/false);
-    ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps the prefill
-    GenerationResult result = pump(er, &watch, {});
+    GenerationResult result = pump(er, &req, {});
     throw_for_result(s, result);
     json choice = {
         {"index", 0},
@@ -266,91 +252,87 @@ void completions(ServerState& s, const ojson& body, const httplib::Request& req,
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [&s, gen, id, created, include_usage, want_logprobs, echo, arrival, port,
-                            &req](size_t, httplib::DataSink& sink) {
-        const Engine& engine = *s.engine;
-        auto chunk_body = [&](const std::string& text, json finish, json logprobs = nullptr) {
-          json c = {{"id", id},
-                    {"object", "text_completion"},
-                    {"created", created},
-                    {"model", s.model_id},
-                    {"choices", json::array({{{"index", 0},
-                                              {"text", text},
-                                              {"logprobs", logprobs},
-                                              {"finish_reason", finish}}})}};
-          if (include_usage) c["usage"] = nullptr;
-          return c;
-        };
-        auto chunk = [&](const std::string& text, json finish, json logprobs = nullptr) {
-          return sse_data(chunk_body(text, std::move(finish), std::move(logprobs)));
-        };
-        const SseTextChunk text_chunk(chunk_body(std::string(SseTextChunk::kSlot), nullptr));
-        SseBatch batch(sink);
-        std::string& buf = batch.buffer();
-        if (!echo.empty()) {
-          text_chunk.append(buf, echo);
-          batch.flush();
-        }
-        size_t offset = echo.size();
-        EngineRequest er(s, *gen, arrival);
-        ConnectionWatch watch(req, port);  // after submitting: the socket scan overlaps prefill
-        GenerationResult result = pump(
-            er, &watch,
-            [&](const GenerationDelta& d) {
-              if (want_logprobs)
-                buf += chunk(d.text, nullptr, completion_logprobs(engine, d.logprobs, offset));
-              else
-                text_chunk.append(buf, d.text);
-              offset += d.text.size();
-              return batch.ok();
-            },
-            [&] {
-              batch.add(": keep-alive\n\n");
-              return batch.flush();
-            },
-            [&] { return batch.flush(); });
-        if (result.finish_reason == "error" || result.finish_reason == "cancelled") {
-          const std::string msg =
-              result.finish_reason == "error" ? result.error : "the request was cancelled";
-          batch.add(sse_data(error_body(ApiStyle::OpenAI, 503, msg)));
-        } else {
-          batch.add(chunk("", result.finish_reason));
-          if (include_usage)
-            batch.add(sse_data(
-                usage_body(id, "text_completion", created, s.model_id, json::array(), result)));
-        }
-        batch.add("data: [DONE]\n\n");
-        batch.flush();
-        sink.done();
-        return true;
-      });
+  res.set_stream("text/event-stream", [&s, gen, id, created, include_usage, want_logprobs, echo,
+                                       arrival, &req](http::BodyWriter& sink) {
+    const Engine& engine = *s.engine;
+    auto chunk_body = [&](const std::string& text, json finish, json logprobs = nullptr) {
+      json c = {{"id", id},
+                {"object", "text_completion"},
+                {"created", created},
+                {"model", s.model_id},
+                {"choices", json::array({{{"index", 0},
+                                          {"text", text},
+                                          {"logprobs", logprobs},
+                                          {"finish_reason", finish}}})}};
+      if (include_usage) c["usage"] = nullptr;
+      return c;
+    };
+    auto chunk = [&](const std::string& text, json finish, json logprobs = nullptr) {
+      return sse_data(chunk_body(text, std::move(finish), std::move(logprobs)));
+    };
+    const SseTextChunk text_chunk(chunk_body(std::string(SseTextChunk::kSlot), nullptr));
+    SseBatch batch(sink);
+    std::string& buf = batch.buffer();
+    if (!echo.empty()) {
+      text_chunk.append(buf, echo);
+      batch.flush();
+    }
+    size_t offset = echo.size();
+    EngineRequest er(s, *gen, arrival);
+    GenerationResult result = pump(
+        er, &req,
+        [&](const GenerationDelta& d) {
+          if (want_logprobs)
+            buf += chunk(d.text, nullptr, completion_logprobs(engine, d.logprobs, offset));
+          else
+            text_chunk.append(buf, d.text);
+          offset += d.text.size();
+          return batch.ok();
+        },
+        [&] {
+          batch.add(": keep-alive\n\n");
+          return batch.flush();
+        },
+        [&] { return batch.flush(); });
+    if (const auto failure = result_failure(s, result)) {
+      batch.add(sse_data(error_body(ApiStyle::OpenAI, failure->status, failure->message)));
+    } else {
+      batch.add(chunk("", result.finish_reason));
+      if (include_usage)
+        batch.add(sse_data(
+            usage_body(id, "text_completion", created, s.model_id, json::array(), result)));
+    }
+    batch.add("data: [DONE]\n\n");
+    batch.flush();
+  });
 }
 
 }  // namespace
 
-void register_openai_routes(httplib::Server& http, ServerState& s) {
-  http.Post("/v1/chat/completions",
+void register_openai_routes(http::Router& http, ServerState& s) {
+  http.post("/v1/chat/completions",
             json_post(s, ApiStyle::OpenAI, "/v1/chat/completions",
-                      [&s](const ojson& b, const httplib::Request& q, httplib::Response& r) {
+                      [&s](const ojson& b, const http::Request& q, http::Response& r) {
                         chat_completions(s, b, q, r);
                       }));
-  http.Post("/v1/completions", json_post(s, ApiStyle::OpenAI, "/v1/completions",
-                                         [&s](const ojson& b, const httplib::Request& q,
-                                              httplib::Response& r) { completions(s, b, q, r); }));
-  http.Get("/v1/models", json_get(s, ApiStyle::OpenAI, "/v1/models", false,
-                                  [&s](const httplib::Request&, httplib::Response& res) {
-                                    json data = json::array();
-                                    if (!s.model_id.empty()) {
-                                      json m = {{"id", s.model_id},
-                                                {"object", "model"},
-                                                {"created", 0},
-                                                {"owned_by", "hearth"}};
-                                      if (s.ready) m["max_model_len"] = s.engine->n_ctx();
-                                      data.push_back(m);
-                                    }
-                                    send_json(res, {{"object", "list"}, {"data", data}});
-                                  }));
+  http.post("/v1/completions", json_post(s, ApiStyle::OpenAI, "/v1/completions",
+                                         [&s](const ojson& b, const http::Request& q,
+                                              http::Response& r) { completions(s, b, q, r); }));
+  http.get("/v1/models",
+           json_get(s, ApiStyle::OpenAI, "/v1/models", false,
+                    [&s](const http::Request&, http::Response& res) {
+                      json data = json::array();
+                      if (!s.model_id.empty()) {
+                        json m = {{"id", s.model_id},
+                                  {"object", "model"},
+                                  {"created", 0},
+                                  {"owned_by", "hearth"}};
+                        if (s.ready) m["max_model_len"] = s.engine->n_ctx();
+                        data.push_back(m);
+                      }
+                      send_json(res, {{"object", "list"}, {"data", data}});
+                    }),
+           http::RunOn::IoThread);
 }
 
 }  // namespace hearth::server

@@ -1,62 +1,8 @@
 #include "server/runner.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cstring>
+#include <fmt/format.h>
 
 namespace hearth::server {
-
-namespace {
-int port_of(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-  return -1;
-}
-std::string addr_of(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
-  else if (a.ss_family == AF_INET6)
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
-  return buf;
-}
-}  // namespace
-
-ConnectionWatch::ConnectionWatch(const httplib::Request& req, int local_port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return;
-  while (dirent* e = readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    if (fd <= 2) continue;
-    sockaddr_storage peer{}, local{};
-    socklen_t pl = sizeof peer, ll = sizeof local;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-    if (port_of(peer) == req.remote_port && port_of(local) == local_port &&
-        addr_of(peer) == req.remote_addr) {
-      fd_ = fd;
-      break;
-    }
-  }
-  closedir(dir);
-}
-
-bool ConnectionWatch::closed() const {
-  if (fd_ < 0) return false;
-  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
-  if (p.revents & POLLIN) {  // pipelined bytes are not a hang-up; EOF is
-    char c;
-    return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-  }
-  return false;
-}
 
 struct EngineRequest::Channel {
   std::mutex mu;
@@ -69,6 +15,9 @@ EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
                              Clock::time_point arrival, bool want_deltas)
     : channel_(std::make_shared<Channel>()), cancel_(std::make_shared<std::atomic<bool>>(false)) {
   request.cancel = cancel_;
+  if (state.options.request_timeout_s > 0)
+    deadline_ = arrival + std::chrono::seconds(state.options.request_timeout_s);
+  timeout_s_ = state.options.request_timeout_s;
   GenerationCallbacks cb;
   auto ch = channel_;
   auto last = std::make_shared<std::optional<Clock::time_point>>();
@@ -121,11 +70,11 @@ const EngineRequest::Update& EngineRequest::wait(std::chrono::milliseconds timeo
   return update_;
 }
 
-GenerationResult pump(EngineRequest& request, const ConnectionWatch* watch,
+GenerationResult pump(EngineRequest& request, const http::Request* client,
                       const std::function<bool(const GenerationDelta&)>& on_delta,
                       const std::function<bool()>& heartbeat,
                       const std::function<bool()>& after_batch) {
-  bool gone = false;
+  bool gone = false, timed_out = false;
   auto last_beat = Clock::now(), last_check = Clock::now();
   for (;;) {
     const auto& u = request.wait(std::chrono::milliseconds(100));
@@ -138,13 +87,26 @@ GenerationResult pump(EngineRequest& request, const ConnectionWatch* watch,
       gone = true;
       request.cancel();
     }
-    if (u.done) return *u.done;
+    if (u.done) {
+      GenerationResult r = *u.done;
+      if (timed_out && r.finish_reason == "cancelled") {
+        r.finish_reason = "timeout";
+        r.error =
+            fmt::format("the request ran past the server's time limit of {} s (--request-timeout)",
+                        request.timeout_seconds());
+      }
+      return r;
+    }
     const auto now = Clock::now();
+    if (!gone && !timed_out && now >= request.deadline()) {
+      timed_out = true;
+      request.cancel();
+    }
     // Deltas may arrive without pause (non-streaming requests write nothing until the end), so
     // the socket is checked on a clock, not only when idle.
-    if (!gone && watch && now - last_check >= std::chrono::milliseconds(100)) {
+    if (!gone && client && now - last_check >= std::chrono::milliseconds(100)) {
       last_check = now;
-      if (watch->closed()) {
+      if (client->client_gone()) {
         gone = true;
         request.cancel();
       }
@@ -157,6 +119,14 @@ GenerationResult pump(EngineRequest& request, const ConnectionWatch* watch,
       }
     }
   }
+}
+
+std::optional<ResultFailure> result_failure(const ServerState& state, const GenerationResult& r) {
+  if (r.finish_reason == "error") return ResultFailure{state.stopping ? 503 : 500, r.error};
+  if (r.finish_reason == "timeout") return ResultFailure{504, r.error};
+  if (r.finish_reason == "cancelled")
+    return ResultFailure{503, "the request was cancelled (server shutting down)"};
+  return std::nullopt;
 }
 
 }  // namespace hearth::server

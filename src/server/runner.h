@@ -1,11 +1,10 @@
 // Bridges an engine request (callbacks on the worker thread) to the HTTP handler thread that
-// waits for it: a channel of deltas plus the final result, and a watch on the client's socket so
-// a client that goes away cancels its generation even while it waits in the queue.
+// waits for it: a channel of deltas plus the final result; the handler polls the client's socket
+// so a client that goes away cancels its generation even while it waits in the queue, and ends a
+// request that runs past the server's time limit.
 // Invariant: the channel outlives both sides (shared_ptr held by the callbacks and the handler),
 // so a handler may return early (disconnect) while the engine still finishes the request.
 #pragma once
-#include <httplib.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -15,20 +14,10 @@
 #include <optional>
 
 #include "runtime/engine.h"
+#include "server/http/message.h"
 #include "server/state.h"
 
 namespace hearth::server {
-
-// The socket of the connection a request came in on (cpp-httplib 0.11 does not expose it: it is
-// found once by its peer address), polled for a hang-up without reading from it.
-class ConnectionWatch {
- public:
-  ConnectionWatch(const httplib::Request& req, int local_port);
-  bool closed() const;
-
- private:
-  int fd_ = -1;
-};
 
 class EngineRequest {
  public:
@@ -48,18 +37,32 @@ class EngineRequest {
   // (its buffers are reused: no allocation per token in steady state).
   const Update& wait(std::chrono::milliseconds timeout);
   void cancel();
+  // When the server's request time limit runs out (time_point::max(): no limit).
+  Clock::time_point deadline() const { return deadline_; }
+  int64_t timeout_seconds() const { return timeout_s_; }
 
  private:
   struct Channel;
   std::shared_ptr<Channel> channel_;
   std::shared_ptr<std::atomic<bool>> cancel_;
   Update update_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  int64_t timeout_s_ = 0;
 };
+
+// A result that did not complete, as the client sees it: its HTTP status and message.
+struct ResultFailure {
+  int status;
+  std::string message;
+};
+std::optional<ResultFailure> result_failure(const ServerState& state, const GenerationResult& r);
 
 // Runs a request to the end, calling on_delta for each delta (false: the client is gone, cancel)
 // and after_batch once the deltas that had arrived by a wake-up are handled (where a streaming
-// handler writes them out in one go). Polls the connection while waiting. Returns the result.
-GenerationResult pump(EngineRequest& request, const ConnectionWatch* watch,
+// handler writes them out in one go). Polls the connection while waiting, and cancels the
+// request when the server's --request-timeout passes (the result then says so: finish_reason
+// "error", with the limit in its message). Returns the result.
+GenerationResult pump(EngineRequest& request, const http::Request* client,
                       const std::function<bool(const GenerationDelta&)>& on_delta,
                       const std::function<bool()>& heartbeat = {},
                       const std::function<bool()>& after_batch = {});

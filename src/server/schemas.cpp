@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/json_bounded.h"
 #include "server/errors.h"
 
 namespace hearth::server {
@@ -71,8 +72,13 @@ ojson parse_tool_calls(const ojson& calls, const std::string& name) {
     if (const ojson* a = field(*fn, "arguments")) {
       if (a->is_string()) {
         // Templates expect a mapping (transformers' convention); keep the string if not JSON.
-        ojson parsed = ojson::parse(a->get<std::string>(), nullptr, false);
-        args = parsed.is_discarded() ? *a : parsed;
+        ojson parsed;
+        const JsonParseStatus status = parse_json_bounded(a->get<std::string>(), parsed);
+        if (status == JsonParseStatus::TooDeep)
+          bad_request(fmt::format("{}.function.arguments nests JSON deeper than {} levels", cname,
+                                  kMaxJsonDepth),
+                      cname + ".function.arguments");
+        args = status == JsonParseStatus::Ok ? parsed : *a;
       } else if (a->is_object()) {
         args = *a;
       } else {

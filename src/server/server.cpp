@@ -1,26 +1,22 @@
 #include "server/server.h"
 
-#include <httplib.h>
-
 #include <filesystem>
 
 #include "core/log.h"
 #include "server/http_util.h"
 #include "server/routes.h"
-#include "server/task_queue.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::server {
 
-Server::Server(ServerOptions options) : http_(std::make_unique<httplib::Server>()) {
-  state_.options = std::move(options);
-}
+Server::Server(ServerOptions options) { state_.options = std::move(options); }
 
 Server::~Server() { stop(); }
 
 std::string Server::url() const {
   const std::string& h = state_.options.host;
   const std::string host = h == "0.0.0.0" || h.empty()        ? "127.0.0.1"
+                           : h == "::"                        ? "[::1]"
                            : h.find(':') != std::string::npos ? "[" + h + "]"
                                                               : h;
   return fmt::format("http://{}:{}", host, state_.options.port);
@@ -28,48 +24,29 @@ std::string Server::url() const {
 
 void Server::start() {
   ServerState& s = state_;
-  const int n_threads = std::max(4, s.options.http_threads);
-  http_->new_task_queue = [n_threads] { return new LifoTaskQueue(size_t(n_threads)); };
-  http_->set_payload_max_length(s.options.max_body_bytes);
-  http_->set_keep_alive_max_count(1000);
-  http_->set_read_timeout(30);
-  http_->set_write_timeout(30);
-  http_->set_tcp_nodelay(true);  // SSE deltas are small; do not let Nagle batch them
-  http_->set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+  http::HttpOptions ho;
+  ho.host = s.options.host;
+  ho.port = s.options.port;
+  ho.max_body_bytes = s.options.max_body_bytes;
+  ho.worker_threads = std::max(4, s.options.http_threads);
+  ho.cors_origin = s.options.cors_origin;
+  if (s.options.idle_timeout_s > 0)
+    ho.idle_timeout = std::chrono::seconds(s.options.idle_timeout_s);
+  http::Router router;
+  register_openai_routes(router, s);
+  register_anthropic_routes(router, s);
+  register_misc_routes(router, s);
+  auto on_error = [&s](const http::Request& req, http::Response& res, int status,
+                       const std::string& message) {
     const ApiStyle style =
         req.path.rfind("/v1/messages", 0) == 0 ? ApiStyle::Anthropic : ApiStyle::OpenAI;
-    std::string msg =
-        res.status == 404 ? "not found: " + req.method + " " + req.path
-        : res.status == 413
-            ? fmt::format("the request body is over the {} byte limit", s.options.max_body_bytes)
-            : fmt::format("HTTP {}", res.status);
-    send_error(res, style, res.status, msg);
-  });
-  http_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string msg = "internal error";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          msg += std::string(": ") + e.what();
-        } catch (...) {
-        }
-        send_error(res, ApiStyle::OpenAI, 500, msg);
-      });
-  register_openai_routes(*http_, s);
-  register_anthropic_routes(*http_, s);
-  register_misc_routes(*http_, s);
-
-  if (s.options.port == 0) {
-    const int port = http_->bind_to_any_port(s.options.host);
-    if (port <= 0) fail("cannot listen on {}: bind failed", s.options.host);
-    s.options.port = port;
-  } else if (!http_->bind_to_port(s.options.host, s.options.port)) {
-    fail("cannot listen on {}:{} (in use, or the address is not local)", s.options.host,
-         s.options.port);
-  }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
+    send_error(res, style, status, message);
+    // One label for every path the routes do not know, so hostile paths cannot grow /metrics.
+    s.metrics.count_request("(http)", status);
+  };
+  http_ = std::make_unique<http::HttpServer>(ho, std::move(router), on_error);
+  http_->start();
+  s.options.port = http_->port();
 }
 
 void Server::load() {
@@ -111,11 +88,9 @@ void Server::set_engine(std::shared_ptr<Engine> engine, const std::string& model
 }
 
 void Server::stop() {
-  if (!thread_.joinable()) return;
-  state_.stopping = true;
+  if (!http_ || state_.stopping.exchange(true)) return;
   if (state_.engine) state_.engine->shutdown();  // in-flight requests end now, with an error
   http_->stop();                                 // joins the handler threads
-  thread_.join();
 }
 
 }  // namespace hearth::server

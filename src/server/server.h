@@ -1,17 +1,14 @@
-// hearth's HTTP server: cpp-httplib with the OpenAI, Anthropic and service routes over one
-// Engine. Lifecycle: start() binds and serves at once (/health says 503 "loading"), load() or
-// set_engine() makes it ready, stop() refuses new requests, ends in-flight generations (streams
-// get an error event, others a 503) and joins every handler, so nothing hangs.
+// hearth's HTTP server: the OpenAI, Anthropic and service routes over one Engine, served by the
+// event-driven HTTP layer in server/http/. Lifecycle: start() binds and serves at once (/health
+// says 503 "loading"), load() or set_engine() makes it ready, stop() refuses new requests, ends
+// in-flight generations (streams get an error event, others a 503) and joins every handler, so
+// nothing hangs.
 #pragma once
 #include <memory>
 #include <string>
-#include <thread>
 
+#include "server/http/http_server.h"
 #include "server/state.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace hearth::server {
 
@@ -37,8 +34,7 @@ class Server {
 
  private:
   ServerState state_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  std::unique_ptr<http::HttpServer> http_;
 };
 
 }  // namespace hearth::server

@@ -105,7 +105,7 @@ void SseTextChunk::append(std::string& out, std::string_view text) const {
 
 bool SseBatch::flush() {
   if (!buffer_.empty()) {
-    ok_ = ok_ && sink_->write(buffer_.data(), buffer_.size());
+    ok_ = ok_ && sink_->write(buffer_);
     buffer_.clear();
   }
   return ok_;

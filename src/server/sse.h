@@ -6,11 +6,11 @@
 // writes them in one write: a token is never held back waiting for a later one, but N ready
 // tokens cost one syscall and one client wake-up instead of N.
 #pragma once
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+
+#include "server/http/message.h"
 
 namespace hearth::server {
 
@@ -32,7 +32,7 @@ class SseTextChunk {
 
 class SseBatch {
  public:
-  explicit SseBatch(httplib::DataSink& sink) : sink_(&sink) {}
+  explicit SseBatch(http::BodyWriter& sink) : sink_(&sink) {}
   std::string& buffer() { return buffer_; }
   void add(std::string_view event) { buffer_ += event; }
   // Writes what was added since the last flush; false once any write has failed.
@@ -40,7 +40,7 @@ class SseBatch {
   bool ok() const { return ok_; }
 
  private:
-  httplib::DataSink* sink_;
+  http::BodyWriter* sink_;
   std::string buffer_;  // keeps its capacity between flushes
   bool ok_ = true;
 };

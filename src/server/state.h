@@ -24,7 +24,11 @@ struct ServerOptions {
   std::string device = "cpu";
   std::string web_dir;  // the chat page's files; empty: no page
   size_t max_body_bytes = size_t{32} << 20;
-  int http_threads = 64;  // concurrent connections served (the rest wait)
+  int http_threads = 64;          // requests handled at once (the rest wait, in order)
+  std::string cors_origin;        // "": no CORS; "*": any origin; else one origin
+  int64_t request_timeout_s = 0;  // 0: none; else a generation ends with 504 after this long
+  int64_t idle_timeout_s = 30;    // a kept-alive connection with no request is closed after this
+  int64_t max_prompt_tokens = 0;  // 0: the context length; else prompts over it get a 400
 };
 
 struct ServerState {

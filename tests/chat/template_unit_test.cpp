@@ -5,6 +5,7 @@
 
 #include "chat/pystr.h"
 #include "chat/template.h"
+#include "core/json_bounded.h"
 
 namespace hearth::chat {
 namespace {
@@ -202,6 +203,48 @@ TEST(PyStr, Utf8RoundTripsValidAndInvalidBytes) {
   }
   EXPECT_EQ(utf8_decode("\xff").front(), char32_t(0xDCFF));
   EXPECT_EQ(utf8_length("a\xc3\xa9\xf0\x9f\x98\x80"), 3u);
+}
+
+// A context nested past kMaxJsonDepth is refused with an error, not walked until the stack
+// overflows (a 40 KB request nested 20,000 deep used to kill the server here).
+TEST(ChatTemplateValues, DeepJsonIsRefusedNotRecursedInto) {
+  nlohmann::ordered_json deep = nlohmann::ordered_json::array();
+  for (int i = 0; i < 20000; ++i) deep = nlohmann::ordered_json::array({std::move(deep)});
+  nlohmann::ordered_json ctx = {{"t", std::move(deep)}};
+  try {
+    render("{{ t }}", ctx);
+    FAIL() << "a 20,000-deep context rendered";
+  } catch (const hearth::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deeper than 128"), std::string::npos) << e.what();
+  }
+  nlohmann::ordered_json ok = 1;
+  for (int i = 0; i < hearth::kMaxJsonDepth; ++i) ok = nlohmann::ordered_json::array({ok});
+  EXPECT_NO_THROW(render("{{ t | length }}", {{"t", ok}}));
+}
+
+TEST(ChatTemplateValues, ToJsonOfASelfBuiltDeepValueIsAnError) {
+  // The template nests a list 300 deep by itself; tojson must fail cleanly.
+  EXPECT_THROW(render("{% set ns = namespace(v=[]) %}{% for i in range(300) %}{% set ns.v = "
+                      "[ns.v] %}{% endfor %}{{ ns.v | tojson }}"),
+               hearth::Error);
+}
+
+TEST(JsonBounded, DepthLimitAndValidity) {
+  nlohmann::json out;
+  std::string deep(20000, '[');
+  deep += std::string(20000, ']');
+  EXPECT_EQ(hearth::parse_json_bounded(deep, out), hearth::JsonParseStatus::TooDeep);
+  EXPECT_TRUE(out.is_discarded());
+  std::string at_limit =
+      std::string(hearth::kMaxJsonDepth, '[') + std::string(hearth::kMaxJsonDepth, ']');
+  EXPECT_EQ(hearth::parse_json_bounded(at_limit, out), hearth::JsonParseStatus::Ok);
+  std::string over = "[" + at_limit + "]";
+  EXPECT_EQ(hearth::parse_json_bounded(over, out), hearth::JsonParseStatus::TooDeep);
+  EXPECT_EQ(hearth::parse_json_bounded("{\"a\": [1, {\"b\": null}]}", out),
+            hearth::JsonParseStatus::Ok);
+  EXPECT_EQ(out["a"][1]["b"], nullptr);
+  EXPECT_EQ(hearth::parse_json_bounded("{\"a\": ", out), hearth::JsonParseStatus::Invalid);
+  EXPECT_EQ(hearth::parse_json_bounded("", out), hearth::JsonParseStatus::Invalid);
 }
 
 }  // namespace

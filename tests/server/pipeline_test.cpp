@@ -90,6 +90,39 @@ TEST_F(Pipeline, SchemaErrorsNameTheField) {
   EXPECT_EQ(param_of(b), "seed");
 }
 
+// Every JSON that reaches the template is depth-limited, wherever in the request it sits.
+TEST_F(Pipeline, DeeplyNestedInputsAreA400) {
+  std::string deep_text = std::string(20000, '[') + std::string(20000, ']');
+  ojson b = body("x");
+  b["messages"].push_back({{"role", "assistant"},
+                           {"content", ""},
+                           {"tool_calls",
+                            {{{"id", "c1"},
+                              {"type", "function"},
+                              {"function", {{"name", "f"}, {"arguments", deep_text}}}}}}});
+  try {
+    parse_openai_chat(b);
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "messages[1].tool_calls[0].function.arguments");
+  }
+  // Nesting built in memory (as an embedder could) is refused when the template sees it.
+  ojson deep = ojson::array();
+  for (int i = 0; i < 20000; ++i) deep = ojson::array({std::move(deep)});
+  b = body("x");
+  b["chat_template_kwargs"] = {{"k", std::move(deep)}};
+  ChatRequest r = parse_openai_chat(b);
+  try {
+    prepare_chat(state_, r);
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+  } catch (const hearth::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deeper than"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Pipeline, AnthropicBlocksBecomeTemplateMessages) {
   ojson b = ojson::parse(
       R"({"max_tokens": 10, "system": [{"type": "text", "text": "Be brief."}], "messages": [

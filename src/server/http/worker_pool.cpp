@@ -1,18 +1,18 @@
-#include "server/task_queue.h"
+#include "server/http/worker_pool.h"
 
 #include <algorithm>
 
-namespace hearth::server {
+namespace hearth::server::http {
 
-LifoTaskQueue::LifoTaskQueue(size_t n_threads) {
+WorkerPool::WorkerPool(size_t n_threads) {
   for (size_t i = 0; i < std::max<size_t>(n_threads, 1); ++i)
     workers_.push_back(std::make_unique<Worker>());
   for (auto& w : workers_) w->thread = std::thread([this, p = w.get()] { run(*p); });
 }
 
-LifoTaskQueue::~LifoTaskQueue() { shutdown(); }
+WorkerPool::~WorkerPool() { shutdown(); }
 
-void LifoTaskQueue::enqueue(std::function<void()> job) {
+void WorkerPool::enqueue(std::function<void()> job) {
   std::lock_guard lock(mu_);
   jobs_.push_back(std::move(job));
   if (!idle_.empty()) {
@@ -23,7 +23,7 @@ void LifoTaskQueue::enqueue(std::function<void()> job) {
   }
 }
 
-void LifoTaskQueue::shutdown() {
+void WorkerPool::shutdown() {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;
@@ -38,7 +38,7 @@ void LifoTaskQueue::shutdown() {
     if (w->thread.joinable()) w->thread.join();
 }
 
-void LifoTaskQueue::run(Worker& self) {
+void WorkerPool::run(Worker& self) {
   std::unique_lock lock(mu_);
   for (;;) {
     if (!jobs_.empty()) {
@@ -56,4 +56,4 @@ void LifoTaskQueue::run(Worker& self) {
   }
 }
 
-}  // namespace hearth::server
+}  // namespace hearth::server::http

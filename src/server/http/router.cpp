@@ -1,0 +1,69 @@
+#include "server/http/router.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace hearth::server::http {
+
+std::string Request::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k.size() == name.size() && std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        }))
+      return v;
+  return {};
+}
+
+void Response::set_header(std::string name, std::string value) {
+  headers.emplace_back(std::move(name), std::move(value));
+}
+
+void Response::set_content(std::string content, std::string type) {
+  body = std::move(content);
+  content_type = std::move(type);
+}
+
+void Response::set_stream(std::string type, std::function<void(BodyWriter&)> producer) {
+  content_type = std::move(type);
+  stream = std::move(producer);
+}
+
+void Router::add(std::string method, const std::string& pattern, Handler handler, RunOn run_on) {
+  routes_.push_back({std::move(method), std::regex(pattern), std::move(handler), run_on});
+}
+
+void Router::get(const std::string& pattern, Handler handler, RunOn run_on) {
+  add("GET", pattern, std::move(handler), run_on);
+}
+
+void Router::post(const std::string& pattern, Handler handler, RunOn run_on) {
+  add("POST", pattern, std::move(handler), run_on);
+}
+
+Router::Match Router::find(Request& req) const {
+  Match m;
+  std::smatch sm;
+  for (const Route& r : routes_) {
+    if (!std::regex_match(req.path, sm, r.pattern)) continue;
+    if (r.method != req.method) {
+      m.path_known = true;
+      continue;
+    }
+    req.matches.assign(sm.begin(), sm.end());
+    m.handler = &r.handler;
+    m.run_on = r.run_on;
+    return m;
+  }
+  return m;
+}
+
+std::string Router::methods_for(const std::string& path) const {
+  std::string out;
+  for (const Route& r : routes_) {
+    if (!std::regex_match(path, r.pattern) || out.find(r.method) != std::string::npos) continue;
+    out += out.empty() ? r.method : ", " + r.method;
+  }
+  return out;
+}
+
+}  // namespace hearth::server::http
