@@ -1,12 +1,19 @@
 // hearth chat page logic: keeps the conversation, streams replies from /v1/chat/completions
 // (SSE read from fetch's body), shows reasoning_content in a collapsible block, renders content
 // as Markdown, and stops a reply with an AbortController (the server cancels when the
-// connection closes).
+// connection closes). A long conversation is trimmed before it is sent: the oldest turns are
+// left out (the system prompt stays) until the prompt, counted by the server's /tokenize with
+// the same template, plus the reply's budget fit the context; the reply says so.
 "use strict";
 const $ = (id) => document.getElementById(id);
 const SETTINGS = ["system", "temperature", "top_p", "top_k", "max_tokens", "thinking", "api_key"];
+// Replies are capped at this many tokens unless the settings say otherwise (half the context on
+// small models): the server's own default, the whole remaining context, leaves no room for the
+// next turn.
+const DEFAULT_MAX_TOKENS = 4096;
 let history = [];
 let controller = null;
+let contextLength = 0;  // from /v1/models; 0 until known
 
 function loadSettings() {
   const saved = JSON.parse(localStorage.getItem("hearth-settings") || "{}");
@@ -56,14 +63,52 @@ function setBusy(busy) {
   $("input").disabled = busy;
 }
 
-function requestBody() {
+function maxTokens() {
+  if ($("max_tokens").value !== "") return parseInt($("max_tokens").value, 10);
+  return contextLength ? Math.max(1, Math.min(DEFAULT_MAX_TOKENS, Math.floor(contextLength / 2)))
+                       : DEFAULT_MAX_TOKENS;
+}
+
+function requestBody(turns) {
   const msgs = [];
   if ($("system").value.trim()) msgs.push({ role: "system", content: $("system").value });
-  const body = { messages: msgs.concat(history), stream: true, stream_options: { include_usage: true },
-                 chat_template_kwargs: { enable_thinking: $("thinking").checked } };
+  const body = { messages: msgs.concat(turns), stream: true, stream_options: { include_usage: true },
+                 chat_template_kwargs: { enable_thinking: $("thinking").checked },
+                 max_tokens: maxTokens() };
   for (const k of ["temperature", "top_p"]) if ($(k).value !== "") body[k] = parseFloat($(k).value);
-  for (const k of ["top_k", "max_tokens"]) if ($(k).value !== "") body[k] = parseInt($(k).value, 10);
+  if ($("top_k").value !== "") body.top_k = parseInt($("top_k").value, 10);
   return body;
+}
+
+// The prompt's length in tokens as the server will render it (null if it cannot say).
+async function promptTokens(body) {
+  const res = await fetch("/tokenize", { method: "POST", headers: headers(),
+    body: JSON.stringify({ messages: body.messages, chat_template_kwargs: body.chat_template_kwargs }) });
+  if (!res.ok) return null;
+  const out = await res.json();
+  return typeof out.count === "number" ? out.count : null;
+}
+
+// The request for this turn, with the oldest turns left out until it fits the context. Returns
+// { body, dropped } (dropped: how many earlier messages were left out).
+async function fittedRequest() {
+  let turns = history.slice();
+  let body = requestBody(turns);
+  if (!contextLength) return { body, dropped: 0 };
+  for (;;) {
+    const n = await promptTokens(body);
+    if (n === null || n + body.max_tokens <= contextLength) break;
+    // Drop the oldest turn: its user message and everything up to the next user message.
+    let next = turns.findIndex((m, i) => i > 0 && m.role === "user");
+    if (next < 0) {  // only the newest message is left: shorten the reply instead
+      if (n < contextLength) { body.max_tokens = contextLength - n; break; }
+      throw new Error("this message alone (" + n + " tokens) is longer than the model's " +
+                      contextLength + "-token context");
+    }
+    turns = turns.slice(next);
+    body = requestBody(turns);
+  }
+  return { body, dropped: history.length - turns.length };
 }
 
 // Reads an SSE stream and calls onData with each parsed "data:" payload.
@@ -96,13 +141,16 @@ async function send(text) {
   const details = div.querySelector("details"), reasoningEl = div.querySelector(".reasoning");
   const contentEl = div.querySelector(".content"), statsEl = div.querySelector(".stats");
   let content = "", reasoning = "", toolCalls = [], usage = null, finish = null, firstAt = 0;
+  let dropped = 0;
   const started = performance.now();
   controller = new AbortController();
   setBusy(true);
   $("status").textContent = "waiting…";
   try {
+    const fitted = await fittedRequest();
+    dropped = fitted.dropped;
     const res = await fetch("/v1/chat/completions", { method: "POST", headers: headers(),
-                                                       body: JSON.stringify(requestBody()), signal: controller.signal });
+                                                       body: JSON.stringify(fitted.body), signal: controller.signal });
     if (!res.ok) {
       const err = await res.json().catch(() => ({}));
       throw new Error((err.error && err.error.message) || res.status + " " + res.statusText);
@@ -149,6 +197,7 @@ async function send(text) {
       parts.push((usage.completion_tokens / ((performance.now() - firstAt) / 1000)).toFixed(1) + " tok/s");
   }
   parts.push(secs.toFixed(2) + " s");
+  if (dropped) parts.push(dropped + " earlier message" + (dropped > 1 ? "s" : "") + " left out to fit the context");
   statsEl.textContent = parts.join(" · ");
   if (content || reasoning) history.push({ role: "assistant", content, reasoning_content: reasoning || undefined });
 }
@@ -173,5 +222,8 @@ $("toggle-settings").addEventListener("click", () => {
 for (const k of SETTINGS) $(k).addEventListener("change", saveSettings);
 loadSettings();
 fetch("/v1/models", { headers: headers() }).then((r) => r.json()).then((m) => {
-  if (m.data && m.data[0]) $("model").textContent = m.data[0].id + (m.data[0].max_model_len ? " · ctx " + m.data[0].max_model_len : "");
+  if (!m.data || !m.data[0]) return;
+  contextLength = m.data[0].max_model_len || 0;
+  $("model").textContent = m.data[0].id + (contextLength ? " · ctx " + contextLength : "");
+  $("max_tokens").placeholder = "auto (" + maxTokens() + ")";
 }).catch(() => {});

@@ -53,7 +53,7 @@ void finish_generation_request(const ServerState& state, GenerationRequest& gen,
   }
 }
 
-PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r) {
+PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r, bool for_generation) {
   if (!state.chat_template || !state.engine->tokenizer())
     bad_request("this model has no chat template (tokenizer_config.json); use /v1/completions");
   const Tokenizer& tok = *state.engine->tokenizer();
@@ -104,7 +104,7 @@ PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r) {
   p.gen.ignore_eos = r.ignore_eos;
   p.gen.logprobs = r.logprobs;
   p.gen.skip_special_tokens = !chat::tool_call_format_needs_special_tokens(p.tool_format);
-  finish_generation_request(state, p.gen, r.max_tokens, r.sampling);
+  if (for_generation) finish_generation_request(state, p.gen, r.max_tokens, r.sampling);
   return p;
 }
 

@@ -201,7 +201,7 @@ void register_anthropic_routes(http::Router& http, ServerState& s) {
                         if (!body.contains("max_tokens")) body["max_tokens"] = 1;
                         ChatRequest r = parse_anthropic_messages(body);
                         r.max_tokens.reset();
-                        PreparedChat p = prepare_chat(s, r);
+                        PreparedChat p = prepare_chat(s, r, /*for_generation=*/false);
                         send_json(res, {{"input_tokens", p.gen.prompt.size()}});
                       }));
 }

@@ -39,13 +39,17 @@ std::map<std::string, std::pair<std::string, std::string>> load_web_files(const 
   return files;
 }
 
-std::vector<int32_t> token_list(const ojson& body, const char* key) {
+std::vector<int32_t> token_list(const ojson& body, const char* key, int64_t n_vocab) {
   const ojson* v = field(body, key);
   if (!v || !v->is_array()) bad_request(std::string(key) + " must be an array of token ids", key);
   std::vector<int32_t> ids;
   for (const auto& t : *v) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
       bad_request(std::string(key) + ": token ids must be non-negative integers", key);
+    if (t.get<int64_t>() >= n_vocab)
+      bad_request(fmt::format("{}: token id {} is out of range: the vocabulary has {} ids", key,
+                              t.get<int64_t>(), n_vocab),
+                  key);
     ids.push_back(int32_t(t.get<int64_t>()));
   }
   return ids;
@@ -87,7 +91,7 @@ void register_misc_routes(http::Router& http, ServerState& s) {
                   std::vector<int32_t> ids;
                   if (field(body, "messages")) {
                     ChatRequest r = parse_openai_chat(body);
-                    ids = prepare_chat(s, r).gen.prompt;
+                    ids = prepare_chat(s, r, /*for_generation=*/false).gen.prompt;
                   } else {
                     auto text = get_string(body, "content");
                     if (!text) text = get_string(body, "prompt");
@@ -115,7 +119,9 @@ void register_misc_routes(http::Router& http, ServerState& s) {
                       [&s](const ojson& body, const http::Request&, http::Response& res) {
                         const Tokenizer* tok = s.engine->tokenizer();
                         if (!tok) bad_request("this model has no tokenizer");
-                        const std::vector<int32_t> ids = token_list(body, "tokens");
+                        const std::vector<int32_t> ids = token_list(
+                            body, "tokens",
+                            std::max<int64_t>(tok->vocab_size(), s.engine->info().n_vocab));
                         const std::string text =
                             tok->decode(ids, get_bool(body, "skip_special_tokens").value_or(false));
                         send_json(res, {{"prompt", text}, {"content", text}});

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "core/error.h"
+#include "tokenizer/scratch.h"
 #include "tokenizer/unicode.h"
 
 namespace hearth::tok {
@@ -359,6 +360,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   }
   for (const Symbol& s : symbols)
     if (!s.removed) out.push_back(s.id);
+  release_if_large(symbols);
+  release_if_large(heap);
 }
 
 }  // namespace hearth::tok

@@ -2,6 +2,7 @@
 #include "tokenizer/pattern.h"
 
 #include "tokenizer/json_util.h"
+#include "tokenizer/scratch.h"
 
 namespace hearth::tok {
 
@@ -34,6 +35,7 @@ std::string regex_replace_all(const Regex& re, std::string_view s, std::string_v
     prev = m.end;
   }
   out.append(s.substr(prev));
+  release_if_large(spans);
   return out;
 }
 

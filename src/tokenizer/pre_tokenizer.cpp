@@ -6,6 +6,7 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/pattern.h"
+#include "tokenizer/scratch.h"
 #include "tokenizer/unicode.h"
 
 namespace hearth::tok {
@@ -102,6 +103,8 @@ void split_piece(PieceList& pl, const Piece& p, const std::vector<Span>& matches
     if (s.match || s.end == s.begin) continue;
     pl.next.push_back({p.off + s.begin, s.end - s.begin, p.first && s.begin == 0});
   }
+  release_if_large(segs);
+  release_if_large(merged);
 }
 
 template <typename Fn>

@@ -4,6 +4,7 @@
 // token strings (skipping unknown ids and, if asked, special tokens) and runs the decoder chain.
 #include "tokenizer/tokenizer.h"
 
+#include "tokenizer/scratch.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
 
@@ -59,6 +60,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special_
       }
     }
   }
+  for (auto* v : {&pl.pieces, &pl.next}) release_if_large(*v);
+  release_if_large(pl.arena);
+  release_if_large(pl.spans);
+  release_if_large(raw_splits);
+  release_if_large(norm_splits);
   if (add_special_tokens) im.post_processor.apply(ids);
   return ids;
 }

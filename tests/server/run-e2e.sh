@@ -44,8 +44,31 @@ export HEARTH_HYBRID_URL=$URL
 start "$WORK/hybrid-nocache.log" "$BUILD/hearth" serve -m "$ROOT/models/default" --port 0 -t 2 --cache-ram 0
 export HEARTH_HYBRID_NOCACHE_URL=$URL
 
+# The hardened configuration: CORS for one origin, a 2 s idle timeout, the key from a file.
+echo "hard-key-$RANDOM" > "$WORK/key"
+start "$WORK/hard.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 --ctx 2048 -t 2 \
+  --cors-origin http://app.example --idle-timeout 2 --api-key-file "$WORK/key" --max-prompt-tokens 256
+export HEARTH_HARDENED_URL=$URL HEARTH_HARDENED_KEY=$(cat "$WORK/key")
+
+# The port is held exclusively: a second server on it fails and says why.
+PORT=${HEARTH_URL##*:}
+if "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port "$PORT" -t 1 >"$WORK/second.log" 2>&1; then
+  echo "server_e2e: a second server started on the busy port $PORT"; exit 1
+fi
+grep -q "port is in use" "$WORK/second.log" || { echo "server_e2e: no clear error for a busy port"; cat "$WORK/second.log"; exit 1; }
+# HEARTH_API_KEY is honoured; listening beyond loopback without a key warns.
+HEARTH_API_KEY=env-key start "$WORK/envkey.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 -t 1
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/models")" = 401 ] || { echo "server_e2e: HEARTH_API_KEY not required"; exit 1; }
+[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer env-key' "$URL/v1/models")" = 200 ] || { echo "server_e2e: HEARTH_API_KEY not accepted"; exit 1; }
+kill "$LAST_PID"
+start "$WORK/open.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --host 0.0.0.0 --port 0 -t 1
+grep -q "without an API key" "$WORK/open.log.err" || { echo "server_e2e: no warning for 0.0.0.0 without a key"; exit 1; }
+kill "$LAST_PID"
+echo "server_e2e: exclusive port, HEARTH_API_KEY and the open-listener warning: ok"
+
 cd "$DEPS"
-node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs hybrid.test.mjs browser.test.mjs
+node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs hybrid.test.mjs browser.test.mjs \
+  hardening.test.mjs load.test.mjs
 
 # SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
 curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \

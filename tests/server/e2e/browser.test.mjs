@@ -69,3 +69,25 @@ test("streams visibly and the stop button ends a reply", async () => {
   assert.equal(await page.isHidden("#stop"), true);
   await page.close();
 });
+
+test("with default settings a long conversation keeps working: old turns are left out", async () => {
+  // The model server has a 2,048-token context and the random model never stops by itself, so
+  // every reply takes its whole default budget (1,024 tokens, half the context): the second
+  // turn only fits with the first left out, and the page must say so instead of failing.
+  const page = await openPage(URL_MODEL, { temperature: "0" });
+  await page.waitForFunction(() => document.getElementById("model").textContent.includes("ctx"),
+                             null, { timeout: 10000 });
+  assert.equal(await page.getAttribute("#max_tokens", "placeholder"), "auto (1024)");
+  for (let turn = 0; turn < 3; ++turn) {
+    await page.fill("#input", "Tell me more, part " + (turn + 1) + ".");
+    await page.press("#input", "Enter");
+    await page.waitForSelector(`.msg.assistant >> nth=${turn} >> .stats:not(:empty)`, { timeout: 120000 });
+    const msg = page.locator(".msg.assistant").nth(turn);
+    assert.equal(await msg.evaluate((el) => el.classList.contains("error")), false,
+                 await msg.textContent());
+    const stats = await msg.locator(".stats").textContent();
+    assert.match(stats, /1024 generated/);
+    if (turn > 0) assert.match(stats, /earlier messages? left out to fit the context/);
+  }
+  await page.close();
+});
