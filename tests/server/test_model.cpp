@@ -1,9 +1,11 @@
 #include "test_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 
@@ -164,7 +166,9 @@ class ScriptedState : public SequenceState {
 
 class ScriptedModel : public Model {
  public:
-  ScriptedModel(const Tokenizer& tok, const std::vector<Script>& scripts) {
+  ScriptedModel(const Tokenizer& tok, const std::vector<Script>& scripts,
+                std::chrono::milliseconds step_delay)
+      : step_delay_(step_delay) {
     info_.model_type = "scripted";
     info_.architecture = "scripted test model";
     info_.n_vocab = tok.vocab_size();
@@ -192,6 +196,7 @@ class ScriptedModel : public Model {
   void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
                float* logits) override {
     auto& s = static_cast<ScriptedState&>(state);
+    if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
     s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
     if (rows == LogitsRows::None) return;
     const size_t n_rows = rows == LogitsRows::All ? tokens.size() : 1;
@@ -226,13 +231,15 @@ class ScriptedModel : public Model {
   ModelInfo info_;
   std::vector<Entry> entries_;
   std::vector<int32_t> filler_;
+  std::chrono::milliseconds step_delay_;
 };
 
 }  // namespace
 
 std::unique_ptr<Model> make_scripted_model(const Tokenizer& tokenizer,
-                                           const std::vector<Script>& scripts) {
-  return std::make_unique<ScriptedModel>(tokenizer, scripts);
+                                           const std::vector<Script>& scripts,
+                                           std::chrono::milliseconds step_delay) {
+  return std::make_unique<ScriptedModel>(tokenizer, scripts, step_delay);
 }
 
 }  // namespace hearth::testing

@@ -8,6 +8,7 @@
 //   Scripts sharing an anchor: the first one answers; a later one continues only a prompt that
 //   already holds the start of its reply (a forced tool-call prefix).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -41,8 +42,10 @@ std::vector<Script> default_scripts();
 // Qwen3 chat-template glue between a user message and the reply.
 inline const char* kQwenAssistantTurn = "<|im_end|>\n<|im_start|>assistant\n";
 
+// step_delay: each forward call sleeps this long (a slow model, for timeouts).
 std::unique_ptr<Model> make_scripted_model(const Tokenizer& tokenizer,
-                                           const std::vector<Script>& scripts);
+                                           const std::vector<Script>& scripts,
+                                           std::chrono::milliseconds step_delay = {});
 
 // A greedy request that ignores EOS, for comparing outputs token for token.
 inline GenerationRequest greedy(std::vector<int32_t> prompt, int64_t n) {
