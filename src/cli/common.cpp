@@ -10,7 +10,9 @@ namespace hearth::cli {
 void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("-m,--model", o.dir, "model directory (Hugging Face checkpoint)");
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)");
+  app.add_option("-t,--threads", o.threads,
+                 "CPU threads (default: the CPUs this process may use, from its affinity and "
+                 "cgroup CPU quota)");
   app.add_flag("--no-mmap", o.no_mmap,
                "CPU: copy weights into huge-page memory (slower load, faster decode) instead of "
                "reading the mapped file");
