@@ -1,13 +1,16 @@
 // ModelConfig: reading, text_config selection and typed field access with errors that name the
 // file and field. Integral floats (e.g. 131072.0) are accepted as ints because some exporters
-// write every number as a float.
+// write every number as a float. Files are parsed with the nesting limit of core/json_bounded.h:
+// copying, merging and printing a document all recurse over it.
 #include "loader/config.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 
 namespace hearth {
 
@@ -26,11 +29,22 @@ json read_json_file(const std::filesystem::path& path, bool required) {
   if (!in) fail("cannot open {}", path.string());
   std::stringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
+  json out;
+  switch (parse_json_bounded(text, out)) {
+    case JsonParseStatus::Ok:
+      return out;
+    case JsonParseStatus::TooDeep:
+      fail("{}: JSON nested deeper than {} levels", path.string(), kMaxJsonDepth);
+    case JsonParseStatus::Invalid:
+      break;
+  }
   try {
-    return json::parse(ss.str());
+    out = json::parse(text);  // for the parser's message; the document is known to be shallow
   } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", path.string(), e.what());
   }
+  fail("{}: not valid JSON", path.string());
 }
 
 // Appends the ids in `value` (int, list of ints, or null) to `out` unless already there.
@@ -40,6 +54,11 @@ void add_eos_ids(const json& value, const std::string& where, std::vector<int64_
     if (!v.is_number_integer())
       fail("{}: eos_token_id has a {} where a token id (integer) was expected", where,
            v.type_name());
+    // Token ids are int32 everywhere past the config; a larger one would alias another token.
+    if ((v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX)) ||
+        (!v.is_number_unsigned() && (v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)))
+      fail("{}: eos_token_id {} is not a token id (expected an integer in [0, {}])", where,
+           v.dump(), INT32_MAX);
     int64_t id = v.get<int64_t>();
     for (int64_t seen : out)
       if (seen == id) return;
@@ -121,13 +140,27 @@ std::string ModelConfig::field_name(const std::string& key) const {
   return key;
 }
 
+namespace {
+
+// A value as it reads in the file, cut short: a hostile config can hold megabytes in one field.
+std::string preview(const json& v) {
+  std::string value = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (value.size() > 80) value = value.substr(0, 77) + "...";
+  return value;
+}
+
+}  // namespace
+
 void ModelConfig::fail_type(const std::string& key, const char* expected) const {
   const json* v = lookup(key);
   if (!v) fail("{}: missing field '{}'", source_, field_name(key));
-  std::string value = v->dump(-1, ' ', false, json::error_handler_t::replace);
-  if (value.size() > 80) value = value.substr(0, 77) + "...";
-  fail("{}: field '{}' is {} ({}), expected {}", source_, field_name(key), v->type_name(), value,
-       expected);
+  fail("{}: field '{}' is {} ({}), expected {}", source_, field_name(key), v->type_name(),
+       preview(*v), expected);
+}
+
+void ModelConfig::fail_field(const std::string& field, const json& value,
+                             const std::string& expected) const {
+  fail("{}: field '{}' is {}, expected {}", source_, field, preview(value), expected);
 }
 
 bool ModelConfig::has(const std::string& key) const { return lookup(key) != nullptr; }
@@ -173,6 +206,33 @@ bool ModelConfig::get_bool_or(const std::string& key, bool fallback) const {
 }
 std::string ModelConfig::get_string_or(const std::string& key, const std::string& fallback) const {
   return has(key) ? get_string(key) : fallback;
+}
+
+int64_t ModelConfig::get_int_in(const std::string& key, int64_t lo, int64_t hi,
+                                const char* why) const {
+  const int64_t v = get_int(key);
+  if (v < lo || v > hi)
+    fail_field(field_name(key), *lookup(key),
+               fmt::format("an integer in [{}, {}]{}", lo, hi,
+                           why ? fmt::format(" ({})", why) : std::string()));
+  return v;
+}
+
+int64_t ModelConfig::get_int_in_or(const std::string& key, int64_t fallback, int64_t lo, int64_t hi,
+                                   const char* why) const {
+  return has(key) ? get_int_in(key, lo, hi, why) : fallback;
+}
+
+double ModelConfig::get_float_in_or(const std::string& key, double fallback, double lo, double hi,
+                                    bool lo_open) const {
+  if (!has(key)) return fallback;
+  const double v = get_float(key);
+  // A file cannot hold NaN or infinity (the parser refuses them), a config built in memory can.
+  const bool above = lo_open ? v > lo : v >= lo;
+  if (!std::isfinite(v) || !above || v > hi)
+    fail_field(field_name(key), *lookup(key),
+               fmt::format("a finite number in {}{}, {}]", lo_open ? "(" : "[", lo, hi));
+  return v;
 }
 
 std::vector<int64_t> ModelConfig::eos_token_ids() const {

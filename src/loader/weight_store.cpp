@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "core/log.h"
 #include "loader/safetensors.h"
 
@@ -36,10 +37,16 @@ std::map<std::string, std::string> read_index(const std::filesystem::path& index
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", file, e.what());
+  const JsonParseStatus status = parse_json_bounded(ss.str(), root);
+  if (status == JsonParseStatus::TooDeep)
+    fail("{}: JSON nested deeper than {} levels", file, kMaxJsonDepth);
+  if (status != JsonParseStatus::Ok) {
+    try {
+      root = nlohmann::json::parse(ss.str());  // for the parser's message
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON: {}", file, e.what());
+    }
+    fail("{}: not valid JSON", file);
   }
   if (!root.is_object()) fail("{}: expected a JSON object", file);
   auto it = root.find("weight_map");
@@ -154,6 +161,13 @@ void WeightStore::rename(const std::string& from, const std::string& to) {
 Tensor WeightStore::take_entry(Entry& entry, const std::vector<int64_t>& expected_shape,
                                std::string_view from_config) {
   const TensorInfo& info = entry.info;
+  // Only -1 is a wildcard: a size below it means a config-derived size went negative, and must
+  // not be mistaken for one (nor match by accident).
+  for (int64_t dim : expected_shape)
+    if (dim < -1)
+      fail("tensor {}: the shape expected from config ({}) has a negative size, {}, in {}",
+           info.name, from_config.empty() ? std::string_view("config dimensions") : from_config,
+           dim, info.file);
   bool match = info.shape.size() == expected_shape.size();
   for (size_t i = 0; match && i < expected_shape.size(); ++i)
     match = expected_shape[i] < 0 || expected_shape[i] == info.shape[i];

@@ -52,8 +52,9 @@ class WeightStore {
   void rename(const std::string& from, const std::string& to);
 
   // A view of the tensor, marked as used. Fails naming the tensor if it is missing, if its shape
-  // differs from `expected_shape` (a dim of -1 matches anything; `from_config` says where the
-  // expectation came from, e.g. "hidden_size=64"), or if its data is misaligned for its dtype.
+  // differs from `expected_shape` (a dim of -1 matches anything, one below -1 is an error;
+  // `from_config` says where the expectation came from, e.g. "hidden_size=64"), or if its data
+  // is misaligned for its dtype.
   // Taking a tensor twice is allowed (tied embeddings).
   Tensor take(const std::string& name, std::vector<int64_t> expected_shape,
               std::string_view from_config = {});

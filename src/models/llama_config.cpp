@@ -2,6 +2,7 @@
 // the defaults each Hugging Face config class applies when a field is absent.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "models/config_checks.h"
@@ -10,6 +11,9 @@
 namespace hearth {
 
 namespace {
+
+using config_limits::kFloatMax;
+using nlohmann::json;
 
 Activation parse_activation(const ModelConfig& c, const std::string& name) {
   if (name == "silu" || name == "swish") return Activation::Silu;
@@ -23,17 +27,13 @@ Activation parse_activation(const ModelConfig& c, const std::string& name) {
 std::vector<std::string> layer_types(const ModelConfig& c, const std::string& type,
                                      int64_t n_layer) {
   std::vector<std::string> types(size_t(n_layer), "full_attention");
-  const auto& raw = c.raw();
-  if (raw.contains("layer_types") && raw["layer_types"].is_array()) {
-    if (int64_t(raw["layer_types"].size()) != n_layer)
-      fail("{}: layer_types has {} entries, num_hidden_layers is {}", c.source(),
-           raw["layer_types"].size(), n_layer);
+  if (const json* list = layer_list(c, "layer_types", n_layer)) {
     for (size_t i = 0; i < types.size(); ++i) {
-      if (!raw["layer_types"][i].is_string())
-        fail("{}: layer_types[{}] is not a string", c.source(), i);
-      types[i] = raw["layer_types"][i].get<std::string>();
-      if (types[i] != "full_attention" && types[i] != "sliding_attention")
-        fail("{}: layer_types[{}] = '{}' is not supported", c.source(), i, types[i]);
+      const json& v = (*list)[i];
+      if (!v.is_string() || (v != "full_attention" && v != "sliding_attention"))
+        c.fail_field(fmt::format("{}[{}]", c.field_name("layer_types"), i), v,
+                     "\"full_attention\" or \"sliding_attention\"");
+      types[i] = v.get<std::string>();
     }
     return types;
   }
@@ -42,18 +42,36 @@ std::vector<std::string> layer_types(const ModelConfig& c, const std::string& ty
     for (int64_t i = 0; i < n_layer; ++i)
       types[size_t(i)] = (i + 1) % 2 ? "sliding_attention" : "full_attention";
   } else if (type == "gemma3_text") {
-    const int64_t pattern = c.get_int_or("sliding_window_pattern", 6);
+    const int64_t pattern = c.get_int_in_or("sliding_window_pattern", 6, 1, INT64_MAX);
     for (int64_t i = 0; i < n_layer; ++i)
       types[size_t(i)] = (i + 1) % pattern ? "sliding_attention" : "full_attention";
   } else if (type == "qwen2" || type == "smollm3") {
     if (c.get_bool_or("use_sliding_window", false) && has_window) {
-      const int64_t from = c.get_int_or("max_window_layers", n_layer);
+      const int64_t from = c.get_int_in_or("max_window_layers", n_layer, 0, INT64_MAX);
       for (int64_t i = from; i < n_layer; ++i) types[size_t(i)] = "sliding_attention";
     }
   } else if (type == "mistral" || type == "phi3") {
     if (has_window) std::fill(types.begin(), types.end(), "sliding_attention");
   }
   return types;
+}
+
+// SmolLM3's per-layer rope switch: no_rope_layers (1 = rope, 0 = none), else every
+// no_rope_layer_interval-th layer without.
+std::vector<bool> rope_layers(const ModelConfig& c, int64_t n_layer) {
+  std::vector<bool> use(size_t(n_layer), true);
+  if (const json* list = layer_list(c, "no_rope_layers", n_layer)) {
+    for (size_t i = 0; i < use.size(); ++i) {
+      const json& v = (*list)[i];
+      if (!v.is_number_integer() || (v != 0 && v != 1))
+        c.fail_field(fmt::format("{}[{}]", c.field_name("no_rope_layers"), i), v, "0 or 1");
+      use[i] = v != 0;
+    }
+    return use;
+  }
+  const int64_t interval = c.get_int_in_or("no_rope_layer_interval", 4, 1, INT64_MAX);
+  for (int64_t i = 0; i < n_layer; ++i) use[size_t(i)] = (i + 1) % interval != 0;
+  return use;
 }
 
 }  // namespace
@@ -69,25 +87,20 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& c) {
   LlamaDescriptor d;
   const std::string type = c.model_type();
   d.model_type = type;
-  d.n_embd = c.get_int("hidden_size");
-  d.n_layer = c.get_int("num_hidden_layers");
-  d.n_head = c.get_int("num_attention_heads");
-  d.n_head_kv = c.get_int_or("num_key_value_heads", d.n_head);
-  d.head_dim = c.get_int_or("head_dim", d.n_head > 0 ? d.n_embd / d.n_head : 0);
-  d.n_ff = c.get_int("intermediate_size");
-  d.n_vocab = c.get_int("vocab_size");
-  d.n_ctx_train = c.get_int_or("max_position_embeddings", 2048);
-  require_positive(c, {{"hidden_size", d.n_embd},
-                       {"num_hidden_layers", d.n_layer},
-                       {"num_attention_heads", d.n_head},
-                       {"num_key_value_heads", d.n_head_kv},
-                       {"head_dim", d.head_dim},
-                       {"intermediate_size", d.n_ff},
-                       {"vocab_size", d.n_vocab}});
-  require_head_grouping(c, d.n_head, d.n_head_kv);
+  const AttentionDims dims = read_attention_dims(c);
+  d.n_embd = dims.n_embd;
+  d.n_layer = dims.n_layer;
+  d.n_head = dims.n_head;
+  d.n_head_kv = dims.n_head_kv;
+  d.head_dim = dims.head_dim;
+  d.n_vocab = dims.n_vocab;
+  d.n_ctx_train = dims.n_ctx_train;
+  d.n_ff = c.get_int_in("intermediate_size", 1, config_limits::kWidth);
+  check_kv_cache_size(c, dims, d.n_layer);
 
   const bool gemma = type == "gemma" || type == "gemma2" || type == "gemma3_text";
-  d.norm_eps = float(c.get_float_or("rms_norm_eps", 1e-6));
+  // Scalars the forward casts to float: finite and within float range.
+  d.norm_eps = float(c.get_float_in_or("rms_norm_eps", 1e-6, 0.0, kFloatMax));
   d.norm_offset = gemma ? 1.0f : 0.0f;
   const bool tie_default = gemma;
   d.tied_embeddings = c.get_bool_or("tie_word_embeddings", tie_default);
@@ -120,48 +133,49 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& c) {
 
   if (gemma) d.embed_scale = std::sqrt(float(d.n_embd));
   if (type == "granite") {
-    d.embed_scale = float(c.get_float_or("embedding_multiplier", 1.0));
-    d.residual_scale = float(c.get_float_or("residual_multiplier", 1.0));
-    d.logits_scale = float(1.0 / c.get_float_or("logits_scaling", 1.0));
+    d.embed_scale = float(c.get_float_in_or("embedding_multiplier", 1.0, -kFloatMax, kFloatMax));
+    d.residual_scale = float(c.get_float_in_or("residual_multiplier", 1.0, -kFloatMax, kFloatMax));
+    // The logits are multiplied by its inverse, which must be a float too.
+    d.logits_scale =
+        float(1.0 / c.get_float_in_or("logits_scaling", 1.0, 1.0 / kFloatMax, kFloatMax));
   }
   d.attn_scale = 1.0f / std::sqrt(float(d.head_dim));
   if (type == "gemma2" || type == "gemma3_text")
     d.attn_scale =
-        float(1.0 / std::sqrt(c.get_float_or("query_pre_attn_scalar", double(d.head_dim))));
-  if (type == "granite") d.attn_scale = float(c.get_float_or("attention_multiplier", d.attn_scale));
-  d.attn_softcap = float(c.get_float_or("attn_logit_softcapping", 0.0));
-  d.final_softcap = float(c.get_float_or("final_logit_softcapping", 0.0));
+        float(1.0 / std::sqrt(c.get_float_in_or("query_pre_attn_scalar", double(d.head_dim),
+                                                1.0 / kFloatMax, kFloatMax)));
+  if (type == "granite")
+    d.attn_scale =
+        float(c.get_float_in_or("attention_multiplier", d.attn_scale, -kFloatMax, kFloatMax));
+  d.attn_softcap = float(c.get_float_in_or("attn_logit_softcapping", 0.0, 0.0, kFloatMax));
+  d.final_softcap = float(c.get_float_in_or("final_logit_softcapping", 0.0, 0.0, kFloatMax));
 
   const auto types = layer_types(c, type, d.n_layer);
-  const int64_t window = c.get_int_or("sliding_window", 0);
-  const double partial = c.get_float_or("partial_rotary_factor", 1.0);
-  d.ropes.push_back(rope_spec_from_config(c, "full_attention", int(d.head_dim), partial));
-  const bool distinct_local_rope = c.raw().contains("rope_local_base_freq") ||
-                                   (c.raw().contains("rope_parameters") &&
-                                    c.raw()["rope_parameters"].contains("sliding_attention"));
+  d.ropes.push_back(rope_spec_from_config(c, "full_attention", int(d.head_dim), 1.0));
+  const json* rope_parameters =
+      c.raw().contains("rope_parameters") ? &c.raw()["rope_parameters"] : nullptr;
+  const bool distinct_local_rope =
+      c.has("rope_local_base_freq") || (rope_parameters && rope_parameters->is_object() &&
+                                        rope_parameters->contains("sliding_attention"));
   if (distinct_local_rope)
-    d.ropes.push_back(rope_spec_from_config(c, "sliding_attention", int(d.head_dim), partial));
+    d.ropes.push_back(rope_spec_from_config(c, "sliding_attention", int(d.head_dim), 1.0));
+  const bool any_sliding =
+      std::find(types.begin(), types.end(), "sliding_attention") != types.end();
+  // The window sizes a ring per sliding layer and is stored as an int. Where no layer slides,
+  // configs often carry any value (or null), so only its type is checked then.
+  c.get_int_or("sliding_window", 0);
+  const int64_t window =
+      any_sliding ? c.get_int_in_or("sliding_window", 0, 1, config_limits::kPositions) : 0;
   for (int64_t i = 0; i < d.n_layer; ++i) {
     const bool sliding = types[size_t(i)] == "sliding_attention";
     if (sliding && window <= 0)
-      fail("{}: layer {} is a sliding-window layer but sliding_window is not set", c.source(), i);
+      fail("{}: layer {} is a sliding-window layer but {} is not set", c.source(), i,
+           c.field_name("sliding_window"));
     d.window.push_back(sliding ? int(window) : 0);
     d.rope_index.push_back(sliding && distinct_local_rope ? 1 : 0);
   }
   d.use_rope.assign(size_t(d.n_layer), true);
-  if (type == "smollm3") {
-    const auto& raw = c.raw();
-    if (raw.contains("no_rope_layers") && raw["no_rope_layers"].is_array()) {
-      if (int64_t(raw["no_rope_layers"].size()) != d.n_layer)
-        fail("{}: no_rope_layers has {} entries, expected {}", c.source(),
-             raw["no_rope_layers"].size(), d.n_layer);
-      for (int64_t i = 0; i < d.n_layer; ++i)
-        d.use_rope[size_t(i)] = raw["no_rope_layers"][size_t(i)].get<int>() != 0;
-    } else {
-      const int64_t interval = c.get_int_or("no_rope_layer_interval", 4);
-      for (int64_t i = 0; i < d.n_layer; ++i) d.use_rope[size_t(i)] = (i + 1) % interval != 0;
-    }
-  }
+  if (type == "smollm3") d.use_rope = rope_layers(c, d.n_layer);
   return d;
 }
 

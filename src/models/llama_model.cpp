@@ -54,6 +54,8 @@ class LlamaModel final : public StepModel {
     info_.n_embd = d_.n_embd;
     info_.n_layer = d_.n_layer;
     info_.n_ctx_train = d_.n_ctx_train;
+    info_.kv_bytes_per_token =
+        d_.n_layer * 2 * d_.n_head_kv * d_.head_dim * int64_t(dtype_size(act_));
     info_.n_params = weights_.total_params();
     info_.weight_bytes = weights_.total_bytes();
     for (auto [dtype, bytes] : weights_.bytes_by_dtype())

@@ -24,6 +24,9 @@ struct ModelInfo {
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_ctx_train = 0;  // max_position_embeddings
+  // KV cache bytes per position over all attention layers as if none slid (a sliding layer
+  // keeps at most its window): the engine bounds a requested context length by it.
+  int64_t kv_bytes_per_token = 0;
   int64_t n_params = 0;
   size_t weight_bytes = 0;
   std::string dtypes;  // "BF16: 1.19 GB"

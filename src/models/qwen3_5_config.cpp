@@ -2,6 +2,7 @@
 // full_attention_interval), Gated DeltaNet and MoE shapes, and the switches that make qwen3_moe
 // the all-attention variant. Defaults are those of the transformers config classes.
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "models/config_checks.h"
@@ -11,7 +12,15 @@ namespace hearth {
 
 namespace {
 
+using nlohmann::json;
+
 bool is_hybrid(const std::string& type) { return type != "qwen3_moe"; }
+
+// The value of `key` in the text config, or nullptr when absent or null.
+const json* find_field(const ModelConfig& c, const std::string& key) {
+  auto it = c.raw().find(key);
+  return it == c.raw().end() || it->is_null() ? nullptr : &*it;
+}
 
 }  // namespace
 
@@ -26,19 +35,21 @@ int64_t Qwen35Descriptor::n_full_layers() const {
 }
 
 Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
+  using namespace config_limits;
   Qwen35Descriptor d;
   const std::string type = c.model_type();
   const bool hybrid = is_hybrid(type);
   d.model_type = type;
-  d.n_embd = c.get_int("hidden_size");
-  d.n_layer = c.get_int("num_hidden_layers");
-  d.n_head = c.get_int("num_attention_heads");
-  d.n_head_kv = c.get_int_or("num_key_value_heads", d.n_head);
-  d.head_dim = c.get_int_or("head_dim", d.n_head > 0 ? d.n_embd / d.n_head : 0);
-  d.n_ff = c.get_int_or("intermediate_size", 0);
-  d.n_vocab = c.get_int("vocab_size");
-  d.n_ctx_train = c.get_int_or("max_position_embeddings", 2048);
-  d.norm_eps = float(c.get_float_or("rms_norm_eps", 1e-6));
+  const AttentionDims dims = read_attention_dims(c);
+  d.n_embd = dims.n_embd;
+  d.n_layer = dims.n_layer;
+  d.n_head = dims.n_head;
+  d.n_head_kv = dims.n_head_kv;
+  d.head_dim = dims.head_dim;
+  d.n_vocab = dims.n_vocab;
+  d.n_ctx_train = dims.n_ctx_train;
+  d.n_ff = c.get_int_in_or("intermediate_size", 0, 0, kWidth);  // 0: only MoE layers
+  d.norm_eps = float(c.get_float_in_or("rms_norm_eps", 1e-6, 0.0, kFloatMax));
   d.tied_embeddings = c.get_bool_or("tie_word_embeddings", false);
   d.attention_bias = c.get_bool_or("attention_bias", false);
   d.zero_centred_norms = hybrid;
@@ -46,89 +57,82 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
   const std::string act = c.get_string_or("hidden_act", "silu");
   if (act != "silu" && act != "swish")
     fail("{}: hidden_act '{}' is not supported (silu)", c.source(), act);
-  require_positive(c, {{"hidden_size", d.n_embd},
-                       {"num_hidden_layers", d.n_layer},
-                       {"num_attention_heads", d.n_head},
-                       {"num_key_value_heads", d.n_head_kv},
-                       {"head_dim", d.head_dim},
-                       {"vocab_size", d.n_vocab}});
-  require_head_grouping(c, d.n_head, d.n_head_kv);
 
   // Layer pattern.
   d.linear_layer.assign(size_t(d.n_layer), false);
   if (hybrid) {
-    const auto& raw = c.raw();
-    if (raw.contains("layer_types") && raw["layer_types"].is_array()) {
-      if (int64_t(raw["layer_types"].size()) != d.n_layer)
-        fail("{}: layer_types has {} entries, num_hidden_layers is {}", c.source(),
-             raw["layer_types"].size(), d.n_layer);
+    if (const json* list = layer_list(c, "layer_types", d.n_layer)) {
       for (size_t i = 0; i < d.linear_layer.size(); ++i) {
-        const auto& v = raw["layer_types"][i];
-        const std::string t = v.is_string() ? v.get<std::string>() : "";
-        if (t != "linear_attention" && t != "full_attention")
-          fail("{}: layer_types[{}] must be \"linear_attention\" or \"full_attention\"", c.source(),
-               i);
-        d.linear_layer[i] = t == "linear_attention";
+        const json& v = (*list)[i];
+        if (!v.is_string() || (v != "linear_attention" && v != "full_attention"))
+          c.fail_field(fmt::format("{}[{}]", c.field_name("layer_types"), i), v,
+                       "\"linear_attention\" or \"full_attention\"");
+        d.linear_layer[i] = v == "linear_attention";
       }
     } else {
-      const int64_t interval = c.get_int_or("full_attention_interval", 4);
-      require_positive(c, {{"full_attention_interval", interval}});
+      const int64_t interval = c.get_int_in_or("full_attention_interval", 4, 1, INT64_MAX);
       for (int64_t i = 0; i < d.n_layer; ++i) d.linear_layer[size_t(i)] = (i + 1) % interval != 0;
     }
-    d.lin_k_heads = c.get_int_or("linear_num_key_heads", 16);
-    d.lin_v_heads = c.get_int_or("linear_num_value_heads", 32);
-    d.lin_k_dim = c.get_int_or("linear_key_head_dim", 128);
-    d.lin_v_dim = c.get_int_or("linear_value_head_dim", 128);
-    d.conv_kernel = c.get_int_or("linear_conv_kernel_dim", 4);
-    require_positive(c, {{"linear_num_key_heads", d.lin_k_heads}});
-    require_positive(c, {{"linear_num_value_heads", d.lin_v_heads}});
-    require_positive(c, {{"linear_key_head_dim", d.lin_k_dim}});
-    require_positive(c, {{"linear_value_head_dim", d.lin_v_dim}});
-    require_positive(c, {{"linear_conv_kernel_dim", d.conv_kernel}});
+    d.lin_k_heads = c.get_int_in_or("linear_num_key_heads", 16, 1, kHeads);
+    d.lin_v_heads = c.get_int_in_or("linear_num_value_heads", 32, 1, kHeads);
+    d.lin_k_dim = c.get_int_in_or("linear_key_head_dim", 128, 1, kHeadDim);
+    d.lin_v_dim = c.get_int_in_or("linear_value_head_dim", 128, 1, kHeadDim);
+    d.conv_kernel = c.get_int_in_or("linear_conv_kernel_dim", 4, 1, kConvKernel);
     if (d.lin_v_heads % d.lin_k_heads != 0)
-      fail("{}: linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})",
-           c.source(), d.lin_v_heads, d.lin_k_heads);
+      fail("{}: {} ({}) is not a multiple of {} ({})", c.source(),
+           c.field_name("linear_num_value_heads"), d.lin_v_heads,
+           c.field_name("linear_num_key_heads"), d.lin_k_heads);
     d.fused_qkvz = type == "qwen3_next";
   }
 
   // MLP: MoE where transformers builds a sparse block.
   d.moe_layer.assign(size_t(d.n_layer), false);
-  const int64_t n_expert = c.get_int_or("num_experts", c.get_int_or("num_local_experts", 0));
+  const std::string experts_key = c.has("num_experts") ? "num_experts" : "num_local_experts";
+  const int64_t n_expert = c.get_int_in_or(experts_key, 0, 0, kExperts);  // 0: dense
   const bool moe_type = type == "qwen3_next" || type == "qwen3_moe" || type == "qwen3_5_moe_text" ||
                         type == "qwen3_5_moe";
   if (moe_type && n_expert > 0) {
-    std::vector<int64_t> mlp_only;
-    const auto& raw = c.raw();
-    if (raw.contains("mlp_only_layers") && raw["mlp_only_layers"].is_array())
-      for (const auto& v : raw["mlp_only_layers"]) mlp_only.push_back(v.get<int64_t>());
-    const int64_t step = c.get_int_or("decoder_sparse_step", 1);
-    require_positive(c, {{"decoder_sparse_step", step}});
+    // Layers listed in mlp_only_layers keep a dense MLP.
+    std::vector<bool> mlp_only(size_t(d.n_layer), false);
+    if (const json* list = find_field(c, "mlp_only_layers")) {
+      if (!list->is_array())
+        c.fail_field(c.field_name("mlp_only_layers"), *list, "a list of layer indices");
+      for (size_t i = 0; i < list->size(); ++i) {
+        const json& v = (*list)[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= d.n_layer)
+          c.fail_field(fmt::format("{}[{}]", c.field_name("mlp_only_layers"), i), v,
+                       fmt::format("a layer index in [0, {})", d.n_layer));
+        mlp_only[size_t(v.get<int64_t>())] = true;
+      }
+    }
+    const int64_t step = c.get_int_in_or("decoder_sparse_step", 1, 1, INT64_MAX);
     for (int64_t i = 0; i < d.n_layer; ++i)
-      d.moe_layer[size_t(i)] =
-          std::find(mlp_only.begin(), mlp_only.end(), i) == mlp_only.end() && (i + 1) % step == 0;
+      d.moe_layer[size_t(i)] = !mlp_only[size_t(i)] && (i + 1) % step == 0;
     d.moe.n_embd = d.n_embd;
     d.moe.n_expert = n_expert;
+    // Each token's top-k experts are picked among num_experts.
     d.moe.n_expert_used = c.get_int("num_experts_per_tok");
-    d.moe.n_ff_expert = c.get_int("moe_intermediate_size");
-    d.moe.n_ff_shared = c.get_int_or("shared_expert_intermediate_size", 0);
+    if (d.moe.n_expert_used < 1 || d.moe.n_expert_used > n_expert)
+      c.fail_field(c.field_name("num_experts_per_tok"), c.raw()["num_experts_per_tok"],
+                   fmt::format("an integer in [1, {}] ({} = {})", n_expert,
+                               c.field_name(experts_key), n_expert));
+    d.moe.n_ff_expert = c.get_int_in("moe_intermediate_size", 1, kWidth);
+    d.moe.n_ff_shared =
+        c.get_int_in_or("shared_expert_intermediate_size", 0, 0, kWidth);  // 0: none
     d.moe.shared_expert_gate = d.moe.n_ff_shared > 0;
     // Qwen3.5-MoE's router always renormalises (its config has no switch); Qwen3-MoE defaults to
     // not, Qwen3-Next to yes.
     const bool q35 = type == "qwen3_5_moe_text" || type == "qwen3_5_moe";
     d.moe.norm_topk_prob = q35 || c.get_bool_or("norm_topk_prob", type == "qwen3_next");
-    require_positive(c, {{"num_experts_per_tok", d.moe.n_expert_used}});
-    require_positive(c, {{"moe_intermediate_size", d.moe.n_ff_expert}});
-    if (d.moe.n_expert_used > n_expert)
-      fail("{}: num_experts_per_tok ({}) exceeds num_experts ({})", c.source(), d.moe.n_expert_used,
-           n_expert);
   }
   for (int64_t i = 0; i < d.n_layer; ++i)
     if (!d.moe_layer[size_t(i)] && d.n_ff <= 0)
-      fail("{}: layer {} has a dense MLP but intermediate_size is not set", c.source(), i);
+      fail("{}: layer {} has a dense MLP but {} is not set", c.source(), i,
+           c.field_name("intermediate_size"));
 
-  const double partial = c.get_float_or("partial_rotary_factor", hybrid ? 0.25 : 1.0);
-  d.rope = rope_spec_from_config(c, "full_attention", int(d.head_dim), partial);
+  d.rope = rope_spec_from_config(c, "full_attention", int(d.head_dim), hybrid ? 0.25 : 1.0);
   if (d.rope.type == "dynamic") fail("{}: dynamic rope is not supported for {}", c.source(), type);
+  check_kv_cache_size(c, dims, d.n_full_layers());
   return d;
 }
 

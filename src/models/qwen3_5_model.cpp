@@ -43,6 +43,8 @@ class Qwen35Model final : public StepModel {
     info_.n_embd = d_.n_embd;
     info_.n_layer = d_.n_layer;
     info_.n_ctx_train = d_.n_ctx_train;
+    info_.kv_bytes_per_token =
+        d_.n_full_layers() * 2 * d_.n_head_kv * d_.head_dim * int64_t(dtype_size(act_));
     info_.n_params = store_.total_params();
     info_.weight_bytes = store_.total_bytes();
     for (auto [dtype, bytes] : store_.bytes_by_dtype())

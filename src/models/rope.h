@@ -16,8 +16,8 @@ struct RopeSpec {
   double theta = 10000.0;
   int rotary_dim = 0;  // even; <= head_dim
   double factor = 1.0;
-  int64_t max_position = 0;           // config max_position_embeddings
-  int64_t original_max_position = 0;  // llama3 / yarn
+  int64_t max_position = 0;                              // config max_position_embeddings
+  int64_t original_max_position = 0;                     // llama3 / yarn
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   double beta_fast = 32.0, beta_slow = 1.0;              // yarn
   double attention_factor = 0.0;                         // yarn; 0 = derived
@@ -29,8 +29,11 @@ struct RopeSpec {
   std::vector<float> inv_freq(int64_t max_seq_len, float* attention_scale) const;
 };
 
-// The rope settings for one layer type ("full_attention" or "sliding_attention").
+// The rope settings for one layer type ("full_attention" or "sliding_attention"). The rotated
+// share of a head is partial_rotary_factor from the rope parameters, else from the config, else
+// `default_partial_rotary_factor` (the architecture's). Every value is checked (rotary_dim even,
+// in [2, head_dim]; factors positive and finite, ...) with an error naming its field.
 RopeSpec rope_spec_from_config(const ModelConfig& config, const std::string& layer_type,
-                               int head_dim, double partial_rotary_factor);
+                               int head_dim, double default_partial_rotary_factor);
 
 }  // namespace hearth

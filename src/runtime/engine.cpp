@@ -10,6 +10,7 @@
 #include <future>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "runtime/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -119,6 +120,17 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
       cache_(options_.cache_bytes) {
   n_ctx_ = options_.n_ctx > 0 ? options_.n_ctx : model_->info().n_ctx_train;
   if (n_ctx_ <= 0) n_ctx_ = 4096;
+  // The model's own context passed these bounds at load (config_checks.h); a longer one the user
+  // asks for is clamped: positions are int32, and the KV cache's size must fit in 64 bits.
+  const int64_t kv_bytes = std::max<int64_t>(model_->info().kv_bytes_per_token, 1);
+  const int64_t max_ctx = std::min<int64_t>(INT32_MAX, INT64_MAX / kv_bytes);
+  if (n_ctx_ > max_ctx) {
+    log(LogLevel::Warn,
+        "context length {} (--ctx) is more than this model can address (positions are int32; "
+        "its KV cache takes {} bytes a position); clamped to {}",
+        n_ctx_, kv_bytes, max_ctx);
+    n_ctx_ = max_ctx;
+  }
   worker_ = std::thread([this] { worker_loop(); });
 }
 

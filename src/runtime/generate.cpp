@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -122,7 +123,12 @@ SamplingParams sampling_defaults(const ModelConfig& config) {
   const bool do_sample =
       g.contains("do_sample") && g["do_sample"].is_boolean() && g["do_sample"].get<bool>();
   p.temperature = do_sample ? float(num("temperature", 1.0)) : 0.0f;
-  p.top_k = do_sample ? int(num("top_k", 50)) : 0;
+  // Converted to int: out of range it would be undefined, not merely a bad setting.
+  const double top_k = num("top_k", 50);
+  if (do_sample && !(top_k >= 0.0 && top_k <= double(INT32_MAX)))
+    fail("{}: field 'top_k' is {}, expected an integer in [0, {}]", config.generation_source(),
+         top_k, INT32_MAX);
+  p.top_k = do_sample ? int(top_k) : 0;
   p.top_p = float(num("top_p", 1.0));
   p.min_p = float(num("min_p", 0.0));
   p.repetition_penalty = float(num("repetition_penalty", 1.0));

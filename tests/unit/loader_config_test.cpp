@@ -118,6 +118,50 @@ TEST(ModelConfig, LoadErrorsNameThePath) {
   write_bytes(dir / "generation_config.json", "not json");
   msg = error_of([&] { ModelConfig::load(dir.path()); });
   EXPECT_THAT(msg, HasSubstr("generation_config.json"));
+
+  // Copying, merging and printing a document recurse over it: deep nesting is refused at the
+  // parse instead of overflowing the stack later.
+  write_bytes(dir / "config.json", R"({"model_type": "llama", "hidden_size": )" +
+                                       std::string(100000, '[') + std::string(100000, ']') + "}");
+  msg = error_of([&] { ModelConfig::load(dir.path()); });
+  EXPECT_THAT(msg, HasSubstr(file));
+  EXPECT_THAT(msg, HasSubstr("nested deeper than 128 levels"));
+}
+
+TEST(ModelConfig, RangeCheckedAccessorsNameFieldValueAndBound) {
+  auto c = ModelConfig::from_json(nlohmann::json::parse(R"({
+    "model_type": "llama", "num_hidden_layers": 2147483648, "eps": -1.5, "f": 0, "n": 3,
+    "text": "x", "big": 1e300})"));
+  std::string msg = error_of([&] { c.get_int_in("num_hidden_layers", 1, 1024, "why not"); });
+  EXPECT_THAT(msg, HasSubstr("config.json: field 'num_hidden_layers' is 2147483648"));
+  EXPECT_THAT(msg, HasSubstr("[1, 1024] (why not)"));
+  EXPECT_EQ(c.get_int_in("n", 1, 3), 3);
+  EXPECT_EQ(c.get_int_in_or("absent", -7, 1, 3), -7);  // the fallback is the caller's
+  EXPECT_THAT(error_of([&] { c.get_int_in_or("text", 1, 1, 3); }), HasSubstr("'text'"));
+  EXPECT_THAT(error_of([&] { c.get_int_in_or("big", 1, 1, 3); }), HasSubstr("'big'"));
+  msg = error_of([&] { c.get_float_in_or("eps", 1e-6, 0.0, 1.0); });
+  EXPECT_THAT(msg, HasSubstr("'eps' is -1.5"));
+  EXPECT_THAT(msg, HasSubstr("[0, 1]"));
+  EXPECT_DOUBLE_EQ(c.get_float_in_or("f", 1.0, 0.0, 1.0), 0.0);
+  EXPECT_THAT(error_of([&] { c.get_float_in_or("f", 1.0, 0.0, 1.0, true); }), HasSubstr("(0, 1]"));
+  EXPECT_THAT(error_of([&] { c.get_float_in_or("big", 1.0, 0.0, 1e299); }), HasSubstr("'big'"));
+  EXPECT_THAT(error_of([&] { c.get_float_in_or("text", 1.0, 0.0, 1.0); }), HasSubstr("'text'"));
+  // A huge value is cut short in the message.
+  auto long_config =
+      ModelConfig::from_json({{"model_type", "llama"}, {"n", std::vector<int>(10000, 1)}});
+  msg = error_of([&] { long_config.get_int_in("n", 1, 3); });
+  EXPECT_LT(msg.size(), 300u);
+}
+
+TEST(ModelConfig, EosIdsMustBeTokenIds) {
+  for (const char* bad : {"-1", "2147483648", "18446744073709551615", "[2, -5]"}) {
+    auto c = ModelConfig::from_json(nlohmann::json::parse(
+        std::string(R"({"model_type": "llama", "eos_token_id": )") + bad + "}"));
+    EXPECT_THAT(error_of([&] { c.eos_token_ids(); }), HasSubstr("eos_token_id")) << bad;
+  }
+  auto c = ModelConfig::from_json(
+      nlohmann::json::parse(R"({"model_type": "llama", "eos_token_id": [0, 2147483647]})"));
+  EXPECT_EQ(c.eos_token_ids(), (std::vector<int64_t>{0, 2147483647}));
 }
 
 }  // namespace

@@ -280,6 +280,10 @@ TEST(WeightStore, SingleFileTakeAndAudit) {
                              "hidden_size=3)"));
   msg = error_of([&] { store.take("f16", {6, 1}); });
   EXPECT_THAT(msg, HasSubstr("tensor f16 has shape [6], expected [6, 1]"));
+  // Only -1 is a wildcard: a config-derived size gone negative never matches.
+  msg = error_of([&] { store.take("f16", {-7}, "hidden_size"); });
+  EXPECT_THAT(msg, HasSubstr("tensor f16: the shape expected from config (hidden_size) has a "
+                             "negative size, -7"));
 
   msg = error_of([&] { store.audit(); });
   // bf16 failed its shape check, so it is not taken; f16 too.
@@ -363,6 +367,14 @@ TEST(WeightStore, ShardedIndex) {
   write_bytes(dir / "model.safetensors.index.json", "{\"weight_map\": 3}");
   EXPECT_THAT(error_of([&] { WeightStore::open(dir.path()); }),
               HasSubstr("model.safetensors.index.json"));
+  // Nested past the JSON depth limit: refused at the parse, before anything walks it.
+  write_bytes(dir / "model.safetensors.index.json",
+              "{\"weight_map\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  msg = error_of([&] { WeightStore::open(dir.path()); });
+  EXPECT_THAT(msg, HasSubstr("model.safetensors.index.json"));
+  EXPECT_THAT(msg, HasSubstr("nested deeper than"));
+  write_bytes(dir / "model.safetensors.index.json", "{\"weight_map\": ");
+  EXPECT_THAT(error_of([&] { WeightStore::open(dir.path()); }), HasSubstr("not valid JSON"));
 }
 
 TEST(WeightStore, SeveralFilesWithoutIndex) {
