@@ -148,11 +148,11 @@ void Engine::validate(const GenerationRequest& r) const {
     if (t < 0 || t >= n_vocab) fail("prompt token id {} is out of range [0, {})", t, n_vocab);
   if (r.max_tokens < 0) fail("max_tokens must be >= 0, got {}", r.max_tokens);
   const int64_t n_prompt = int64_t(r.prompt.size());
-  if (n_prompt + r.max_tokens > n_ctx_)
+  if (r.max_tokens > n_ctx_ - n_prompt)  // not a sum: max_tokens near 2^63 would overflow it
     fail(
         "this model's context is {} tokens, but the request has {} prompt tokens + max_tokens {} = "
         "{}",
-        n_ctx_, n_prompt, r.max_tokens, n_prompt + r.max_tokens);
+        n_ctx_, n_prompt, r.max_tokens, double(n_prompt) + double(r.max_tokens));
   if (r.logprobs > 20) fail("top_logprobs must be <= 20, got {}", r.logprobs);
   for (int32_t t : r.stop_token_ids)
     if (t < 0 || t >= n_vocab) fail("stop token id {} is out of range [0, {})", t, n_vocab);

@@ -35,12 +35,13 @@ void finish_generation_request(const ServerState& state, GenerationRequest& gen,
             "this model's maximum context length is {} tokens, but the prompt has {} tokens", n_ctx,
             n_prompt),
         "messages", "context_length_exceeded");
-  if (max_tokens && n_prompt + *max_tokens > n_ctx)
+  // Compared as max_tokens > room, not as a sum: a client's max_tokens near 2^63 would overflow.
+  if (max_tokens && *max_tokens > n_ctx - n_prompt)
     bad_request(
         fmt::format(
             "this model's maximum context length is {} tokens; the prompt has {} tokens and "
             "max_tokens is {} ({} in total)",
-            n_ctx, n_prompt, *max_tokens, n_prompt + *max_tokens),
+            n_ctx, n_prompt, *max_tokens, double(n_prompt) + double(*max_tokens)),
         "max_tokens", "context_length_exceeded");
   gen.max_tokens = max_tokens ? *max_tokens : n_ctx - n_prompt;
   gen.sampling = sampling.apply(engine.default_sampling());
