@@ -20,7 +20,8 @@ std::optional<std::string> read_file(const std::filesystem::path& p) {
 
 std::optional<std::string> token_text(const nlohmann::ordered_json& v) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -40,13 +41,15 @@ TemplateSource load_template_source(const std::string& model_dir) {
     }
     if (!config.is_object()) fail("{}: expected a JSON object", config_path.string());
   }
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
     if (config.contains(key)) {
       if (auto t = token_text(config[key])) src.special_tokens[key] = *t;
     }
   }
   if (config.contains("extra_special_tokens") && config["extra_special_tokens"].is_object()) {
-    for (auto it = config["extra_special_tokens"].begin(); it != config["extra_special_tokens"].end(); ++it) {
+    for (auto it = config["extra_special_tokens"].begin();
+         it != config["extra_special_tokens"].end(); ++it) {
       if (auto t = token_text(it.value())) src.special_tokens[it.key()] = *t;
     }
   }
@@ -62,14 +65,17 @@ TemplateSource load_template_source(const std::string& model_dir) {
       src.template_text = ct.get<std::string>();
     } else if (ct.is_array()) {
       for (const auto& entry : ct) {
-        if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-            entry["template"].is_string()) {
+        // == rather than value("name", ""), which throws when the name is not a string.
+        if (entry.is_object() && entry.contains("name") && entry["name"] == "default" &&
+            entry.contains("template") && entry["template"].is_string()) {
           src.template_text = entry["template"].get<std::string>();
         }
       }
-      if (!src.template_text) fail("{}: chat_template list has no entry named \"default\"", config_path.string());
+      if (!src.template_text)
+        fail("{}: chat_template list has no entry named \"default\"", config_path.string());
     } else if (!ct.is_null()) {
-      fail("{}: chat_template must be a string or a list of {{name, template}}", config_path.string());
+      fail("{}: chat_template must be a string or a list of {{name, template}}",
+           config_path.string());
     }
   }
   return src;

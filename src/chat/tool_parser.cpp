@@ -181,7 +181,9 @@ bool parse_xml_calls(std::string_view body, const json& tools, std::vector<ToolC
       args[key] = convert_parameter(value, schema ? *schema : json());
       p = next;
     }
-    call.arguments = args.dump();
+    // Parameter values are the model's raw text, which need not be valid UTF-8; dump() would
+    // throw on it.
+    call.arguments = args.dump(-1, ' ', false, json::error_handler_t::replace);
     found.push_back(std::move(call));
     pos = fn_end == body.size() ? fn_end : fn_end + 11;
   }

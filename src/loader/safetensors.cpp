@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "core/tensor.h"
 
 namespace hearth {
@@ -146,7 +147,8 @@ SafetensorsTensor parse_entry(const std::string& file, const std::string& name, 
     if (d.is_number_unsigned() ? d.get<uint64_t>() > uint64_t(INT64_MAX) : false)
       fail("{}: tensor '{}': shape {} has a dim too large", file, name, short_dump(shape_j));
     int64_t v = d.get<int64_t>();
-    if (v < 0) fail("{}: tensor '{}': shape {} has a negative dim", file, name, short_dump(shape_j));
+    if (v < 0)
+      fail("{}: tensor '{}': shape {} has a negative dim", file, name, short_dump(shape_j));
     t.shape.push_back(v);
     overflow |= __builtin_mul_overflow(numel, uint64_t(v), &numel);
   }
@@ -161,9 +163,10 @@ SafetensorsTensor parse_entry(const std::string& file, const std::string& name, 
   if (begin > end)
     fail("{}: tensor '{}': data_offsets [{}, {}] has begin > end", file, name, begin, end);
   if (end > data_size)
-    fail("{}: tensor '{}': data_offsets [{}, {}] end past the data section ({} bytes; file "
-         "truncated?)",
-         file, name, begin, end, data_size);
+    fail(
+        "{}: tensor '{}': data_offsets [{}, {}] end past the data section ({} bytes; file "
+        "truncated?)",
+        file, name, begin, end, data_size);
   if (overflow || end - begin != expected_bytes)
     fail("{}: tensor '{}': {} bytes in data_offsets, but shape {} of {} needs {}", file, name,
          end - begin, short_dump(shape_j), dtype_s,
@@ -176,36 +179,42 @@ SafetensorsTensor parse_entry(const std::string& file, const std::string& name, 
 
 }  // namespace
 
-// ---- SafetensorsFile --------------------------------------------------------------------------
+// ---- parsing ----------------------------------------------------------------------------------
 
-SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
-  SafetensorsFile f;
-  f.path_ = path;
-  const std::string file = path.string();
-  f.map_ = MappedFile(path);
-  const size_t size = f.map_.size();
+SafetensorsContents safetensors_parse(const uint8_t* bytes, size_t size, const std::string& file) {
   if (size < 8)
     fail("{}: file is {} bytes, too short for the 8-byte safetensors header length", file, size);
 
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | f.map_.data()[i];
-  if (header_len > kMaxHeaderBytes)
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];
+  if (header_len > SafetensorsFile::kMaxHeaderBytes)
     fail("{}: header length {} is absurd (more than {} bytes); not a safetensors file?", file,
-         header_len, kMaxHeaderBytes);
+         header_len, SafetensorsFile::kMaxHeaderBytes);
   if (header_len > size - 8)
     fail("{}: header length {} runs past the end of the file ({} bytes; truncated?)", file,
          header_len, size);
 
-  const char* header = reinterpret_cast<const char*>(f.map_.data() + 8);
+  // Bounded depth: the messages below dump() header values, and dump() recurses per level.
+  const std::string_view header(reinterpret_cast<const char*>(bytes + 8), size_t(header_len));
   json root;
-  try {
-    root = json::parse(header, header + header_len);
-  } catch (const json::exception& e) {
-    fail("{}: header is not valid JSON: {}", file, e.what());
+  const JsonParseStatus parsed = parse_json_bounded(header, root);
+  if (parsed == JsonParseStatus::TooDeep)
+    fail("{}: header nests JSON deeper than {} levels", file, kMaxJsonDepth);
+  if (parsed == JsonParseStatus::Invalid) {
+    std::string why;
+    try {
+      const json reparsed = json::parse(header);  // throws the reason
+      (void)reparsed;
+    } catch (const json::exception& e) {
+      why = e.what();
+    }
+    fail("{}: header is not valid JSON: {}", file, why);
   }
-  if (!root.is_object()) fail("{}: header is a JSON {}, expected an object", file, root.type_name());
+  if (!root.is_object())
+    fail("{}: header is a JSON {}, expected an object", file, root.type_name());
 
-  const uint8_t* data_section = f.map_.data() + 8 + header_len;
+  SafetensorsContents out;
+  const uint8_t* data_section = bytes + 8 + header_len;
   const size_t data_size = size - 8 - size_t(header_len);
   for (const auto& [name, entry] : root.items()) {
     if (name == "__metadata__") {
@@ -214,25 +223,37 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
       for (const auto& [key, value] : entry.items()) {
         if (!value.is_string())
           fail("{}: __metadata__ '{}' is a {}, expected a string", file, key, value.type_name());
-        f.metadata_[key] = value.get<std::string>();
+        out.metadata[key] = value.get<std::string>();
       }
       continue;
     }
-    f.tensors_.push_back(parse_entry(file, name, entry, data_section, data_size));
+    out.tensors.push_back(parse_entry(file, name, entry, data_section, data_size));
   }
 
   // Overlap check in file order. Empty tensors occupy no bytes and cannot overlap anything.
-  std::sort(f.tensors_.begin(), f.tensors_.end(), [](const auto& a, const auto& b) {
+  std::sort(out.tensors.begin(), out.tensors.end(), [](const auto& a, const auto& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
   });
   const SafetensorsTensor* last = nullptr;  // the non-empty tensor reaching furthest so far
-  for (const auto& t : f.tensors_) {
+  for (const auto& t : out.tensors) {
     if (t.nbytes == 0) continue;
     if (last && t.offset < last->offset + last->nbytes)
       fail("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", file, last->name, last->offset,
            last->offset + last->nbytes, t.name, t.offset, t.offset + t.nbytes);
     if (!last || t.offset + t.nbytes > last->offset + last->nbytes) last = &t;
   }
+  return out;
+}
+
+// ---- SafetensorsFile --------------------------------------------------------------------------
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  f.map_ = MappedFile(path);
+  SafetensorsContents contents = safetensors_parse(f.map_.data(), f.map_.size(), path.string());
+  f.tensors_ = std::move(contents.tensors);
+  f.metadata_ = std::move(contents.metadata);
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
   return f;
 }

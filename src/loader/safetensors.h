@@ -44,6 +44,17 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// The validated contents of a safetensors image, with the invariants above.
+struct SafetensorsContents {
+  std::vector<SafetensorsTensor> tensors;  // sorted by offset (file order)
+  std::map<std::string, std::string> metadata;
+};
+
+// Validates a whole safetensors image held in memory (header and data section); `name` labels
+// every error. The tensors' data points into `bytes`, which must outlive them.
+// SafetensorsFile::open is this over a mapping of the file.
+SafetensorsContents safetensors_parse(const uint8_t* bytes, size_t size, const std::string& name);
+
 class SafetensorsFile {
  public:
   // The largest header we accept; real headers are a few MB at most.

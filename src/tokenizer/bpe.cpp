@@ -140,6 +140,9 @@ void BpeModel::build(std::vector<std::pair<std::string, int32_t>> vocab,
   int32_t max_id = -1;
   for (auto& [tok, id] : vocab) {
     if (id < 0) fail("{}.vocab[{:?}]: negative id {}", where, tok, id);
+    if (id >= int64_t(vocab.size()) + kMaxTokenIdHoles)
+      fail("{}.vocab[{:?}]: id {} is far past the {} tokens of the vocabulary", where, tok, id,
+           vocab.size());
     max_id = std::max(max_id, id);
   }
   tokens_.assign(static_cast<size_t>(max_id + 1), std::string());

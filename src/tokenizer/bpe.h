@@ -15,10 +15,16 @@
 
 namespace hearth::tok {
 
+// Token ids index dense tables (tens of bytes an id). Files may leave holes in the id space (some
+// between the vocabulary and the added tokens) but an id this far past the number of tokens is
+// refused, so a hostile file cannot size those tables.
+inline constexpr int64_t kMaxTokenIdHoles = int64_t{1} << 16;
+
 class BpeModel {
  public:
   // vocab: (token, id) pairs; merges: (left, right) pairs in rank order. Throws hearth::Error
-  // (prefixed by `where`) on merges whose tokens are not in the vocabulary.
+  // (prefixed by `where`) on merges whose tokens are not in the vocabulary and on ids past
+  // vocab.size() + kMaxTokenIdHoles.
   struct Options {
     std::string unk_token;  // empty: none
     bool has_unk = false;

@@ -61,7 +61,7 @@ class ReplaceDecoder final : public Decoder {
   std::string content_;
 };
 
-int parse_byte_token(const std::string& t) {
+int parse_byte_token(std::string_view t) {
   if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
   auto hex = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
@@ -75,6 +75,7 @@ int parse_byte_token(const std::string& t) {
 
 class ByteFallbackDecoder final : public Decoder {
  public:
+  bool groups_byte_tokens() const override { return true; }
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::vector<std::string> out;
     out.reserve(tokens.size());
@@ -160,12 +161,19 @@ class SequenceDecoder final : public Decoder {
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& d : items_) d->decode_chain(tokens);
   }
+  bool groups_byte_tokens() const override {
+    for (const auto& d : items_)
+      if (d->groups_byte_tokens()) return true;
+    return false;
+  }
 
  private:
   std::vector<std::unique_ptr<Decoder>> items_;
 };
 
 }  // namespace
+
+bool is_byte_token(std::string_view token) { return parse_byte_token(token) >= 0; }
 
 bool is_plain_byte_level(const Decoder* d) {
   return d && dynamic_cast<const ByteLevelDecoder*>(d) != nullptr;

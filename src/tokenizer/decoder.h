@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hearth::tok {
@@ -13,7 +14,13 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  // True when a run of <0xXX> byte tokens decodes as a whole (ByteFallback): a token's text can
+  // then change with the tokens after it.
+  virtual bool groups_byte_tokens() const { return false; }
 };
+
+// A SentencePiece byte token, "<0xXX>".
+bool is_byte_token(std::string_view token);
 
 // True for a decoder that is exactly ByteLevel (the tokenizer then decodes through a per-id
 // byte table instead of strings).

@@ -26,7 +26,8 @@ struct Tokenizer::Impl {
   tok::AddedTokenMatcher normalized_added;  // normalized=true tokens, matched after normalizing
   tok::PostProcessor post_processor;
   std::unique_ptr<tok::Decoder> decoder;
-  bool byte_level_decode_fast = false;  // decoder is plain ByteLevel: use id_bytes
+  bool byte_level_decode_fast = false;      // decoder is plain ByteLevel: use id_bytes
+  bool decoder_groups_byte_tokens = false;  // decoder has a ByteFallback step
 
   enum Kind : uint8_t { kNone = 0, kModel = 1, kAdded = 2, kSpecial = 3 };
   std::vector<tok::AddedToken> added_tokens;

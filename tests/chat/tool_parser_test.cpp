@@ -141,6 +141,21 @@ TEST(ToolParser, Qwen3CoderMultilineValueAndWrongType) {
   expect_same_when_streamed(ToolCallFormat::Qwen3Coder, out);
 }
 
+// A parameter's raw text that is not valid UTF-8 (found by fuzz_output_parsers: dump() threw out
+// of the parser) is kept with U+FFFD in place of the bad bytes, in the key as in the value.
+TEST(ToolParser, Qwen3CoderInvalidUtf8IsReplaced) {
+  const std::string out =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar\xffis\n</parameter>\n"
+      "<parameter=z\xc3>\n1\n</parameter>\n</function>\n</tool_call>";
+  auto r = parse_tool_calls(ToolCallFormat::Qwen3Coder, out, kTools);
+  EXPECT_EQ(r.content, "");
+  ASSERT_EQ(r.calls.size(), 1u);
+  const json args = json::parse(r.calls[0].arguments);
+  EXPECT_EQ(args["city"], "Par\xef\xbf\xbdis");
+  EXPECT_EQ(args["z\xef\xbf\xbd"], "1");
+  expect_same_when_streamed(ToolCallFormat::Qwen3Coder, out);
+}
+
 TEST(ToolParser, Llama3Json) {
   const std::string out = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Boston, MA\"}}";
   auto r = parse_tool_calls(ToolCallFormat::Llama3Json, out, kTools);

@@ -75,6 +75,71 @@ TEST(TokenizerErrors, MalformedFilesNameThePlace) {
   }
 }
 
+// encode() emits a post-processor's ids as they are, so ids the file has no token for are a load
+// error (found by fuzz_tokenizer_load: a TemplateProcessing whose added token was missing made
+// encode return an id past vocab_size()).
+TEST(TokenizerErrors, PostProcessorIdsMustBeTokens) {
+  const std::string v = R"({"a":0,"b":1})";
+  const std::string added = R"([{"id":2,"content":"<s>","special":true}])";
+  auto post = [](int id) {
+    return R"({"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},)"
+           R"({"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"<s>":{"id":"<s>","ids":[)" +
+           std::to_string(id) + R"(],"tokens":["<s>"]}}})";
+  };
+  const Tokenizer ok =
+      Tokenizer::from_json(make_json(v, "[]", "null", "null", "null", "", added, post(2)));
+  EXPECT_EQ(ok.encode("ab", true), (std::vector<int32_t>{2, 0, 1}));
+  EXPECT_EQ(error_of(make_json(v, "[]", "null", "null", "null", "", "[]", post(2))),
+            "tokenizer.json: post_processor: special token id 2 is not in the vocabulary (2 ids)");
+  EXPECT_EQ(error_of(make_json(v, "[]", "null", "null", "null", "", added, post(-1))),
+            "tokenizer.json: post_processor: special token id -1 is not in the vocabulary (3 ids)");
+  EXPECT_EQ(error_of(make_json(v, "[]", "null", "null", "null", "", added,
+                               R"({"type":"BertProcessing","sep":["</s>",7],"cls":["<s>",2]})")),
+            "tokenizer.json: post_processor: special token id 7 is not in the vocabulary (3 ids)");
+}
+
+// JSON text must be UTF-8 (found by fuzz_tokenizer_load: an invalid byte in a Split behaviour made
+// the error message's dump() throw a JSON library exception instead of naming the place).
+TEST(TokenizerErrors, InvalidUtf8IsAnError) {
+  const std::string v = R"({"a":0,"b":1})";
+  const std::string doc =
+      make_json(v, "[]",
+                "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"Isol\xe9ted\","
+                "\"invert\":false}");
+  const size_t at = doc.find('\xe9');
+  EXPECT_EQ(error_of(doc), "tokenizer.json: invalid JSON at byte " + std::to_string(at) +
+                               ": invalid UTF-8 in string");
+  // A truncated sequence, an overlong form and an encoded surrogate are refused in keys too.
+  for (const char* bad : {"\xc3", "\xc0\xaf", "\xed\xa0\x80"})
+    EXPECT_NE(error_of(make_json(std::string("{\"a\":0,\"") + bad + "\":1}", "[]"))
+                  .find("invalid UTF-8 in string"),
+              std::string::npos)
+        << bad;
+  // Valid multi-byte text still loads.
+  EXPECT_EQ(
+      Tokenizer::from_json(make_json("{\"\xc3\xa9\":0,\"\xe2\x96\x81\":1}", "[]")).token_text(1),
+      "\xe2\x96\x81");
+}
+
+// Ids index dense tables, so an id far past the number of tokens is refused instead of sizing
+// them (found by fuzz_tokenizer_load: an id of 2^31 - 1 overflowed max_id + 1, and 3e8 asked
+// for 9.6 GB). Holes of up to kMaxTokenIdHoles still load.
+TEST(TokenizerErrors, IdsFarPastTheVocabularyAreErrors) {
+  EXPECT_EQ(error_of(make_json(R"({"a":0,"b":2147483647})", "[]")),
+            "tokenizer.json: model.vocab[\"b\"]: id 2147483647 is far past the 2 tokens of the "
+            "vocabulary");
+  EXPECT_EQ(error_of(make_json(R"({"a":0})", "[]", "null", "null", "null", "",
+                               R"([{"id":300000000,"content":"<x>"}])")),
+            "tokenizer.json: added_tokens[0].id: 300000000 is far past the 2 tokens of the "
+            "vocabulary and added_tokens");
+  const auto holes =
+      Tokenizer::from_json(make_json(R"({"a":0,"b":1000})", "[]", "null", "null", "null", "",
+                                     R"([{"id":50000,"content":"<x>"}])"));
+  EXPECT_EQ(holes.vocab_size(), 50001);
+  EXPECT_EQ(holes.token_text(1000), "b");
+  EXPECT_EQ(holes.encode("<x>a", false), (std::vector<int32_t>{50000, 0}));
+}
+
 TEST(TokenizerComponents, MergesInBothFormatsAndRankOrder) {
   const std::string v = R"({"a":0,"b":1,"c":2,"ab":3,"bc":4,"abc":5})";
   for (const char* merges : {R"(["b c", "a b", "a bc"])", R"([["b","c"],["a","b"],["a","bc"]])"}) {
@@ -100,6 +165,40 @@ TEST(TokenizerComponents, UnknownCharsFuseOrFallBackToBytes) {
   EXPECT_EQ(bytes.decode(std::vector<int32_t>{2, 1}),
             "\xEF\xBF\xBD"
             "a");  // lone lead byte → U+FFFD
+}
+
+// ByteFallback decodes a run of <0xXX> tokens as a whole, one U+FFFD per byte when the run is not
+// valid UTF-8, so a streamed byte token's text is final only when its run ends (found by
+// fuzz_tokenizer_encode: <0x34> streamed as "4", then <0xDD> made the full decode "\uFFFD\uFFFD").
+TEST(TokenizerComponents, StreamDecoderWaitsForTheEndOfAByteRun) {
+  const std::string v =
+      R"({"<unk>":0,"<0x34>":1,"<0xDD>":2,"<0xE6>":3,"<0x97>":4,"<0xA5>":5,"a":6,"</s>":7})";
+  const std::string added = R"([{"id":7,"content":"</s>","special":true}])";
+  const auto tok = Tokenizer::from_json(
+      make_json(v, "[]", "null", "null",
+                R"({"type":"Sequence","decoders":[{"type":"ByteFallback"},{"type":"Fuse"}]})",
+                R"(,"unk_token":"<unk>","byte_fallback":true)", added));
+  const std::vector<std::vector<int32_t>> cases = {
+      {1, 2}, {1, 2, 6}, {3, 4, 5}, {3, 4, 5, 2, 6}, {6, 1, 7, 2}, {1, 99, 2}, {6, 3, 4}};
+  for (const auto& ids : cases) {
+    for (bool skip : {false, true}) {
+      StreamDecoder stream(tok, skip);
+      std::string streamed;
+      for (int32_t id : ids) streamed += stream.push(id);
+      streamed += stream.flush();
+      EXPECT_EQ(streamed, tok.decode(ids, skip))
+          << "ids " << testing::PrintToString(ids) << " skip=" << skip;
+    }
+  }
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{1, 2}), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  // A run that ends is released at once: the token after it brings the whole run.
+  StreamDecoder stream(tok);
+  EXPECT_EQ(stream.push(3), "");
+  EXPECT_EQ(stream.push(4), "");
+  EXPECT_EQ(stream.push(5), "");
+  EXPECT_EQ(stream.push(6),
+            "\xE6\x97\xA5"
+            "a");
 }
 
 TEST(TokenizerComponents, MetaspacePreTokenizerAndDecoder) {

@@ -186,6 +186,36 @@ TEST(Safetensors, CorruptHeadersNameFileAndTensor) {
   }
 }
 
+// The header is parsed with a nesting limit: error messages dump() header values, and a dump of
+// a value nested a million deep recursed until the stack ran out (found by fuzz_safetensors).
+TEST(Safetensors, DeeplyNestedHeaderIsAnError) {
+  TempDir dir;
+  auto path = dir / "deep.safetensors";
+  const size_t depth = 1'000'000;
+  const std::string shape = std::string(depth, '[') + std::string(depth, ']');
+  write_bytes(path, safetensors_bytes(R"({"w": {"dtype": "F32", "shape": )" + shape +
+                                          R"(, "data_offsets": [0, 0]}})",
+                                      ""));
+  const std::string msg = error_of([&] { SafetensorsFile::open(path); });
+  EXPECT_THAT(msg, HasSubstr(path.string()));
+  EXPECT_THAT(msg, HasSubstr("deeper than 128"));
+}
+
+// safetensors_parse, what open() runs over its mapping, reads an image in memory the same way.
+TEST(Safetensors, ParsesAnImageInMemory) {
+  const std::string bytes = make_safetensors(sample_tensors(), {{"format", "pt"}});
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  const SafetensorsContents c = safetensors_parse(data, bytes.size(), "in-memory");
+  ASSERT_EQ(c.tensors.size(), 6u);
+  EXPECT_EQ(c.metadata.at("format"), "pt");
+  for (const auto& t : c.tensors) {
+    EXPECT_GE(static_cast<const uint8_t*>(t.data), data);
+    EXPECT_LE(static_cast<const uint8_t*>(t.data) + t.nbytes, data + bytes.size());
+  }
+  EXPECT_THAT(error_of([&] { safetensors_parse(data, 7, "in-memory"); }),
+              HasSubstr("in-memory: file is 7 bytes"));
+}
+
 TEST(Safetensors, MissingFileAndDirectoryAreErrors) {
   TempDir dir;
   auto path = dir / "nope.safetensors";
