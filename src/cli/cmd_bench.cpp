@@ -144,6 +144,9 @@ CommandRegistration reg(
       sub.add_flag("--sampled", o->sampled,
                    "decode with sampling (T 0.8, top-k 40, top-p 0.95, min-p 0.05; row tgNs) "
                    "instead of greedy");
+      sub.add_flag("--gdn-recurrent-prefill", o->model.gdn_recurrent_prefill,
+                   "Qwen3.5 family: prefill through the Gated DeltaNet recurrence instead of the "
+                   "chunked delta rule (to compare the two)");
       return [o] { return run_bench(*o); };
     });
 

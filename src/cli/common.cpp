@@ -34,6 +34,7 @@ std::unique_ptr<Model> load_model_from(ModelOptions& o) {
   LoadOptions load;
   load.device = o.device;
   load.mmap = !o.no_mmap;
+  load.gdn_recurrent_prefill = o.gdn_recurrent_prefill;
   return load_model(o.dir, load);
 }
 

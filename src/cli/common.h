@@ -16,6 +16,7 @@ struct ModelOptions {
   std::string device = "cpu";
   int threads = 0;
   bool no_mmap = false;
+  bool gdn_recurrent_prefill = false;  // LoadOptions::gdn_recurrent_prefill (`hearth bench`)
 };
 
 // -m/--model, --device, --threads.

@@ -1,8 +1,8 @@
 // The llama family: one config-driven decoder for llama, mistral, qwen2, qwen3, gemma, gemma2,
-// gemma3_text (and gemma3's text weights), phi3, olmo2, granite and smollm3. A LlamaDescriptor
-// says how one model_type wires the shared blocks; checkpoint quirks (name prefixes, fused
-// projections) are resolved at load, so the forward pass has no per-family branches beyond the
-// descriptor's switches.
+// gemma3_text (and gemma3's text weights), phi3, olmo2, granite and smollm3 (kLlamaTypes in
+// llama_config.cpp). A LlamaDescriptor says how one model_type wires the shared blocks;
+// checkpoint quirks (name prefixes, fused projections) are resolved at load, so the forward pass
+// has no per-family branches beyond the descriptor's switches.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "loader/config.h"
 #include "loader/weight_store.h"
+#include "models/config_checks.h"
 #include "models/model.h"
 #include "models/rope.h"
 
@@ -18,9 +19,10 @@ namespace hearth {
 
 enum class QkNorm : uint8_t { None, PerHead, Full };
 
-struct LlamaDescriptor {
+// The sizes (n_embd, n_layer, heads, head_dim, n_vocab, n_ctx_train) are AttentionDims'.
+struct LlamaDescriptor : AttentionDims {
   std::string model_type;
-  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
+  int64_t n_ff = 0;
   float norm_eps = 1e-6f;
   float norm_offset = 0.0f;  // 1 for gemma's (1 + w) norms
   bool tied_embeddings = false;
@@ -38,17 +40,18 @@ struct LlamaDescriptor {
   float residual_scale = 1.0f;  // granite residual_multiplier
   float attn_scale = 0.0f;
   float attn_softcap = 0.0f, final_softcap = 0.0f;
-  float logits_scale = 1.0f;  // multiplies the logits (granite: 1 / logits_scaling)
-  std::vector<int> window;    // per layer, 0 = full attention
-  std::vector<bool> use_rope; // per layer (smollm3's no-rope layers)
+  float logits_scale = 1.0f;    // multiplies the logits (granite: 1 / logits_scaling)
+  std::vector<int> window;      // per layer, 0 = full attention
+  std::vector<bool> use_rope;   // per layer (smollm3's no-rope layers)
   std::vector<int> rope_index;  // per layer: which of `ropes` it uses
   std::vector<RopeSpec> ropes;
-  int64_t n_ctx_train = 0;
 };
 
 LlamaDescriptor llama_descriptor_from_config(const ModelConfig& config);
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, WeightStore weights,
-                                        std::unique_ptr<Backend> backend);
+                                        std::unique_ptr<Backend> backend,
+                                        const LoadOptions& options = {});
+// The model_types of the family, in the order of its table.
 const std::vector<std::string>& llama_model_types();
 
 }  // namespace hearth

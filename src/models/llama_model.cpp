@@ -2,22 +2,15 @@
 // views, multimodal prefixes stripped), then an eager forward over the backend's ops.
 // Scratch activations are sized for the largest batch seen and reused, so steady-state decode
 // allocates nothing.
-#include <algorithm>
-#include <cstring>
-
 #include "core/error.h"
 #include "kv/kv_cache.h"
 #include "models/llama.h"
+#include "models/model_common.h"
 #include "models/step_model.h"
 
 namespace hearth {
 
 namespace {
-
-struct Linear {
-  Tensor w;     // [out, in]
-  Tensor bias;  // [out] or empty
-};
 
 struct LlamaLayer {
   Tensor attn_norm, post_attn_norm, ffn_norm, post_ffn_norm, q_norm, k_norm;
@@ -48,26 +41,17 @@ class LlamaModel final : public StepModel {
         act_(backend_->activation_dtype()) {
     load_weights();
     weights_.audit();
+    info_ = decoder_info(config, weights_, d_, d_.n_layer, act_);
     info_.model_type = d_.model_type;
     info_.architecture = "llama-family decoder (" + d_.model_type + ")";
-    info_.n_vocab = d_.n_vocab;
-    info_.n_embd = d_.n_embd;
-    info_.n_layer = d_.n_layer;
-    info_.n_ctx_train = d_.n_ctx_train;
-    info_.kv_bytes_per_token =
-        d_.n_layer * 2 * d_.n_head_kv * d_.head_dim * int64_t(dtype_size(act_));
-    info_.n_params = weights_.total_params();
-    info_.weight_bytes = weights_.total_bytes();
-    for (auto [dtype, bytes] : weights_.bytes_by_dtype())
-      info_.dtypes += (info_.dtypes.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + ": " +
-                      std::to_string(bytes) + " bytes";
-    info_.eos_token_ids = config.eos_token_ids();
-    // A decode step reads every used weight once, but of the embedding table only a row when
-    // the head has its own matrix.
-    const bool untied = lm_head_.data != embed_.data;
-    info_.decode_bytes = weights_.taken_bytes() - (untied ? embed_.nbytes() : 0);
-    info_.active_params = weights_.taken_params() - (untied ? embed_.numel() : 0);
-    info_.head_params = lm_head_.numel();
+    set_decode_work(info_, weights_, embed_, lm_head_);
+    head_ = {.norm = final_norm_,
+             .eps = d_.norm_eps,
+             .norm_offset = d_.norm_offset,
+             .weight = lm_head_,
+             .n_vocab = d_.n_vocab,
+             .logits_scale = d_.logits_scale,
+             .softcap = d_.final_softcap};
     plain_stack_ = plain_stack();
   }
 
@@ -97,6 +81,7 @@ class LlamaModel final : public StepModel {
   std::unique_ptr<Backend> backend_;
   ModelInfo info_;
   Tensor embed_, final_norm_, lm_head_;
+  OutputHead head_;
   std::vector<LlamaLayer> layers_;
 
   // Scratch in the backend's memory, sized for scratch_tokens_ rows.
@@ -132,13 +117,7 @@ void LlamaModel::load_weights() {
   for (const char* prefix : {"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.",
                              "multi_modal_projector."})
     weights_.ignore_prefix(prefix);
-  for (const auto& name : weights_.names()) {
-    for (auto [from, to] : {std::pair<std::string, std::string>{"model.language_model.", "model."},
-                            {"language_model.model.", "model."},
-                            {"language_model.lm_head.", "lm_head."}}) {
-      if (name.rfind(from, 0) == 0) weights_.rename(name, to + name.substr(from.size()));
-    }
-  }
+  use_text_model_names(weights_);
   const int64_t H = d_.n_embd, hd = d_.head_dim, nq = d_.n_head * hd, nkv = d_.n_head_kv * hd;
   embed_ = backend_->prepare_weight(
       weights_.take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size"));
@@ -325,14 +304,7 @@ bool LlamaModel::decode_layers(LlamaSequence& seq, const Tensor& x, int32_t posi
       s.k_norm = L.k_norm;
     }
   }
-  Backend::DecodeLayers step;
-  step.layers = step_layers_.data();
-  step.n_layers = int(d_.n_layer);
-  step.x = x;
-  step.position = position;
-  step.n_head = int(d_.n_head);
-  step.n_head_kv = int(d_.n_head_kv);
-  step.head_dim = int(d_.head_dim);
+  Backend::DecodeLayers step = decode_step(step_layers_, d_, x, position);
   step.eps = d_.norm_eps;
   step.norm_offset = d_.norm_offset;
   step.attn_scale = d_.attn_scale;
@@ -379,28 +351,13 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
     }
   }
   seq.kv.commit_batch();
-  if (rows == LogitsRows::None) {
-    backend_->end_step();
-    return;
-  }
-
-  const int64_t first_row = rows == LogitsRows::Last ? n - 1 : 0;
-  const int64_t n_rows = n - first_row;
-  const Tensor h = h_.view(act_, {n, H}).slice_rows(first_row, n);
-  // Logits in the backend's memory as f32; then to the host, or only the picked token.
-  const Tensor out = logits_rows(*backend_, n_rows, d_.n_vocab);
-  const Backend::InputNorm norm{final_norm_, d_.norm_eps, d_.norm_offset, h};
-  const Backend::LinearOut head{out, lm_head_, Tensor()};
-  backend_->linear_many(x.slice_rows(first_row, n), &head, 1, &norm);
-  if (d_.logits_scale != 1.0f) backend_->scale(out, d_.logits_scale);
-  if (d_.final_softcap > 0.0f) backend_->softcap(out, d_.final_softcap);
-  finish_step(*backend_, out, logits, pick, token);
+  finish_with_logits(*backend_, x, h_.view(act_, {n, H}), rows, head_, logits, pick, token);
 }
 
 }  // namespace
 
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, WeightStore weights,
-                                        std::unique_ptr<Backend> backend) {
+                                        std::unique_ptr<Backend> backend, const LoadOptions&) {
   return std::make_unique<LlamaModel>(config, std::move(weights), std::move(backend));
 }
 

@@ -123,6 +123,9 @@ struct LoadOptions {
   // CPU: read weights in place from the mapped file (fast load). false copies them into
   // huge-page memory: slower load, faster decode (llama.cpp's --no-mmap).
   bool mmap = true;
+  // Qwen3.5 family: prefill through the Gated DeltaNet recurrence, token by token, instead of the
+  // chunked delta rule. The two agree to rounding; tests and `hearth bench` compare them.
+  bool gdn_recurrent_prefill = false;
 };
 
 // Loads config.json + safetensors from dir; throws hearth::Error naming what is wrong.

@@ -16,16 +16,17 @@
 #include "kv/kv_cache.h"
 #include "loader/config.h"
 #include "loader/weight_store.h"
+#include "models/config_checks.h"
 #include "models/model.h"
 #include "models/moe.h"
 #include "models/rope.h"
 
 namespace hearth {
 
-struct Qwen35Descriptor {
+// The sizes (n_embd, n_layer, heads, head_dim, n_vocab, n_ctx_train) are AttentionDims'.
+struct Qwen35Descriptor : AttentionDims {
   std::string model_type;  // the text model_type (qwen3_5_text, qwen3_next, ...)
-  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
-  int64_t n_ctx_train = 0;
+  int64_t n_ff = 0;
   float norm_eps = 1e-6f;
   bool zero_centred_norms = true;  // (1 + w) gains on input/post/final/q/k norms
   bool attn_output_gate = true;    // q_proj holds [query | gate] per head; o_proj(attn·σ(gate))
@@ -45,9 +46,11 @@ struct Qwen35Descriptor {
 };
 
 Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& config);
+// options.gdn_recurrent_prefill picks the Gated DeltaNet prefill form.
 std::unique_ptr<Model> make_qwen3_5_model(const ModelConfig& config, WeightStore weights,
-                                          std::unique_ptr<Backend> backend);
-// model_types (text and wrapper) served by this architecture.
+                                          std::unique_ptr<Backend> backend,
+                                          const LoadOptions& options = {});
+// model_types (text and wrapper) served by this architecture, in the order of its table.
 const std::vector<std::string>& qwen3_5_model_types();
 
 // The whole recurrent part of a sequence at a token boundary: conv and delta-rule states of every

@@ -1,6 +1,7 @@
 // Qwen35Descriptor from config.json: the layer pattern (layer_types, else
-// full_attention_interval), Gated DeltaNet and MoE shapes, and the switches that make qwen3_moe
-// the all-attention variant. Defaults are those of the transformers config classes.
+// full_attention_interval), Gated DeltaNet and MoE shapes. What differs between the family's
+// model_types is one row each of kQwen35Types. Defaults are those of the transformers config
+// classes.
 #include <algorithm>
 #include <cstdint>
 
@@ -14,7 +15,33 @@ namespace {
 
 using nlohmann::json;
 
-bool is_hybrid(const std::string& type) { return type != "qwen3_moe"; }
+struct Qwen35ModelType {
+  const char* name;
+  // Gated DeltaNet layers, (1 + w) gains, gated attention output, partial rotary. Without them
+  // (qwen3_moe) the stack is all attention with plain gains and full rotary.
+  bool hybrid = true;
+  bool fused_qkvz = false;  // in_proj_qkvz / in_proj_ba grouped per key head
+  bool moe = false;         // num_experts > 0 makes the MLPs mixtures of experts
+  // Whether the router renormalises its top-k weights: always (Qwen3.5-MoE's config has no
+  // switch), else as norm_topk_prob says, with this default.
+  bool router_always_renormalises = false;
+  bool norm_topk_prob_default = false;
+};
+
+const Qwen35ModelType kQwen35Types[] = {
+    {.name = "qwen3_5"},
+    {.name = "qwen3_5_text"},
+    {.name = "qwen3_5_moe", .moe = true, .router_always_renormalises = true},
+    {.name = "qwen3_5_moe_text", .moe = true, .router_always_renormalises = true},
+    {.name = "qwen3_next", .fused_qkvz = true, .moe = true, .norm_topk_prob_default = true},
+    {.name = "qwen3_moe", .hybrid = false, .moe = true},
+};
+
+const Qwen35ModelType& qwen3_5_model_type(const ModelConfig& c) {
+  for (const Qwen35ModelType& t : kQwen35Types)
+    if (c.model_type() == t.name) return t;
+  fail("{}: model_type '{}' is not of the Qwen3.5 family", c.source(), c.model_type());
+}
 
 // The value of `key` in the text config, or nullptr when absent or null.
 const json* find_field(const ModelConfig& c, const std::string& key) {
@@ -25,8 +52,11 @@ const json* find_field(const ModelConfig& c, const std::string& key) {
 }  // namespace
 
 const std::vector<std::string>& qwen3_5_model_types() {
-  static const std::vector<std::string> types = {"qwen3_5",          "qwen3_5_text", "qwen3_5_moe",
-                                                 "qwen3_5_moe_text", "qwen3_next",   "qwen3_moe"};
+  static const std::vector<std::string> types = [] {
+    std::vector<std::string> names;
+    for (const Qwen35ModelType& t : kQwen35Types) names.push_back(t.name);
+    return names;
+  }();
   return types;
 }
 
@@ -36,18 +66,11 @@ int64_t Qwen35Descriptor::n_full_layers() const {
 
 Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
   using namespace config_limits;
+  const Qwen35ModelType& type = qwen3_5_model_type(c);
+  const bool hybrid = type.hybrid;
   Qwen35Descriptor d;
-  const std::string type = c.model_type();
-  const bool hybrid = is_hybrid(type);
-  d.model_type = type;
-  const AttentionDims dims = read_attention_dims(c);
-  d.n_embd = dims.n_embd;
-  d.n_layer = dims.n_layer;
-  d.n_head = dims.n_head;
-  d.n_head_kv = dims.n_head_kv;
-  d.head_dim = dims.head_dim;
-  d.n_vocab = dims.n_vocab;
-  d.n_ctx_train = dims.n_ctx_train;
+  static_cast<AttentionDims&>(d) = read_attention_dims(c);
+  d.model_type = c.model_type();
   d.n_ff = c.get_int_in_or("intermediate_size", 0, 0, kWidth);  // 0: only MoE layers
   d.norm_eps = float(c.get_float_in_or("rms_norm_eps", 1e-6, 0.0, kFloatMax));
   d.tied_embeddings = c.get_bool_or("tie_word_embeddings", false);
@@ -82,16 +105,14 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
       fail("{}: {} ({}) is not a multiple of {} ({})", c.source(),
            c.field_name("linear_num_value_heads"), d.lin_v_heads,
            c.field_name("linear_num_key_heads"), d.lin_k_heads);
-    d.fused_qkvz = type == "qwen3_next";
+    d.fused_qkvz = type.fused_qkvz;
   }
 
   // MLP: MoE where transformers builds a sparse block.
   d.moe_layer.assign(size_t(d.n_layer), false);
   const std::string experts_key = c.has("num_experts") ? "num_experts" : "num_local_experts";
   const int64_t n_expert = c.get_int_in_or(experts_key, 0, 0, kExperts);  // 0: dense
-  const bool moe_type = type == "qwen3_next" || type == "qwen3_moe" || type == "qwen3_5_moe_text" ||
-                        type == "qwen3_5_moe";
-  if (moe_type && n_expert > 0) {
+  if (type.moe && n_expert > 0) {
     // Layers listed in mlp_only_layers keep a dense MLP.
     std::vector<bool> mlp_only(size_t(d.n_layer), false);
     if (const json* list = find_field(c, "mlp_only_layers")) {
@@ -120,10 +141,8 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
     d.moe.n_ff_shared =
         c.get_int_in_or("shared_expert_intermediate_size", 0, 0, kWidth);  // 0: none
     d.moe.shared_expert_gate = d.moe.n_ff_shared > 0;
-    // Qwen3.5-MoE's router always renormalises (its config has no switch); Qwen3-MoE defaults to
-    // not, Qwen3-Next to yes.
-    const bool q35 = type == "qwen3_5_moe_text" || type == "qwen3_5_moe";
-    d.moe.norm_topk_prob = q35 || c.get_bool_or("norm_topk_prob", type == "qwen3_next");
+    d.moe.norm_topk_prob = type.router_always_renormalises ||
+                           c.get_bool_or("norm_topk_prob", type.norm_topk_prob_default);
   }
   for (int64_t i = 0; i < d.n_layer; ++i)
     if (!d.moe_layer[size_t(i)] && d.n_ff <= 0)
@@ -131,8 +150,9 @@ Qwen35Descriptor qwen3_5_descriptor_from_config(const ModelConfig& c) {
            c.field_name("intermediate_size"));
 
   d.rope = rope_spec_from_config(c, "full_attention", int(d.head_dim), hybrid ? 0.25 : 1.0);
-  if (d.rope.type == "dynamic") fail("{}: dynamic rope is not supported for {}", c.source(), type);
-  check_kv_cache_size(c, dims, d.n_full_layers());
+  if (d.rope.type == "dynamic")
+    fail("{}: dynamic rope is not supported for {}", c.source(), d.model_type);
+  check_kv_cache_size(c, d, d.n_full_layers());
   return d;
 }
 

@@ -1,14 +1,13 @@
 // The Qwen3.5-family forward: per layer h = x + mixer(norm(x)); x = h + mlp(norm(h)), where the
 // mixer is a Gated DeltaNet or a gated full-attention layer and the MLP dense or MoE.
 // Prefill (several tokens in one call) runs the chunked delta rule; single tokens run the
-// recurrence. HEARTH_GDN_PREFILL=recurrent (read at load) makes prefill use the recurrence too,
-// for benchmarks and cross-checks. Scratch is sized for the largest call seen and reused.
+// recurrence. LoadOptions::gdn_recurrent_prefill makes prefill use the recurrence too, for
+// benchmarks and cross-checks. Scratch is sized for the largest call seen and reused.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/error.h"
+#include "models/model_common.h"
 #include "models/qwen3_5.h"
 #include "models/qwen3_5_weights.h"
 #include "models/step_model.h"
@@ -19,18 +18,16 @@ namespace {
 
 class Qwen35Model final : public StepModel {
  public:
-  Qwen35Model(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend)
+  Qwen35Model(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend,
+              const LoadOptions& options)
       : d_(qwen3_5_descriptor_from_config(config)),
         store_(std::move(weights)),
         backend_(std::move(backend)),
-        act_(backend_->activation_dtype()) {
+        act_(backend_->activation_dtype()),
+        chunked_prefill_(!options.gdn_recurrent_prefill) {
     w_ = qwen3_5_load_weights(store_, d_, *backend_);
     store_.audit();
-    const char* mode = std::getenv("HEARTH_GDN_PREFILL");
-    if (mode && std::string(mode) == "recurrent")
-      chunked_prefill_ = false;
-    else if (mode && *mode && std::string(mode) != "chunked")
-      fail("HEARTH_GDN_PREFILL must be 'chunked' or 'recurrent', got '{}'", mode);
+    info_ = decoder_info(config, store_, d_, d_.n_full_layers(), act_);
     info_.model_type = config.wrapper_model_type();
     info_.architecture = "qwen3.5 hybrid (" + d_.model_type + ", " +
                          std::to_string(d_.n_layer - d_.n_full_layers()) + " linear / " +
@@ -39,19 +36,12 @@ class Qwen35Model final : public StepModel {
                                                     "×top-" + std::to_string(d_.moe.n_expert_used)
                                               : std::string()) +
                          ")";
-    info_.n_vocab = d_.n_vocab;
-    info_.n_embd = d_.n_embd;
-    info_.n_layer = d_.n_layer;
-    info_.n_ctx_train = d_.n_ctx_train;
-    info_.kv_bytes_per_token =
-        d_.n_full_layers() * 2 * d_.n_head_kv * d_.head_dim * int64_t(dtype_size(act_));
-    info_.n_params = store_.total_params();
-    info_.weight_bytes = store_.total_bytes();
-    for (auto [dtype, bytes] : store_.bytes_by_dtype())
-      info_.dtypes += (info_.dtypes.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + ": " +
-                      std::to_string(bytes) + " bytes";
-    info_.eos_token_ids = config.eos_token_ids();
-    set_decode_work();
+    set_decode_work(info_, store_, w_.embed, w_.lm_head, unread_in_decode());
+    head_ = {.norm = w_.final_norm,
+             .eps = d_.norm_eps,
+             .norm_offset = w_.norm_offset,
+             .weight = w_.lm_head,
+             .n_vocab = d_.n_vocab};
     one_kernel_stack_ = one_kernel_stack();
     float scale = 1.0f;
     inv_freq_ = d_.rope.inv_freq(d_.n_ctx_train, &scale);
@@ -68,7 +58,7 @@ class Qwen35Model final : public StepModel {
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
            const TokenPick* pick, int32_t* token) override;
   void reserve_scratch(int64_t n);
-  void set_decode_work();
+  std::vector<UnreadWeight> unread_in_decode() const;
   bool one_kernel_stack() const;
   bool decode_layers(Qwen35Sequence& seq, const Tensor& x, int32_t position);
   void attention_block(int il, Qwen35Sequence& seq, int64_t n);
@@ -79,9 +69,10 @@ class Qwen35Model final : public StepModel {
   WeightStore store_;  // owns the mappings every weight view points into
   std::unique_ptr<Backend> backend_;
   DType act_ = DType::F32;
+  bool chunked_prefill_ = true;
   Qwen35Weights w_;
   ModelInfo info_;
-  bool chunked_prefill_ = true;
+  OutputHead head_;
   std::vector<float> inv_freq_;
   float rope_scale_ = 1.0f;
   MoeBlock moe_;
@@ -95,28 +86,19 @@ class Qwen35Model final : public StepModel {
   DeviceBuffer ff_gate_, ff_up_;                                      // dense MLP
 };
 
-// What a decode step reads and multiplies (ModelInfo): every used weight, less the embedding
-// table when the head has its own matrix, the MTP head (kept for speculative decoding, not run)
-// and, in MoE layers, the experts a token is not routed to.
-void Qwen35Model::set_decode_work() {
-  size_t bytes = store_.taken_bytes();
-  int64_t params = store_.taken_params();
-  auto drop = [&](const Tensor& t, int64_t times) {
-    bytes -= size_t(times) * t.nbytes();
-    params -= times * t.numel();
-  };
-  if (w_.lm_head.data != w_.embed.data) drop(w_.embed, 1);
-  for (const auto& [name, t] : w_.mtp) drop(t, 1);
+// The weights a decode step takes but does not read (ModelInfo's decode work): the MTP head
+// (kept for speculative decoding, not run) and, in MoE layers, the experts a token is not
+// routed to.
+std::vector<UnreadWeight> Qwen35Model::unread_in_decode() const {
+  std::vector<UnreadWeight> unread;
+  for (const auto& [name, t] : w_.mtp) unread.push_back({t, 1});
   const int64_t idle = d_.moe.n_expert - std::min(d_.moe.n_expert_used, d_.moe.n_expert);
   for (const Qwen35Layer& L : w_.layers) {
     if (L.moe.gate.empty() || idle <= 0) continue;
-    drop(L.moe.gate[0], idle);
-    drop(L.moe.up[0], idle);
-    drop(L.moe.down[0], idle);
+    for (const Tensor& expert : {L.moe.gate[0], L.moe.up[0], L.moe.down[0]})
+      unread.push_back({expert, idle});
   }
-  info_.decode_bytes = bytes;
-  info_.active_params = params;
-  info_.head_params = w_.lm_head.numel();
+  return unread;
 }
 
 // The stacks Backend::decode_layers describes: dense MLPs, no biases on the attention
@@ -127,7 +109,7 @@ bool Qwen35Model::one_kernel_stack() const {
     const Qwen35Layer& L = w_.layers[size_t(il)];
     if (d_.moe_layer[size_t(il)] || L.mlp_gate.empty()) return false;
     if (d_.linear_layer[size_t(il)]) continue;
-    for (const Qwen35Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate})
+    for (const Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate})
       if (!l->bias.empty()) return false;
   }
   return true;
@@ -170,14 +152,7 @@ bool Qwen35Model::decode_layers(Qwen35Sequence& seq, const Tensor& x, int32_t po
       s.kv = seq.kv().view(seq.kv_index(il));
     }
   }
-  Backend::DecodeLayers step;
-  step.layers = step_layers_.data();
-  step.n_layers = int(d_.n_layer);
-  step.x = x;
-  step.position = position;
-  step.n_head = int(d_.n_head);
-  step.n_head_kv = int(d_.n_head_kv);
-  step.head_dim = int(d_.head_dim);
+  Backend::DecodeLayers step = decode_step(step_layers_, d_, x, position);
   step.eps = d_.norm_eps;
   step.norm_offset = w_.norm_offset;
   step.attn_scale = 1.0f / std::sqrt(float(d_.head_dim));
@@ -344,25 +319,15 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
     }
   }
   seq.kv().commit_batch();
-  if (rows == LogitsRows::None) {
-    be.end_step();
-    return;
-  }
-  const int64_t first = rows == LogitsRows::Last ? n - 1 : 0;
-  const int64_t n_rows = n - first;
-  // Logits in the backend's memory as f32; then to the host, or only the picked token.
-  const Tensor out = logits_rows(be, n_rows, d_.n_vocab);
-  const Backend::InputNorm norm{w_.final_norm, d_.norm_eps, w_.norm_offset, h.slice_rows(first, n)};
-  const Backend::LinearOut head{out, w_.lm_head, Tensor()};
-  be.linear_many(x.slice_rows(first, n), &head, 1, &norm);
-  finish_step(be, out, logits, pick, token);
+  finish_with_logits(be, x, h, rows, head_, logits, pick, token);
 }
 
 }  // namespace
 
 std::unique_ptr<Model> make_qwen3_5_model(const ModelConfig& config, WeightStore weights,
-                                          std::unique_ptr<Backend> backend) {
-  return std::make_unique<Qwen35Model>(config, std::move(weights), std::move(backend));
+                                          std::unique_ptr<Backend> backend,
+                                          const LoadOptions& options) {
+  return std::make_unique<Qwen35Model>(config, std::move(weights), std::move(backend), options);
 }
 
 }  // namespace hearth

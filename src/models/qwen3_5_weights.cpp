@@ -81,8 +81,8 @@ class Loader {
     return t;
   }
 
-  Qwen35Linear linear(const std::string& name, int64_t out, int64_t in, bool bias) {
-    Qwen35Linear l;
+  Linear linear(const std::string& name, int64_t out, int64_t in, bool bias) {
+    Linear l;
     l.w = take(name + ".weight", {out, in}, "config dimensions");
     if (bias) l.bias = take(name + ".bias", {out}, "attention_bias");
     return l;
@@ -92,7 +92,7 @@ class Loader {
     const int64_t H = d_.n_embd, D = d_.head_dim, nq = d_.n_head * D, nkv = d_.n_head_kv * D;
     const bool bias = d_.attention_bias;
     if (d_.attn_output_gate) {
-      const Qwen35Linear qg = linear(p + "q_proj", 2 * nq, H, bias);
+      const Linear qg = linear(p + "q_proj", 2 * nq, H, bias);
       RowRanges query, gate;
       for (int64_t h = 0; h < d_.n_head; ++h) {
         query.emplace_back(2 * h * D, 2 * h * D + D);
@@ -176,12 +176,7 @@ class Loader {
 
   void load() {
     // Canonical names first.
-    for (const auto& name : s_.names()) {
-      for (auto [from, to] : {std::pair<std::string, std::string>{"model.language_model.", "model."},
-                              {"language_model.model.", "model."},
-                              {"language_model.lm_head.", "lm_head."}})
-        if (name.rfind(from, 0) == 0) s_.rename(name, to + name.substr(from.size()));
-    }
+    use_text_model_names(s_);
     size_t vision = 0;
     for (const char* prefix : {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."})
       vision += s_.ignore_prefix(prefix);

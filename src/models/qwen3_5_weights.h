@@ -11,20 +11,16 @@
 #include "backend/backend.h"
 #include "core/buffer.h"
 #include "loader/weight_store.h"
+#include "models/model_common.h"
 #include "models/moe.h"
 #include "models/qwen3_5.h"
 
 namespace hearth {
 
-struct Qwen35Linear {
-  Tensor w;     // [out, in]
-  Tensor bias;  // [out] or empty
-};
-
 struct Qwen35Layer {
   Tensor attn_norm, ffn_norm;  // [H]
   // Full attention (query and gate are separate row blocks after load).
-  Qwen35Linear q, gate, k, v, o;
+  Linear q, gate, k, v, o;
   Tensor q_norm, k_norm;  // [head_dim]
   // Gated DeltaNet.
   Tensor in_qkv, in_z, in_b, in_a, out_proj;  // [C, H], [Hv·Dv, H], [Hv, H], [Hv, H], [H, Hv·Dv]

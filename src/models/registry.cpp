@@ -1,5 +1,6 @@
-// model_type → architecture. Every supported type is listed here (not self-registered), so the
-// static library keeps each architecture and an unknown type's error can list them all.
+// model_type → architecture: each family's factory for the model_types of its table
+// (llama_model_types, qwen3_5_model_types). Every family is named here (not self-registered), so
+// the static library keeps each architecture and an unknown type's error can list them all.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -19,7 +20,7 @@ namespace hearth {
 namespace {
 
 using Factory = std::function<std::unique_ptr<Model>(const ModelConfig&, WeightStore,
-                                                     std::unique_ptr<Backend>)>;
+                                                     std::unique_ptr<Backend>, const LoadOptions&)>;
 
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = [] {
@@ -73,7 +74,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOp
   auto backend = make_backend(options.device, options.mmap);
   const bool gpu = backend->device() == Device::CUDA;
   WeightStore weights = WeightStore::open(dir);
-  auto model = it->second(config, std::move(weights), std::move(backend));
+  auto model = it->second(config, std::move(weights), std::move(backend), options);
   model->set_default_prefill_chunk(gpu ? 2048 : 512);
   return model;
 }

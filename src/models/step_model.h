@@ -1,6 +1,6 @@
 // StepModel: what the architectures' forward passes share. forward() and forward_pick() both
-// call the architecture's run(), which brackets one backend step: start_step() checks the ids,
-// opens the step and sets the positions; finish_step() computes nothing itself but gives the
+// call the architecture's run(), which brackets one backend step: start_step() opens the step
+// and sets the positions; finish_with_logits() runs the output head and finish_step() gives the
 // step's end to the backend — the logits to the host, or only the token picked from the last
 // row (on a GPU the logits then never leave the device).
 #pragma once
@@ -85,6 +85,34 @@ class StepModel : public Model {
       logits_capacity_ = n_rows;
     }
     return logits_.view(DType::F32, {n_rows, n_vocab});
+  }
+
+  // The output head: the final norm (applied inside the product), the vocabulary projection,
+  // then the logits scaled and soft-capped where the model says so.
+  struct OutputHead {
+    Tensor norm;
+    float eps = 0.0f, norm_offset = 0.0f;
+    Tensor weight;  // [n_vocab, hidden]
+    int64_t n_vocab = 0;
+    float logits_scale = 1.0f;  // 1: none
+    float softcap = 0.0f;       // 0: none
+  };
+
+  // Ends the step after the layers: the head over the requested rows of x ([n, hidden]; h of the
+  // same shape is the norm's scratch), in the backend's memory as f32, then finish_step.
+  void finish_with_logits(Backend& be, const Tensor& x, const Tensor& h, LogitsRows rows,
+                          const OutputHead& head, float* logits, const TokenPick* pick,
+                          int32_t* token) {
+    if (rows == LogitsRows::None) return be.end_step();
+    const int64_t n = x.dim(0);
+    const int64_t first = rows == LogitsRows::Last ? n - 1 : 0;
+    const Tensor out = logits_rows(be, n - first, head.n_vocab);
+    const Backend::InputNorm norm{head.norm, head.eps, head.norm_offset, h.slice_rows(first, n)};
+    const Backend::LinearOut product{out, head.weight, Tensor()};
+    be.linear_many(x.slice_rows(first, n), &product, 1, &norm);
+    if (head.logits_scale != 1.0f) be.scale(out, head.logits_scale);
+    if (head.softcap > 0.0f) be.softcap(out, head.softcap);
+    finish_step(be, out, logits, pick, token);
   }
 
   // Ends the step: `out` ([n_rows, n_vocab] f32) to the host, or its last row's picked token.

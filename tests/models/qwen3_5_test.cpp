@@ -9,7 +9,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <random>
 
 #include "fixture.h"
@@ -157,9 +156,9 @@ TEST_P(Qwen35Family, PrefillChunkSizesAgree) {
 TEST_P(Qwen35Family, RecurrentPrefillEqualsChunked) {
   const FixtureCase& c = GetParam();
   auto chunked = load_model(c.dir);
-  ::setenv("HEARTH_GDN_PREFILL", "recurrent", 1);
-  auto recurrent = load_model(c.dir);
-  ::unsetenv("HEARTH_GDN_PREFILL");
+  LoadOptions options;
+  options.gdn_recurrent_prefill = true;
+  auto recurrent = load_model(c.dir, options);
   auto prompt = prompt_of(c);
   auto s1 = chunked->new_sequence();
   auto s2 = recurrent->new_sequence();

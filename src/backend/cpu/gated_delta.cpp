@@ -1,7 +1,7 @@
 // The gated delta rule on the CPU, per value head (one task per head; heads never share state).
-// Recurrent form (decode, and prefill with HEARTH_GDN_PREFILL=recurrent): every value column of
-// the state evolves independently, so the state is swept in blocks of 32 columns, each block
-// ([Dk, 32] f32 = 16 KiB at Dk=128) staying in L1 across all tokens of the call.
+// Recurrent form (decode, and prefill with LoadOptions::gdn_recurrent_prefill): every value
+// column of the state evolves independently, so the state is swept in blocks of 32 columns, each
+// block ([Dk, 32] f32 = 16 KiB at Dk=128) staying in L1 across all tokens of the call.
 // Chunked form (prefill): transformers' torch_chunk_gated_delta_rule — within a chunk of C tokens
 // the delta updates are condensed by a unit-lower-triangular inverse (built row by row, as
 // transformers does) into small f32 GEMMs: A = tril(βKKᵀ⊙Γ, -1); [U|W] = (I+A)⁻¹[βV | βK⊙e^γ];
