@@ -1,13 +1,17 @@
 # hearth — top-level entry points. On a fresh Debian 12 machine these install what is missing.
-#   make run    install deps, build, run the default model
-#   make test   install deps, build, run every test (and the sanitizer build of the unit tests)
+#   make run    install deps, build the CLI, run the default model
+#   make test   install deps, build, run every test (then make asan: sanitizers, brief fuzzing)
 #   make build  build into build/ (binary: build/hearth)
-.PHONY: deps build test test-fast asan run clean format-check
+#   make fuzz   run each fuzz target for FUZZ_SECONDS (default 600; docs/testing.md)
+.PHONY: deps build test test-fast asan asan-build fuzz run clean format-check
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
 APT_PACKAGES = build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev \
-  libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libboost-dev python3-numpy
+  libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libboost-dev python3-numpy \
+  clang libclang-rt-14-dev
+# Seconds per fuzz target: `make asan` (hence `make test` and CI) runs each briefly.
+FUZZ_SECONDS ?= 20
 
 deps:
 	@scripts/install-deps.sh $(APT_PACKAGES)
@@ -23,14 +27,29 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
 	$(MAKE) asan
 
-# Unit tests under AddressSanitizer + UBSan (a separate Debug build).
-asan: deps
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_BENCH=OFF -DHEARTH_CUDA=OFF
-	cmake --build build-asan -j $(JOBS) --target test_unit test_ops
+# The sanitizer build: unit and op tests under AddressSanitizer + UBSan, and the libFuzzer targets
+# of tests/fuzz, from one clang build dir so the library is compiled once for both. -O1 keeps
+# the fuzzers fast; assertions stay on.
+asan-build: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+	  "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" -DHEARTH_SANITIZE=ON -DHEARTH_FUZZ=ON -DHEARTH_BENCH=OFF \
+	  -DHEARTH_CUDA=OFF
+	cmake --build build-asan -j $(JOBS) --target test_unit test_ops fuzz_all
+
+asan: asan-build
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_unit
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_ops
+	scripts/fetch-test-assets.sh
+	scripts/run-fuzz.sh build-asan $(FUZZ_SECONDS)
 
-run: build
+fuzz: FUZZ_SECONDS = 600
+fuzz: asan-build
+	scripts/fetch-test-assets.sh
+	scripts/run-fuzz.sh build-asan $(FUZZ_SECONDS)
+
+# Builds only the CLI: the first token comes minutes sooner than after `make build`.
+run: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target hearth
 	$(BUILD)/hearth generate -p "The Python interpreter" -n 64
 
 format-check:

@@ -61,6 +61,7 @@ std::atomic<uint64_t> next_cache_owner{1};
 class WordCache {
  public:
   static constexpr size_t kMaxWord = 256;
+  static constexpr size_t kMaxBytes = size_t{1} << 20;  // keys and values together
   const int32_t* find(uint64_t owner, std::string_view word, size_t& n) {
     if (owner != owner_) reset(owner);
     uint64_t h = hash_bytes(word);
@@ -77,7 +78,9 @@ class WordCache {
   }
   void insert(uint64_t owner, std::string_view word, const int32_t* ids, size_t n) {
     if (owner != owner_) reset(owner);
-    if (size_ * 2 >= slots_.size() || keys_.size() > (8u << 20)) reset(owner);
+    if (size_ * 2 >= slots_.size() ||
+        keys_.size() + values_.size() * sizeof(int32_t) > kMaxBytes)
+      reset(owner);
     uint64_t h = hash_bytes(word);
     size_t mask = slots_.size() - 1;
     size_t i = h & mask;
@@ -113,6 +116,12 @@ WordCache& word_cache() {
   thread_local WordCache cache;
   return cache;
 }
+
+}  // namespace
+
+void release_word_cache() { word_cache() = WordCache(); }
+
+namespace {
 
 struct Symbol {
   int32_t id;

@@ -72,6 +72,10 @@ class BpeModel {
   uint64_t cache_owner_ = 0;
 };
 
+// Frees this thread's word cache. A huge input fills it with words unlikely to recur; after one,
+// the caller gives the memory back instead of keeping it for the thread's life.
+void release_word_cache();
+
 // The GPT-2 byte ↔ unicode-char table used by ByteLevel pre-tokenizer and decoder.
 const std::array<char32_t, 256>& byte_level_chars();
 // Byte for a byte-level char, or -1 when the char is not in the table.

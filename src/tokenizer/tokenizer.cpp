@@ -65,6 +65,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special_
   release_if_large(pl.spans);
   release_if_large(raw_splits);
   release_if_large(norm_splits);
+  if (text.size() > kScratchKeepBytes) release_word_cache();
   if (add_special_tokens) im.post_processor.apply(ids);
   return ids;
 }

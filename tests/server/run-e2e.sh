@@ -50,6 +50,10 @@ start "$WORK/hard.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 --
   --cors-origin http://app.example --idle-timeout 2 --api-key-file "$WORK/key" --max-prompt-tokens 256
 export HEARTH_HARDENED_URL=$URL HEARTH_HARDENED_KEY=$(cat "$WORK/key")
 
+# Its own server for the memory test, so that no other test's requests move the figures.
+start "$WORK/memory.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 --ctx 2048 -t 2
+export HEARTH_MEMORY_URL=$URL HEARTH_MEMORY_PID=$LAST_PID
+
 # The port is held exclusively: a second server on it fails and says why.
 PORT=${HEARTH_URL##*:}
 if "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port "$PORT" -t 1 >"$WORK/second.log" 2>&1; then
@@ -68,7 +72,7 @@ echo "server_e2e: exclusive port, HEARTH_API_KEY and the open-listener warning: 
 
 cd "$DEPS"
 node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs hybrid.test.mjs browser.test.mjs \
-  hardening.test.mjs load.test.mjs
+  hardening.test.mjs load.test.mjs memory.test.mjs
 
 # SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
 curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \

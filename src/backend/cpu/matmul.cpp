@@ -5,6 +5,11 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "backend/cpu/matmul_kernels.h"
 #include "core/buffer.h"
@@ -14,17 +19,43 @@ namespace detail {
 
 namespace {
 
+#if defined(__x86_64__)
+// CPUID bit `bit` of register `reg` (0 eax, 1 ebx, 2 ecx, 3 edx) of leaf/subleaf; false when the
+// CPU lacks the leaf.
+bool cpuid_bit(unsigned leaf, unsigned subleaf, int reg, int bit) {
+  unsigned r[4] = {};
+  if (!__get_cpuid_count(leaf, subleaf, &r[0], &r[1], &r[2], &r[3])) return false;
+  return (r[reg] >> bit) & 1;
+}
+
+// The register state the OS saves on context switches (XCR0): a feature the CPU has is usable
+// only when the OS also saves its registers.
+uint64_t os_saved_state() {
+  if (!cpuid_bit(1, 0, 2, 27)) return 0;  // OSXSAVE: xgetbv is available
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return uint64_t(hi) << 32 | lo;
+}
+#endif
+
+// Read from CPUID rather than __builtin_cpu_supports, whose feature names differ between
+// compilers (clang 14 knows neither "f16c" nor the AMX ones).
 bool cpu_has(const char* feature) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  // __builtin_cpu_supports needs a literal, hence the table.
-  std::string f = feature;
-  if (f == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  if (f == "avx512") return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-  if (f == "amx") return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
-                         __builtin_cpu_supports("avx512bf16");
+  const std::string f = feature;
+  const uint64_t xcr0 = os_saved_state();
+  const bool avx_state = (xcr0 & 0x6) == 0x6;                    // SSE and AVX registers
+  const bool avx512_state = avx_state && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM halves
+  const bool avx2 = avx_state && cpuid_bit(7, 0, 1, 5) && cpuid_bit(1, 0, 2, 12) &&  // avx2, fma
+                    cpuid_bit(1, 0, 2, 29);                                          // f16c
+  if (f == "avx2") return avx2;
+  const bool avx512 = avx2 && avx512_state && cpuid_bit(7, 0, 1, 16) &&  // avx512f
+                      cpuid_bit(7, 0, 1, 30) && cpuid_bit(7, 0, 1, 31);  // avx512bw, avx512vl
+  if (f == "avx512") return avx512;
+  // AMX tile state (XCR0 bits 17-18) is granted per process later by amx_request_permission.
+  if (f == "amx")
+    return avx512 && cpuid_bit(7, 0, 3, 24) && cpuid_bit(7, 0, 3, 22) &&  // amx-tile, amx-bf16
+           cpuid_bit(7, 1, 0, 5);                                         // avx512bf16
 #endif
   (void)feature;
   return false;
@@ -72,27 +103,37 @@ inline std::pair<int64_t, int64_t> split(int64_t total, int part, int n_parts, i
 
 MatmulIsa matmul_best_isa() {
   const IsaTable& t = isa_table();
-  return t.amx ? MatmulIsa::Amx : t.avx512 ? MatmulIsa::Avx512 : t.avx2 ? MatmulIsa::Avx2
-                                                                        : MatmulIsa::Generic;
+  return t.amx      ? MatmulIsa::Amx
+         : t.avx512 ? MatmulIsa::Avx512
+         : t.avx2   ? MatmulIsa::Avx2
+                    : MatmulIsa::Generic;
 }
 
 bool matmul_isa_supported(MatmulIsa isa) {
   const IsaTable& t = isa_table();
   switch (isa) {
-    case MatmulIsa::Generic: return true;
-    case MatmulIsa::Avx2: return t.avx2;
-    case MatmulIsa::Avx512: return t.avx512;
-    case MatmulIsa::Amx: return t.amx;
+    case MatmulIsa::Generic:
+      return true;
+    case MatmulIsa::Avx2:
+      return t.avx2;
+    case MatmulIsa::Avx512:
+      return t.avx512;
+    case MatmulIsa::Amx:
+      return t.amx;
   }
   return false;
 }
 
 const char* matmul_isa_name(MatmulIsa isa) {
   switch (isa) {
-    case MatmulIsa::Generic: return "generic";
-    case MatmulIsa::Avx2: return "avx2";
-    case MatmulIsa::Avx512: return "avx512";
-    case MatmulIsa::Amx: return "amx";
+    case MatmulIsa::Generic:
+      return "generic";
+    case MatmulIsa::Avx2:
+      return "avx2";
+    case MatmulIsa::Avx512:
+      return "avx512";
+    case MatmulIsa::Amx:
+      return "amx";
   }
   return "?";
 }
@@ -206,7 +247,8 @@ void matmul_with(MatmulIsa isa, const Tensor& y, const Tensor& x, const Tensor& 
     const int c = a.w_dtype == DType::BF16 ? chunk : 0;
     // Packing is tiny next to the weight stream; parallelise it only when x is big.
     if (a.n * a.k >= (1 << 16) && n_threads > 1) {
-      pool.parallel_for(a.n, 1, [&](int64_t r0, int64_t r1) { pack_x(xp, a.x, a.k, a.kpad, r0, r1, c); });
+      pool.parallel_for(a.n, 1,
+                        [&](int64_t r0, int64_t r1) { pack_x(xp, a.x, a.k, a.kpad, r0, r1, c); });
     } else {
       pack_x(xp, a.x, a.k, a.kpad, 0, a.n, c);
     }
@@ -232,10 +274,14 @@ void matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bia
 
 std::string matmul_isa() {
   switch (detail::matmul_best_isa()) {
-    case detail::MatmulIsa::Amx: return "avx512+amx-bf16";
-    case detail::MatmulIsa::Avx512: return "avx512";
-    case detail::MatmulIsa::Avx2: return "avx2+fma";
-    case detail::MatmulIsa::Generic: return "generic";
+    case detail::MatmulIsa::Amx:
+      return "avx512+amx-bf16";
+    case detail::MatmulIsa::Avx512:
+      return "avx512";
+    case detail::MatmulIsa::Avx2:
+      return "avx2+fma";
+    case detail::MatmulIsa::Generic:
+      return "generic";
   }
   return "generic";
 }

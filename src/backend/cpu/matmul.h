@@ -4,7 +4,7 @@
 // results match an f64 reference to ~1e-6 of the output's norm; bf16 matrix units (AVX512-BF16
 // dot products, AMX tiles) see x split as hi + lo = bf16(x) + bf16(x - bf16(x)), which keeps
 // products f32-accurate because bf16 weights are exact in bf16.
-// Kernels are chosen at run time (__builtin_cpu_supports); the library stays baseline x86-64.
+// Kernels are chosen at run time (CPUID); the library stays baseline x86-64.
 // No heap allocation per call in steady state: packing scratch is thread-local and grows once.
 #pragma once
 #include <string>

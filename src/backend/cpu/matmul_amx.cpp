@@ -7,8 +7,10 @@
 // 16 tokens x 16 outputs, written straight into y (via a small buffer only at ragged edges).
 // Blocking: per thread, out chunks of kOc columns x k blocks of kKc; C = 2x2 tiles, so each B
 // tile load feeds 4 dot products (hi and lo for two token blocks).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -19,7 +21,13 @@
 #include "backend/cpu/matmul_kernels.h"
 #include "core/buffer.h"
 
+// Every function below is compiled for these features (the dispatcher checks them first);
+// the headers above stay baseline.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16"))), apply_to = function)
+#else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")
+#endif
 
 namespace hearth::cpu::detail {
 namespace {
@@ -243,3 +251,7 @@ void matmul_cols_amx(const MatmulArgs& a, const uint16_t* packed_x, int64_t o_be
 }
 
 }  // namespace hearth::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

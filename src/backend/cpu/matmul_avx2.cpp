@@ -4,15 +4,23 @@
 // The tail chunk is copied into a zero-padded stack buffer, as AVX2 has no masked 16-bit loads.
 // GCC 12's intrinsic headers use self-initialised "undefined" vectors that trip these warnings
 // once inlined (a known header bug); the code is fine.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>
 
 #include "backend/cpu/matmul_kernels.h"
 
+// Every function below is compiled for these features (the dispatcher checks them first);
+// the headers above stay baseline.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace hearth::cpu::detail {
 namespace {
@@ -119,3 +127,7 @@ void matmul_rows_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
 }
 
 }  // namespace hearth::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

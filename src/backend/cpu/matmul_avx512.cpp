@@ -7,13 +7,21 @@
 // Accumulation is plain f32 FMA: exact products, f32 sums.
 // GCC 12's intrinsic headers use self-initialised "undefined" vectors that trip these warnings
 // once inlined (a known header bug); the code is fine.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "backend/cpu/matmul_kernels.h"
 
+// Every function below is compiled for these features (the dispatcher checks them first);
+// the headers above stay baseline.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+#endif
 
 // Tuning knobs (overridable at build time for experiments): weight rows in flight per block,
 // and the prefetch scheme: 0 none, 1 each row 1 KiB ahead, 2 the next row block (linear).
@@ -159,3 +167,7 @@ void matmul_rows_avx512(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
 }
 
 }  // namespace hearth::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

@@ -75,7 +75,7 @@ void raise_descriptor_limit() {
 // blocks in mmap (returned when freed) and let freed arena tops go back to the system.
 void bound_malloc_retention() {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  mallopt(M_TRIM_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
 }
 
 }  // namespace

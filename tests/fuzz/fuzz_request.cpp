@@ -1,0 +1,134 @@
+// Fuzz target: an HTTP request body as the server handles it — parsed with the server's nesting
+// limit, then read as an OpenAI chat completion, an Anthropic message and an OpenAI completion
+// (schemas.cpp, schemas_anthropic.cpp) and, for the chat APIs, taken through prepare_chat: the
+// real chat templates (Qwen3.5 XML tools, Hermes, Llama 3.1 JSON tools, Mistral) rendered with
+// the server's limits, the real Qwen3 tokenizer, tool_choice forcing, the context and sampling
+// checks. A model reply is then run through ChatOutput. Everything a client sends must end in an
+// ApiError / hearth::Error (a 4xx); any other exception escaping here is a 500 the client should
+// not get, so it is left to end the run as a finding.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "chat/tool_parser.h"
+#include "core/json_bounded.h"
+#include "fuzz/fuzz_util.h"
+#include "loader/config.h"
+#include "models/model.h"
+#include "runtime/engine.h"
+#include "server/chat_pipeline.h"
+#include "server/errors.h"
+#include "server/schemas.h"
+#include "server/state.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using namespace hearth;
+using namespace hearth::server;
+
+// What prepare_chat needs of a model: its vocabulary size and context. Never run.
+class IdleModel final : public Model {
+ public:
+  explicit IdleModel(int64_t n_vocab) {
+    info_.model_type = "qwen3";
+    info_.n_vocab = n_vocab;
+    info_.n_ctx_train = 4096;
+  }
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_sequence() const override {
+    fail("the fuzz target's model does not run");
+  }
+  void forward(SequenceState&, std::span<const int32_t>, LogitsRows, float*) override {
+    fail("the fuzz target's model does not run");
+  }
+
+ private:
+  ModelInfo info_;
+};
+
+std::vector<std::unique_ptr<ServerState>> make_states() {
+  const auto dir = fuzz::real_tokenizer_dir("qwen3");
+  fuzz::read_required(dir / "tokenizer.json", fuzz::kFetchHint);
+  auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(dir));
+  const nlohmann::json config = {{"model_type", "qwen3"}, {"eos_token_id", 151645}};
+  auto engine = std::make_shared<Engine>(std::make_unique<IdleModel>(tok->vocab_size()), tok,
+                                         ModelConfig::from_json(config), EngineOptions{});
+  std::vector<std::unique_ptr<ServerState>> states;
+  for (const char* name : {"qwen3_5", "hermes", "llama3_1_tools", "mistral"}) {
+    auto s = std::make_unique<ServerState>();
+    s->engine = engine;
+    s->model_id = "fuzz";
+    s->chat_template_source = fuzz::read_required(
+        fuzz::source_path(std::string("tests/data/chat/templates/") + name + ".jinja"));
+    s->chat_template = chat::ChatTemplate::parse(s->chat_template_source);
+    s->tool_format = chat::detect_tool_call_format(s->chat_template_source);
+    s->ready = true;
+    states.push_back(std::move(s));
+  }
+  return states;
+}
+
+const std::vector<std::unique_ptr<ServerState>>& states() {
+  static const auto all = make_states();
+  return all;
+}
+
+// What a model might answer: reasoning, then a call in the template's format.
+void run_output(const PreparedChat& prepared) {
+  ChatOutput out(prepared);
+  out.push("<think>\nchecking</think>\n\n");
+  out.push(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
+  out.finish();
+}
+
+void run_chat(const ServerState& s, const ChatRequest& r) {
+  try {
+    const PreparedChat prepared = prepare_chat(s, r);
+    run_output(prepared);
+  } catch (const Error&) {  // ApiError included: a 400 for the client
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  states();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  ojson body;
+  if (parse_json_bounded(std::string_view(reinterpret_cast<const char*>(data), size), body) !=
+          JsonParseStatus::Ok ||
+      !body.is_object())
+    return 0;  // answered 400 before any route runs
+
+  try {
+    const ChatRequest r = parse_openai_chat(body);
+    for (const auto& s : states()) run_chat(*s, r);
+  } catch (const Error&) {
+  }
+  try {
+    const ChatRequest r = parse_anthropic_messages(body);
+    for (const auto& s : states()) run_chat(*s, r);
+  } catch (const Error&) {
+  }
+  try {
+    const CompletionRequest r = parse_openai_completion(body);
+    const ServerState& s = *states().front();
+    GenerationRequest gen;
+    gen.prompt = r.prompt_tokens ? *r.prompt_tokens : s.engine->tokenizer()->encode(r.prompt, true);
+    if (r.prompt_tokens) s.engine->tokenizer()->decode(gen.prompt, false);
+    gen.stop = r.stop;
+    gen.logprobs = r.logprobs;
+    finish_generation_request(s, gen, r.max_tokens, r.sampling);
+  } catch (const Error&) {
+  }
+  return 0;
+}
