@@ -21,13 +21,12 @@
 //             cost, "loader+dep" only reads the input and stores outputs (the dependency alone)
 //             and "loader+dotr" computes with x held in a register (the arithmetic without x's
 //             reads); docs/PERFORMANCE.md, session 11
-//   hearth    hearth's own decode GEMVs (gemv.cu; HEARTH_GEMV_SKIP and the other HEARTH_GEMV_*
-//             measurement switches apply) over the same matrices: four launches per layer with
-//             the input norm, GLU and residual adds
+//   hearth    hearth's own decode GEMVs (gemv.cu) over the same matrices: four launches per
+//             layer with the input norm, GLU and residual adds
 // Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes), and a
 // grid barrier's latency alone at one block per SM and at the barrier rows' grid.
-// Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only the hearth row, e.g. to compare
-// HEARTH_GEMV_* settings run by run; built only with CUDA; CUDA events; median of reps)
+// Usage: bench_cuda_stream [reps] [gemv]   ("gemv": only the hearth row, e.g. to compare two
+// builds of gemv.cu run by run; built only with CUDA; CUDA events; median of reps)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -356,10 +355,9 @@ struct Model {
   std::vector<int> in8() const { return {int(H / 8), int(o_in / 8), int(H / 8), int(I / 8)}; }
 };
 
-// hearth's own decode GEMVs (gemv.cu, with the HEARTH_GEMV_* switches set) over the same
-// layers, as the decode graph runs them: a graph of four launches per layer with programmatic
-// launch (gemv_init has run). Weights are a constant fill (the kernels' speed does not depend on
-// the values).
+// hearth's own decode GEMVs (gemv.cu) over the same layers, as the decode graph runs them: a graph
+// of four launches per layer with programmatic launch (gemv_init has run). Weights are a constant
+// fill (the kernels' speed does not depend on the values).
 float gemv_chain_ms(cudaStream_t s, int sms, int reps, const Model& m) {
   using namespace hearth::cuda;
   Ctx ctx;

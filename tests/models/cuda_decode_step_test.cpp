@@ -1,21 +1,20 @@
-// One-token decode steps as one persistent kernel (Backend::decode_layers, decode_step.cu)
-// (HEARTH_DECODE_LAYERS=1; by default only for layers of 24 MB or more) against the same steps as
-// separate ops (the default). The transformers fixtures have heads of 16 and 32, below the kernel's
-// 64 to 256, so random checkpoints of those head sizes are written to a temp dir: a llama (heads
-// of 64, no q/k norm), a qwen3 (heads of 128, per-head q/k norm) and two Qwen3.5 hybrids (Gated
-// DeltaNet layers between gated attention layers with partial rotary: heads of 256 with Gated
-// DeltaNet heads of 128 × 128 as the 9B, and heads of 128 with 64 × 32 and three value heads per
-// key head). Both forms must give the same logits up to accumulation order (the bf16 bound of the
-// reference comparisons, 5e-2 of the logits' std) over decode steps that cross attention's
+// One-token decode steps as one persistent kernel (Backend::decode_layers, decode_step.cu;
+// CudaOptions::decode_step Always, by default only for layers of 24 MB or more) against the same
+// steps as separate ops (Never). The transformers fixtures have heads of 16 and 32, below the
+// kernel's 64 to 256, so random checkpoints of those head sizes are written to a temp dir: a llama
+// (heads of 64, no q/k norm), a qwen3 (heads of 128, per-head q/k norm) and two Qwen3.5 hybrids
+// (Gated DeltaNet layers between gated attention layers with partial rotary: heads of 256 with
+// Gated DeltaNet heads of 128 × 128 as the 9B, and heads of 128 with 64 × 32 and three value heads
+// per key head). Both forms must give the same logits up to accumulation order (the bf16 bound of
+// the reference comparisons, 5e-2 of the logits' std) over decode steps that cross attention's
 // 32-key chunks and the cache's growth, and the fused form must actually run; where a head's
 // chunks are spread over blocks (heads of 256 past 64 keys, of 128 past 128;
-// HEARTH_DECODE_XATTN) the same bits as a block per head. Skipped without a GPU.
+// CudaOptions::decode_xattn) the same bits as a block per head. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +29,10 @@
 
 #ifdef HEARTH_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "loader/config.h"
+#include "loader/weight_store.h"
+#include "models/llama.h"
+#include "models/qwen3_5.h"
 
 namespace hearth {
 
@@ -175,6 +178,20 @@ double std_of(const std::vector<float>& v) {
   return std::sqrt(q / double(v.size()));
 }
 
+// load_model's work with a CUDA backend made with `options` (load_model takes no backend
+// options): the architecture's factory and the GPU's default prefill chunk.
+std::unique_ptr<Model> load_on_gpu(const fs::path& dir, const CudaOptions& options) {
+  const ModelConfig config = ModelConfig::load(dir);
+  const auto& hybrid_types = qwen3_5_model_types();
+  const bool hybrid = std::find(hybrid_types.begin(), hybrid_types.end(), config.model_type()) !=
+                      hybrid_types.end();
+  auto backend = make_cuda_backend(0, options);
+  auto model = hybrid ? make_qwen3_5_model(config, WeightStore::open(dir), std::move(backend))
+                      : make_llama_model(config, WeightStore::open(dir), std::move(backend));
+  model->set_default_prefill_chunk(2048);
+  return model;
+}
+
 class CudaDecodeStep : public ::testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
@@ -187,52 +204,35 @@ TEST_P(CudaDecodeStep, OneKernelEqualsSeparateOps) {
   const fs::path dir = fs::temp_directory_path() /
                        ("hearth_decode_step_" + s.name + "_" + std::to_string(::getpid()));
   write_checkpoint(dir, s, 1234);
-  LoadOptions o;
-  o.device = "cuda";
-  // The backend reads its switches when it is made: HEARTH_DECODE_LAYERS =1 on, =0 off, unset
-  // (null) by layer size; HEARTH_DECODE_GRID the kernel's blocks (null: one per SM);
-  // HEARTH_DECODE_XATTN=0 a block per head (null: a head's chunks over blocks when it has more
-  // than its block buffers: heads of 256 past 64 keys, of 128 past 128).
-  auto load_with = [&](const char* one_kernel, const char* grid = nullptr,
-                       const char* xattn = nullptr) {
-    auto set = [](const char* name, const char* value) {
-      if (value)
-        setenv(name, value, 1);
-      else
-        unsetenv(name);
-    };
-    set("HEARTH_DECODE_LAYERS", one_kernel);
-    set("HEARTH_DECODE_GRID", grid);
-    set("HEARTH_DECODE_XATTN", xattn);
-    auto clear = [&] {
-      set("HEARTH_DECODE_LAYERS", nullptr);
-      set("HEARTH_DECODE_GRID", nullptr);
-      set("HEARTH_DECODE_XATTN", nullptr);
-    };
-    std::unique_ptr<Model> m;
-    try {
-      m = load_model(dir, o);
-    } catch (...) {
-      clear();
-      throw;
-    }
-    clear();
-    return m;
+  using Mode = CudaOptions::DecodeStep;
+  // decode_blocks 0: one per SM; decode_xattn off: a block per head at every length (on: a
+  // head's chunks over blocks when it has more than its block buffers, heads of 256 past 64
+  // keys, of 128 past 128).
+  auto load_with = [&](Mode mode, int blocks = 0, bool xattn = true) {
+    CudaOptions options;
+    options.decode_step = mode;
+    options.decode_blocks = blocks;
+    options.decode_xattn = xattn;
+    return load_on_gpu(dir, options);
   };
-  auto fused = load_with("1");
-  auto per_op = load_with("0");
+  auto fused = load_with(Mode::Always);
+  auto per_op = load_with(Mode::Never);
   // Three blocks for four heads: block 0 takes heads 0 and 3 in turn, as on a GPU with fewer
   // SMs than the model has heads. Each row and head is computed as on the full grid, so the
   // logits must be the same bits.
-  auto fused_small = load_with("1", "3");
+  auto fused_small = load_with(Mode::Always, 3);
   // A block per head at every length: the same chunks and the same combine as the
   // chunks over blocks, so the same bits, on the full grid and on 3 blocks (where the chunks'
   // warps without a buffer read the cache).
   const bool xattn = s.head_dim == 256 || s.head_dim == 128;
-  auto per_head = load_with("1", nullptr, "0"), per_head_small = load_with("1", "3", "0");
+  auto per_head = load_with(Mode::Always, 0, false);
+  auto per_head_small = load_with(Mode::Always, 3, false);
   {
-    // By default a model this small (layers of well under 24 MB) keeps the per-op path.
-    auto by_size = load_with(nullptr);
+    // By default (load_model, as the product loads) a model this small (layers of well under
+    // 24 MB) keeps the per-op path.
+    LoadOptions o;
+    o.device = "cuda";
+    auto by_size = load_model(dir, o);
     auto seq = by_size->new_sequence();
     std::vector<float> out(size_t(s.vocab));
     const int32_t prompt[] = {1, 2, 3};

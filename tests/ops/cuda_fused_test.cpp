@@ -21,7 +21,6 @@
 #include "cuda_test_util.h"
 
 namespace hearth {
-bool cuda_backend_set_device_sampling(Backend& b, bool on);
 namespace {
 
 using test::kBf16Tol;
@@ -248,15 +247,6 @@ TEST_F(CudaFused, PickTokenGreedyEdges) {
   }
 }
 
-// Sampled picks on the device for the test's scope (the default, unless HEARTH_CUDA_SAMPLING
-// says host), whatever the environment of the run.
-struct DeviceSampling {
-  explicit DeviceSampling(Backend* b) : b(b), was(cuda_backend_set_device_sampling(*b, true)) {}
-  ~DeviceSampling() { cuda_backend_set_device_sampling(*b, was); }
-  Backend* b;
-  bool was;
-};
-
 // The pick's kernels leave their scratch (arrival counter, histogram bins, phase state) clean
 // for the next pick: greedy picks back to back, with sampled picks in between, stay right.
 TEST_F(CudaFused, PickTokenRepeats) {
@@ -269,7 +259,6 @@ TEST_F(CudaFused, PickTokenRepeats) {
   std::vector<float> sorted = tc.host;
   std::nth_element(sorted.begin(), sorted.begin() + 39, sorted.end(), std::greater<float>());
   const float kth = sorted[39];  // the sampled token must be among the top 40
-  DeviceSampling on(gpu_);
   int32_t first_sampled = -1;
   for (int round = 0; round < 3; ++round) {
     for (int rep = 0; rep < 2; ++rep) {
@@ -332,7 +321,6 @@ TEST_F(CudaFused, PickTokenSamplingMatchesHostDistribution) {
       {151936, {1.0f, 0, 0.7f, 0.0f, 0.0}}, {248320, {0.8f, 50, 0.9f, 0.02f, 0.0}},
       {1001, {1.2f, 300, 0.95f, 0.0f, 0.0}}};
   uint32_t seed = 300;
-  DeviceSampling on(gpu_);
   for (const auto& c : cases) {
     auto l = make({c.vocab}, randn(size_t(c.vocab), seed++, 2.0f), DType::F32);
     expect_host_distribution(*gpu_, l.g, l.host, c.pick, "vocab " + std::to_string(c.vocab));
@@ -347,7 +335,6 @@ TEST_F(CudaFused, PickTokenSamplingTiesAndInf) {
                                         {1.0f, 0, 0.85f, 0.0f, 0.0},
                                         {0.7f, 30, 0.9f, 0.05f, 0.0},
                                         {1.0f, 7, 0.6f, 0.0f, 0.0}};
-  DeviceSampling on(gpu_);
   uint32_t seed = 700;
   for (int64_t vocab : {300, 151936}) {
     std::vector<float> host = randn(size_t(vocab), seed++, 1.5f);

@@ -21,8 +21,6 @@
 #ifdef HEARTH_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
-
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 
@@ -59,10 +57,9 @@ struct MixerShape {
   bool fused = true;           // the shape fits the one-kernel path (else the four ops run)
 };
 
-// Whether this device runs the one-kernel mixer at all: sm_90 (clusters) and the switch on.
+// Whether this device runs the one-kernel mixer at all: sm_90 (clusters), with the backend's
+// default options.
 bool mixer_on_device() {
-  const char* e = std::getenv("HEARTH_CUDA_GDN_MIXER");
-  if (e && std::string(e) == "0") return false;
   cudaDeviceProp prop{};
   return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
 }

@@ -73,7 +73,7 @@ struct Ctx {
   void* lt_workspace = nullptr;
   size_t lt_workspace_bytes = 0;
   int sm_count = 0;
-  // Programmatic dependent launch for the decode kernels (sm_90+; HEARTH_CUDA_PDL=0 turns it off).
+  // Programmatic dependent launch for the decode kernels (sm_90+, and CudaOptions::pdl).
   bool pdl = false;
   // Split-K attention: arrival counters, then partials (sized by attention_workspace_bytes
   // before any launch; zeroed when allocated, and every launch leaves the counters at zero).

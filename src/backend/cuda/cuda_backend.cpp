@@ -4,8 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -47,20 +46,12 @@ GatedDeltaParams packed(const GatedDeltaParams& p) {
   return q;
 }
 
-// HEARTH_CUDA_GDN_MIXER, read once per process.
-bool gdn_mixer_switch() {
-  static const bool on = [] {
-    const char* e = std::getenv("HEARTH_CUDA_GDN_MIXER");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
-
 std::atomic<int64_t> g_gdn_mixer_fused{0};
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, const CudaOptions& options)
+    : device_(device), options_(options) {
   const int count = cuda_device_count();
   if (count == 0) fail("device 'cuda:{}': no CUDA device is available", device);
   if (device < 0 || device >= count)
@@ -70,49 +61,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   HEARTH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   name_ = std::string("cuda:") + std::to_string(device_) + " (" + prop.name + ")";
   ctx_.sm_count = prop.multiProcessorCount;
-  const char* pdl = std::getenv("HEARTH_CUDA_PDL");
-  ctx_.pdl = prop.major >= 9 && !(pdl && std::string(pdl) == "0");
-  // Measurement switches: sampled picks on the host instead of the device (=host), and
-  // prefill's residual add composed instead of in the GEMM's accumulate (=0).
-  const char* sampling = std::getenv("HEARTH_CUDA_SAMPLING");
-  device_sampling_ = !(sampling && std::string(sampling) == "host");
-  const char* one_kernel = std::getenv("HEARTH_DECODE_LAYERS");
-  // The one-kernel decode step: =1 always (where it fits), =0 never, unset: by layer size
-  // (decode_layers; docs/cuda.md, "One kernel per decode step").
-  decode_layers_mode_ = !one_kernel ? -1 : std::string(one_kernel) == "1" ? 1 : 0;
-  const char* stage = std::getenv("HEARTH_DECODE_STAGE");
-  decode_stage_ = !(stage && std::string(stage) == "0");
-  // Measurement switches of the one-kernel step: a per-phase timing report at exit (=1), and
-  // a grid barrier that polls without sleeping (=1).
-  const char* trace = std::getenv("HEARTH_DECODE_TRACE");
-  decode_trace_ = trace && std::string(trace) == "1";
-  const char* spin = std::getenv("HEARTH_DECODE_SPIN");
-  decode_spin_ = spin && std::string(spin) == "1";
-  // The o rows' second staged batch in llama stacks (StepArgs::stage2); =0: off.
-  const char* stage2 = std::getenv("HEARTH_DECODE_STAGE2");
-  decode_stage2_ = !(stage2 && std::string(stage2) == "0");
-  const char* kv_prefetch = std::getenv("HEARTH_DECODE_KV_PREFETCH");
-  decode_kv_prefetch_ = !(kv_prefetch && std::string(kv_prefetch) == "0");
-  // A head's chunks spread over blocks when it has more than its block buffers
-  // (StepArgs::xattn); =0: a block per head at every length.
-  const char* xattn = std::getenv("HEARTH_DECODE_XATTN");
-  decode_xattn_ = !(xattn && std::string(xattn) == "0");
-  // The one-kernel step on fewer blocks than SMs (=N, tests): a GPU with fewer SMs than the
-  // model has heads, where a block takes several heads in turn.
-  const char* grid = std::getenv("HEARTH_DECODE_GRID");
-  const int grid_n = grid ? std::atoi(grid) : 0;
-  decode_blocks_ = grid_n > 0 ? std::min(grid_n, ctx_.sm_count) : ctx_.sm_count;
-  const char* accumulate = std::getenv("HEARTH_CUDA_GEMM_ACCUMULATE");
-  gemm_accumulate_ = !(accumulate && std::string(accumulate) == "0");
-  // The one-kernel Gated DeltaNet mixer needs thread-block clusters (sm_90);
-  // HEARTH_CUDA_GDN_MIXER=0 runs the four ops instead, for measurements.
-  gdn_mixer_ = prop.major >= 9 && gdn_mixer_switch();
-  const char* step_times = std::getenv("HEARTH_CUDA_STEP_TIMES");
-  if (step_times && std::string(step_times) == "1") {
-    step_times_ = std::make_unique<StepTimes>();
-    HEARTH_CUDA_CHECK(cudaEventCreate(&step_times_->before));
-    HEARTH_CUDA_CHECK(cudaEventCreate(&step_times_->after));
-  }
+  ctx_.pdl = prop.major >= 9 && options_.pdl;
+  // The one-kernel mixer needs thread-block clusters (sm_90).
+  gdn_mixer_ = prop.major >= 9 && options_.gdn_mixer;
+  decode_blocks_ =
+      options_.decode_blocks > 0 ? std::min(options_.decode_blocks, ctx_.sm_count) : ctx_.sm_count;
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
   HEARTH_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
   HEARTH_CUDA_CHECK(cudaMalloc(&ctx_.lt_workspace, kLtWorkspace));
@@ -139,34 +92,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(ctx_.stream);
-  if (trace_layers_ > 0) {
-    // The last one-kernel step's marks (HEARTH_DECODE_TRACE=1).
-    std::vector<unsigned long long> marks(size_t(1 + trace_layers_ * kStepPhases * 2) *
-                                          size_t(decode_blocks_));
-    int khz = 0;
-    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_);
-    std::vector<bool> linear;
-    for (const StepLayerDev& d : step_layers_host_) linear.push_back(d.linear != 0);
-    if (cudaMemcpy(marks.data(), static_cast<char*>(step_ws_) + trace_offset_,
-                   marks.size() * sizeof marks[0], cudaMemcpyDeviceToHost) == cudaSuccess &&
-        khz > 0)
-      std::fputs(decode_step_trace_summary(marks.data(), trace_layers_, decode_blocks_, khz / 1e3,
-                                           linear, trace_heads_)
-                     .c_str(),
-                 stderr);
-  }
-  if (step_times_) {
-    const StepTimes& st = *step_times_;
-    if (st.steps > 0)
-      std::fprintf(stderr,
-                   "step times: %lld replays; per step: host between token and launch %.2f us, "
-                   "launch to token %.2f us, graph span on the GPU %.2f us\n",
-                   static_cast<long long>(st.steps),
-                   st.host_us / std::max<int64_t>(1, st.host_steps), st.wall_us / st.steps,
-                   st.span_us / st.steps);
-    cudaEventDestroy(st.before);
-    cudaEventDestroy(st.after);
-  }
   for (GraphSlot& g : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
   weights_.clear();
@@ -241,7 +166,7 @@ void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const Linea
     return submit<&cuda::gemv_residual>(Ten(x), scale, Ten(in), Ten(proj.w), Ten(proj.bias),
                                         int32_t(proj.y.dtype));
   // Prefill: the add rides in the GEMM (not recorded: graphs hold decode steps only).
-  if (same && proj.bias.empty() && !recording_ && gemm_accumulate_ &&
+  if (same && proj.bias.empty() && !recording_ &&
       cuda::linear_accumulate(ctx_, Ten(x), Ten(in), Ten(proj.w), scale))
     return;
   Backend::linear_residual(x, in, proj, scale);
@@ -462,17 +387,13 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  return std::make_unique<cuda::CudaBackend>(device);
+std::unique_ptr<Backend> make_cuda_backend(int device, const CudaOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(device, options);
 }
 
 // Test-only access to graph statistics and the graph switch (declared in the CUDA tests).
 void cuda_backend_set_graphs(Backend& b, bool on) {
   if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) c->set_graphs_enabled(on);
-}
-bool cuda_backend_set_device_sampling(Backend& b, bool on) {
-  if (auto* c = dynamic_cast<cuda::CudaBackend*>(&b)) return c->set_device_sampling(on);
-  return false;
 }
 int64_t cuda_gdn_mixer_fused() { return cuda::g_gdn_mixer_fused.load(std::memory_order_relaxed); }
 int64_t cuda_backend_graphs_replayed(const Backend& b) {

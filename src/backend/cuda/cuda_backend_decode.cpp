@@ -88,18 +88,17 @@ std::atomic<int64_t> g_decode_layers_taken{0};
 std::atomic<int64_t> g_decode_xattn_taken{0};
 
 bool CudaBackend::decode_layers(const DecodeLayers& step) {
-  if (decode_layers_mode_ == 0 || step.n_layers < 1 || !step.layers) return false;
+  using Mode = CudaOptions::DecodeStep;
+  if (options_.decode_step == Mode::Never || step.n_layers < 1 || !step.layers) return false;
   bind();
   const int64_t H = step.x.numel(), nh = step.n_head, nkv = step.n_head_kv, hd = step.head_dim;
   const DecodeLayer& L0 = step.layers[0];
   // By default only layers whose weights take long enough to stream that the kernel's fixed
-  // costs (five grid barriers and attention's slowest head per layer) are a small share. Session
-  // 7 measured it against the per-op graph at tg128: 8 % behind on the 0.6B shape (31 MB per
-  // layer), 3 % ahead on the 1.7B (101 MB), 1–2 % on the 4B (202 MB), 2 % on the 8B (419 MB).
-  // Session 12 shortened its attention and barriers: 0.6B 1,109–1,117 against the per-op
-  // graph's 1,035–1,038 t/s, 8B 233–234 against 217. Smaller layers are not measured.
+  // costs (five grid barriers and attention's slowest head per layer) are a small share: it is
+  // ahead of the per-op graph on every shape measured, down to the 0.6B's 31 MB layers (1,109–
+  // 1,117 against 1,035–1,038 t/s at tg128; docs/cuda.md). Smaller layers are not measured.
   constexpr size_t kAutoMinLayerBytes = size_t(24) << 20;
-  if (decode_layers_mode_ < 0 && layer_bytes(L0) < kAutoMinLayerBytes) return false;
+  if (options_.decode_step == Mode::Auto && layer_bytes(L0) < kAutoMinLayerBytes) return false;
   const int64_t I = L0.gate.ndim == 2 ? L0.gate.shape[0] : 0;
   const DType gdt = L0.attn_norm.dtype;
   // The attention layers' caches share capacity and first position (the first one's); a stack
@@ -139,13 +138,12 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.vec8 = int32_t(std::max({H, I, nh * hd, VD}) / 8);
   a.gain_dt = int32_t(gdt);
   a.act = int32_t(step.act);
-  a.stage = decode_stage_ ? 1 : 0;
-  a.stage2 = decode_stage2_ ? 1 : 0;
-  a.spin = decode_spin_ ? 1 : 0;
-  a.kv_prefetch = decode_kv_prefetch_ ? 1 : 0;
+  a.stage = options_.decode_stage ? 1 : 0;
+  a.stage2 = options_.decode_stage2 ? 1 : 0;
+  a.kv_prefetch = options_.decode_kv_prefetch ? 1 : 0;
   a.blocks = decode_blocks_;
   a.rot_half = step.rope.rotary_dim / 2;
-  a.xattn = decode_xattn_ && (hd == 256 || hd == 128) ? 1 : 0;
+  a.xattn = options_.decode_xattn && (hd == 256 || hd == 128) ? 1 : 0;
   a.hybrid = hybrid ? 1 : 0;
   a.gated = first_attn && !first_attn->out_gate.empty() ? 1 : 0;
   // Gated DeltaNet shapes, where the stack has such layers (hv 0: none).
@@ -188,7 +186,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
     step_layers_host_ = std::move(table);
   }
   // Scratch: q, k, v, output gate, mixer output, hidden (bf16); the Gated DeltaNet products
-  // (f32); the barrier's count; the trace. Each part 16-byte aligned.
+  // (f32); the barrier's count. Each part 16-byte aligned.
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t n_q = size_t(nh * hd), n_k = size_t(nkv * hd), n_h = size_t(I);
   const size_t n_mix = std::max(n_q, size_t(a.hv) * size_t(a.dv));
@@ -197,9 +195,7 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   const size_t xpart_at = lin_at + round16(n_lin * 4);
   const size_t count_at = xpart_at + round16(size_t(nh) * kStepMaxChunks * size_t(hd + 2) * 4);
   const size_t barrier_at = count_at + round16(size_t(nh) * 4);
-  const size_t trace_bytes =
-      decode_trace_ ? size_t(1 + step.n_layers * kStepPhases * 2) * size_t(decode_blocks_) * 8 : 0;
-  const size_t need = barrier_at + 16 + trace_bytes;
+  const size_t need = barrier_at + 16;
   if (need > step_ws_bytes_) {
     regrow_device(&step_ws_, step_ws_bytes_, need);
     HEARTH_CUDA_CHECK(cudaMemsetAsync(step_ws_, 0, step_ws_bytes_, ctx_.stream));
@@ -217,13 +213,6 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.xpart = reinterpret_cast<float*>(ws + xpart_at);
   a.head_count = reinterpret_cast<int32_t*>(ws + count_at);
   a.barrier = reinterpret_cast<unsigned long long*>(ws + barrier_at);
-  if (decode_trace_) {
-    trace_offset_ = barrier_at + 16;
-    trace_layers_ = step.n_layers;
-    trace_heads_[0] = a.nh;
-    trace_heads_[1] = a.hv;
-    a.trace = reinterpret_cast<unsigned long long*>(ws + trace_offset_);
-  }
   const int32_t pf[2] = {step.position, int32_t(kv0.first)};
   a.pos_first = upload_ints(pf, 2, 13);
   a.inv_freq = a.rot_half > 0

@@ -23,7 +23,6 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -36,6 +35,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/common.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/decode_step.h"
 #include "backend/cuda/moe.h"
 #include "backend/expert_rows.h"
@@ -85,7 +85,7 @@ inline void launch_d2h(Ctx& ctx, void* dst_pinned, const void* src, size_t bytes
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device);
+  CudaBackend(int device, const CudaOptions& options);
   ~CudaBackend() override;
 
   std::string name() const override { return name_; }
@@ -145,8 +145,8 @@ class CudaBackend final : public Backend {
                    const Tensor& state, const GatedDeltaParams& p) override;
   void rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& z,
                       float eps) override;
-  // One kernel for a one-token call of the shapes gated_delta_mixer_fits takes (sm_90+;
-  // HEARTH_CUDA_GDN_MIXER=0 turns it off); otherwise the four ops (the default).
+  // One kernel for a one-token call of the shapes gated_delta_mixer_fits takes (sm_90+, unless
+  // CudaOptions::gdn_mixer is off); otherwise the four ops (the default).
   void gated_delta_mixer(const Tensor& normed, const Tensor& qkv, const Tensor& conv_state,
                          const Tensor& conv_w, const Tensor& a, const Tensor& b,
                          const Tensor& a_log, const Tensor& dt_bias, const Tensor& state,
@@ -167,7 +167,7 @@ class CudaBackend final : public Backend {
 
   // The persistent one-kernel decode step (decode_step.cu) where it applies: bf16 weights and
   // caches, heads of 64 or 128 (llama family) or 128 or 256 (Qwen3.5 hybrids), at most 512 keys;
-  // by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1 always, =0 never).
+  // by default for layers of 24 MB or more (CudaOptions::decode_step).
   // cuda_backend_decode.cpp.
   bool decode_layers(const DecodeLayers& step) override;
 
@@ -184,10 +184,8 @@ class CudaBackend final : public Backend {
   int32_t take_picked_token() override;
   void embedding_of_pick(const Tensor& y, const Tensor& table, float scale) override;
 
-  // Test hooks: graphs off (every step eager), sampling picks on the device too, and how many
-  // graphs were captured / replayed.
+  // Test hooks: graphs off (every step eager), and how many graphs were captured / replayed.
   void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
-  bool set_device_sampling(bool on) { return std::exchange(device_sampling_, on); }
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graphs_replayed() const { return graphs_replayed_; }
 
@@ -286,7 +284,6 @@ class CudaBackend final : public Backend {
   void deliver_or_queue_output();
   void deliver_now();
   void finish_delivery();
-  void note_step_times();  // HEARTH_CUDA_STEP_TIMES=1
   void ensure_out_host(size_t bytes);
   void grow_device(void** p, size_t& have, size_t need);
   // A device scratch buffer replaced by a larger one (at least need bytes) outside any recorded
@@ -314,20 +311,10 @@ class CudaBackend final : public Backend {
   int64_t ring_ = 0, graph_cursor_ = 0;
   std::vector<DedupEntry> dedup_;
 
-  bool graphs_enabled_ = true, recording_ = false, device_sampling_ = false;
-  bool gemm_accumulate_ = true;
-  bool gdn_mixer_ = false;          // the one-kernel Gated DeltaNet mixer (sm_90+)
-  int decode_layers_mode_ = -1;     // HEARTH_DECODE_LAYERS: 1 on, 0 off, unset (-1) by layer size
-  bool decode_stage_ = true;        // HEARTH_DECODE_STAGE=0: no staging across its barriers
-  bool decode_trace_ = false;       // HEARTH_DECODE_TRACE=1: per-phase timings at exit
-  bool decode_spin_ = false;        // HEARTH_DECODE_SPIN=1: the grid barrier never sleeps
-  bool decode_stage2_ = true;       // HEARTH_DECODE_STAGE2=0: the o rows' second batch unstaged
-  bool decode_kv_prefetch_ = true;  // HEARTH_DECODE_KV_PREFETCH=0: attention reads keys late
-  bool decode_xattn_ = true;        // HEARTH_DECODE_XATTN=0: a block per head at every length
-  int decode_blocks_ = 0;    // blocks of the one-kernel step (the SM count; HEARTH_DECODE_GRID=N)
-  int trace_layers_ = 0;     // layers of the last traced step (0: none)
-  int trace_heads_[2] = {};  // its phase 2's heads: attention, Gated DeltaNet
-  size_t trace_offset_ = 0;  // where its marks lie in step_ws_
+  bool graphs_enabled_ = true, recording_ = false;
+  const CudaOptions options_;
+  bool gdn_mixer_ = false;  // the one-kernel Gated DeltaNet mixer: on, and the device has clusters
+  int decode_blocks_ = 0;   // the one-kernel step's grid: the SM count or options_.decode_blocks
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
   // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
@@ -361,17 +348,6 @@ class CudaBackend final : public Backend {
   bool last_pick_on_device_ = false;  // in token_dev_
   int32_t last_pick_host_ = -1;       // else here (-1: none)
   int64_t graphs_captured_ = 0, graphs_replayed_ = 0;
-  // HEARTH_CUDA_STEP_TIMES=1 (measurement): where a replayed step's wall time goes, printed at
-  // exit: the host's time between a step's token and the next launch, and the GPU's span of a
-  // graph (timing events around it) against the launch-to-token wall time.
-  struct StepTimes {
-    cudaEvent_t before = nullptr, after = nullptr;
-    double host_us = 0, span_us = 0, wall_us = 0;
-    int64_t steps = 0, host_steps = 0;
-    std::chrono::steady_clock::time_point launched, delivered;
-    bool timing = false;  // a replay's events are pending
-  };
-  std::unique_ptr<StepTimes> step_times_;
 
   // The pending host output: device f32 source, pinned staging, the caller's pointer.
   Ten out_;

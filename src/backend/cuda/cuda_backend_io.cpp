@@ -90,13 +90,12 @@ void CudaBackend::to_host_f32(float* dst, const Tensor& src) {
 void CudaBackend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) {
   bind();
   // Greedy and sampled picks on the device (multi-block, sampling.cu): a sampled 8B decode
-  // step is 12 % faster than bringing the row to the host (docs/PERFORMANCE.md).
-  const bool greedy = pick.temperature <= 0.0f;
-  const bool on_device = greedy || device_sampling_;
-  // token_dev_ is about to hold another token than the last pick ahead.
+  // step is 12 % faster than bringing the row to the host (docs/PERFORMANCE.md). Logits that
+  // are not a device f32 row go to the host picker. Either way token_dev_ no longer holds the
+  // last pick ahead.
   last_pick_on_device_ = false;
   last_pick_host_ = -1;
-  if (logits.device != Device::CUDA || logits.dtype != DType::F32 || !on_device)
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32)
     return Backend::pick_token(dst, logits, pick);
   submit_pick(logits, pick);
   // The token leaves as the step's host output (4 bytes instead of the logits row).
@@ -138,8 +137,7 @@ void CudaBackend::pick_token_ahead(const Tensor& logits, const TokenPick& pick) 
   bind();
   if (ahead_.size() >= size_t(kAheadSlots))
     fail("CUDA backend: at most {} tokens can be picked ahead without being taken", kAheadSlots);
-  const bool on_device = pick.temperature <= 0.0f || device_sampling_;
-  if (logits.device != Device::CUDA || logits.dtype != DType::F32 || !on_device) {
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32) {
     int32_t token = 0;
     pick_token(&token, logits, pick);  // on the host, now
     ahead_.push_back({-1, token});
@@ -216,33 +214,10 @@ void CudaBackend::deliver_now() {
 
 void CudaBackend::finish_delivery() {
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-  if (step_times_) note_step_times();
   std::memcpy(out_user_, out_host_, out_bytes_);
   out_ = Ten();
   out_user_ = nullptr;
   out_queued_ = false;
-}
-
-void CudaBackend::note_step_times() {
-  StepTimes& st = *step_times_;
-  const auto now = std::chrono::steady_clock::now();
-  if (st.timing) {
-    auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
-    float span_ms = 0;
-    HEARTH_CUDA_CHECK(cudaEventElapsedTime(&span_ms, st.before, st.after));
-    // The host part counts only between consecutive replays (not after a prefill or a capture).
-    if (st.delivered.time_since_epoch().count() != 0) {
-      st.host_us += us(st.launched - st.delivered);
-      ++st.host_steps;
-    }
-    st.wall_us += us(now - st.launched);
-    st.span_us += span_ms * 1e3;
-    ++st.steps;
-    st.timing = false;
-    st.delivered = now;
-  } else {
-    st.delivered = {};
-  }
 }
 
 void CudaBackend::ensure_out_host(size_t bytes) {

@@ -104,23 +104,14 @@ void CudaBackend::finish_recording() {
   recording_ = false;
   if (out_.p) submit_recorded_d2h();
   if (!recs_.empty()) {
-    const bool replay = records_match();
-    if (!replay) {
+    if (!records_match()) {
       // A step picked ahead may still run this slot's graph; updating or replacing an
       // executable graph is simplest with none in flight, and captures are rare.
       HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
       capture();
     }
-    if (step_times_ && replay) {
-      step_times_->launched = std::chrono::steady_clock::now();
-      HEARTH_CUDA_CHECK(cudaEventRecord(step_times_->before, ctx_.stream));
-    }
     copy_graph_dyn();
     HEARTH_CUDA_CHECK(cudaGraphLaunch(graphs_[slot_].exec, ctx_.stream));
-    if (step_times_ && replay) {
-      HEARTH_CUDA_CHECK(cudaEventRecord(step_times_->after, ctx_.stream));
-      step_times_->timing = true;
-    }
     ++graphs_replayed_;
   }
   recs_.clear();

@@ -39,9 +39,9 @@
 // chunks). Session 15 bounded what is left of it: warm, a chunk's scores and P·V took 2.1 µs
 // against 3.6 cold; an L2 evict_first policy on the weights and ~40 KB less product code changed
 // nothing (docs/PERFORMANCE.md).
-// The backend takes it by default for layers of 24 MB or more (HEARTH_DECODE_LAYERS=1: always,
-// =0: never): session 12 measured it 7 % ahead of the per-op graph on the 0.6B shape (31 MB
-// per layer) and 8 % on the 8B, session 13 5–9 % on the 9B hybrid (docs/cuda.md).
+// The backend takes it by default for layers of 24 MB or more (CudaOptions::decode_step): it
+// measured 7 % ahead of the per-op graph on the 0.6B shape (31 MB per layer), 8 % on the 8B and
+// 5–9 % on the 9B hybrid (docs/cuda.md).
 #include <algorithm>
 
 #include "backend/cuda/decode_step.h"
@@ -114,20 +114,13 @@ __device__ __forceinline__ void stage_first(uint4* slice, const uint4* w0, const
 // barrier ~1–3 µs late when thread 0 polled).
 constexpr int kBarrierThread = kThreadsB - 32;
 
-__device__ __forceinline__ void mark(unsigned long long* trace, int event) {
-  if (trace && threadIdx.x == kBarrierThread)
-    trace[size_t(event) * gridDim.x + blockIdx.x] = clock64();
-}
-
 // The grid barrier, split: every block arrives (its writes before it become visible to every
 // block after the barrier), may then request weights that depend on nothing (staging), then
 // waits for all arrivals. bar counts arrivals since the buffer was zeroed and is never reset:
 // each barrier takes exactly gridDim.x of them, so it is complete when the count reaches the
 // next multiple of gridDim.x after this block's own arrival (64 bits: it never wraps).
-// `event` is the arrival's trace slot (the departure's is the next).
-__device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a, int event) {
+__device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a) {
   __syncthreads();
-  mark(a.trace, event);
   unsigned long long target = 0;
   if (threadIdx.x == kBarrierThread) {
     // A release add: it orders the block's writes (made before the __syncthreads above) before
@@ -144,18 +137,16 @@ __device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a, int
   }
   return target;  // meaningful in kBarrierThread only
 }
-__device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long target, int event) {
+__device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long target) {
   if (threadIdx.x == kBarrierThread) {  // acquire loads: every block's writes are visible
     auto arrived = [&] {
       unsigned long long n;
       asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(n) : "l"(a.barrier) : "memory");
       return n;
     };
-    while (arrived() < target) {
-      if (!a.spin) __nanosleep(32);
-    }
+    // (Polling without the sleep measured no faster: design-notes.md.)
+    while (arrived() < target) __nanosleep(32);
   }
-  mark(a.trace, event + 1);
   __syncthreads();
 }
 
@@ -376,9 +367,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       !HYBRID && slice && a.stage2 && at.total - at.kv >= size_t(kWarpsB) * 2 * kUnrollD * 32 * 16
           ? reinterpret_cast<uint4*>(base + at.kv) + warp * 2 * kUnrollD * 32
           : nullptr;
-  auto event = [&](int il, int phase) { return 1 + (il * kStepPhases + phase) * 2; };
-  const bool has_lin_head = HYBRID && int(blockIdx.x) < a.hv;  // a Gated DeltaNet head
-  mark(a.trace, 0);
+  const bool has_lin_head = HYBRID && int(blockIdx.x) < a.hv;     // a Gated DeltaNet head
   if (has_head && a.rot_half > 0) rotation_to_smem(a, pos, rot);  // read after block barriers
   if (a.n_layers > 0) {
     stage([&](int r, int) { return phase1_row<HYBRID>(a, a.layers[0], r); },
@@ -403,7 +392,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
             a.q[r] = __float2bfloat16(s);  // q, k, v, gate: one scratch
         },
         staged);
-    unsigned long long bar = grid_arrive(a, event(il, 0));
+    unsigned long long bar = grid_arrive(a);
     stage([&](int r, int) { return L.o + int64_t(r) * in_o; }, a.H, in_o, false);
     // After stage(): its wait for earlier copies must not wait for these.
     HeadConsts<E> hc;
@@ -418,7 +407,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         prefetch_kv<E>(a, L, head0 / (a.nh / a.nkv), first_lo, first_hi, pos, kv_buf, lane);
       if (first_chunk) load_head_consts<E>(a, L, rot, lane, hc);
     }
-    grid_wait(a, bar, event(il, 0));
+    grid_wait(a, bar);
     if (linear) {
       // 2. the Gated DeltaNet mixer: a block per value head (decode_step_mixer.cuh).
       for (int h = blockIdx.x; h < a.hv; h += G) {
@@ -472,7 +461,8 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
           // comes to it. Session 13 measured such a head at ~40 µs with chunks 2 and 3 read
           // from the cache (a lane's 32 loads of its key's row run a few at a time for want of
           // registers, each an HBM round trip): one round trip per chunk is far cheaper.
-          // (With HEARTH_DECODE_KV_PREFETCH=0, a chunk per warp, all from the cache.)
+          // (Without the prefetch, CudaOptions::decode_kv_prefetch, a chunk per warp, all from
+          // the cache.)
           const int workers = a.kv_prefetch ? attn_warps(hd) : nc;
           for (int c = warp; c < nc && warp < workers; c += workers) {
             const auto [lo, hi] = chunk_keys(c);
@@ -493,7 +483,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         if (hq + G < a.nh) __syncthreads();  // part is rewritten
       }
     }
-    bar = grid_arrive(a, event(il, 1));
+    bar = grid_arrive(a);
     const bool o_staged2 = slice2 && !linear && unit0 < a.H && in_o > 32 * kUnrollD;
     if (o_staged2) {
       const int r2 = unit0 + units_step;
@@ -504,7 +494,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
     if (linear)
       for (int h = blockIdx.x, k = 0; h < a.hv; h += G, ++k)
         conv_rows_request(a, L, h, conv_rows_smem(a, mix, k));
-    grid_wait(a, bar, event(il, 1));
+    grid_wait(a, bar);
     // 3. x += o · attn (the mixer's output)
     stage_vector(a.attn, in_o * 8, xs);
     auto residual = [&](int r) { return bf(__ldcg(a.x + r)); };
@@ -518,11 +508,11 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         if (h + G >= a.hv) state_write_back(a, L, h, mix);  // the block's last head
       }
     }
-    bar = grid_arrive(a, event(il, 2));
+    bar = grid_arrive(a);
     auto gate_up_row = [&](int r, int m) { return (m == 0 ? L.gate : L.up) + int64_t(r) * in_h; };
     stage(gate_up_row, a.I, in_h, true);
     norm_gains_to_l1(a, L.ffn_norm);
-    grid_wait(a, bar, event(il, 2));
+    grid_wait(a, bar);
     // 4. h = act(gate · rms_norm(x)) ⊙ (up · rms_norm(x))
     normalise_to_smem(a, a.x, L.ffn_norm, xs);
     for (int r = unit0; r < a.I; r += units_step) {
@@ -531,22 +521,22 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
                     r == unit0 ? staged : nullptr);
       if (lane == 0) a.h[r] = __float2bfloat16(activation_f(a.act, sg) * su);
     }
-    bar = grid_arrive(a, event(il, 3));
+    bar = grid_arrive(a);
     auto down_row = [&](int r, int) { return L.down + int64_t(r) * in_i; };
     stage(down_row, a.H, in_i, false);
-    grid_wait(a, bar, event(il, 3));
+    grid_wait(a, bar);
     // 5. x += down · h
     stage_vector(a.h, a.I, xs);
     product_rows(
         a.H, in_i, xs, unit0, units_step, lane, [&](int r) { return L.down + int64_t(r) * in_i; },
         residual, add_to_x, staged);
-    bar = grid_arrive(a, event(il, 4));
+    bar = grid_arrive(a);
     auto next_row = [&](int r, int) { return phase1_row<HYBRID>(a, a.layers[il + 1], r); };
     if (il + 1 < a.n_layers) {
       stage(next_row, phase1_rows<HYBRID>(a, a.layers[il + 1]), in_h, false);
       norm_gains_to_l1(a, a.layers[il + 1].attn_norm);
     }
-    grid_wait(a, bar, event(il, 4));
+    grid_wait(a, bar);
   }
   if (slice) copy16_wait_all();
 }

@@ -4,8 +4,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "backend/cuda/common.h"
 
@@ -40,7 +38,6 @@ struct StepArgs {
   int32_t gain_dt;
   int32_t act;
   int32_t stage;        // 1: stage each phase's first weights in shared memory across the barriers
-  int32_t spin;         // 1: the grid barrier polls without sleeping (measurement switch)
   int32_t kv_prefetch;  // 1: attention's first units prefetch keys/values across the barrier
   int32_t blocks;       // the grid: one block per SM (fewer for tests), all resident at once
   int32_t rot_half;     // rotary_dim / 2 (a multiple of 32; 0: no rope)
@@ -70,9 +67,6 @@ struct StepArgs {
   unsigned long long* barrier;  // arrivals at grid barriers; zero before the first launch
   const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
   const float* inv_freq;        // device [hd / 2], or null: no rope
-  // Measurement (HEARTH_DECODE_TRACE=1): each block's clock64 at the start and at its arrival
-  // at and departure from every grid barrier, [1 + n_layers·kStepPhases·2][blocks]; null: off.
-  unsigned long long* trace;
 };
 
 // Whether the kernel takes this shape on the current device (head_dim 64 or 128, or 128 or 256
@@ -80,15 +74,5 @@ struct StepArgs {
 // block of 512 threads and its shared memory must fit an SM).
 bool decode_step_fits(const StepArgs& a);
 void decode_step(Ctx& ctx, const StepArgs& a);
-
-// Per phase, averaged over the layers of each kind (linear[il]: a Gated DeltaNet layer): each
-// block's work (arrival less its previous departure) and its wait at the barrier, mean and
-// extreme over blocks, in µs at `cycles_per_us`.
-constexpr int kStepPhases = 5;
-// heads[0], heads[1]: phase 2's heads in attention and Gated DeltaNet layers (their blocks' work
-// there is shown apart from the other blocks').
-std::string decode_step_trace_summary(const unsigned long long* trace, int n_layers, int blocks,
-                                      double cycles_per_us, const std::vector<bool>& linear,
-                                      const int (&heads)[2]);
 
 }  // namespace hearth::cuda

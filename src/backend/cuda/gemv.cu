@@ -21,11 +21,8 @@
 // copies, tensor cores, a cp.async ring, an even split of row pieces, f32 input / no preload):
 // docs/design-notes.md, "Decode GEMV designs measured and removed".
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -40,20 +37,11 @@ namespace {
 constexpr int kWarps = 8;
 constexpr size_t kMaxNormBytes = 96 * 1024;
 // 16-byte loads per lane in flight per matrix, and the warps per SM the row split aims for:
-// 4 loads beat 8 on the H200 (session 2), and with the input norm and residual folded in, a
-// split aiming at 48 warps per SM beat 32, 64, 96 and 128 on the 8B (211.6 t/s against
-// 206.4 at 64) and matched 64 on the 0.6B and the 9B (PERFORMANCE.md, session 3).
-// HEARTH_GEMV_WARPS_PER_SM overrides it for measurements (read once; warps_per_sm).
+// 4 loads beat 8 on the H200, and with the input norm and residual folded in, a split aiming at
+// 48 warps per SM beat 32, 64, 96 and 128 on the 8B (211.6 t/s against 206.4 at 64) and matched
+// 64 on the 0.6B and the 9B (design-notes.md, "Measured and rejected").
 constexpr int kUnroll = 4;
-// HEARTH_GEMV_NORM_PRELOAD=0: NORM kernels only prefetch their first weights into L2 before
-// the wait (the session-4 behaviour), for measurements.
-bool norm_preload() {
-  static const bool on = [] {
-    const char* e = std::getenv("HEARTH_GEMV_NORM_PRELOAD");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
+constexpr int kWarpsPerSm = 48;
 
 struct Seg {
   const uint4* w;   // [rows, in8]
@@ -74,8 +62,7 @@ struct Args {
   int32_t n_seg;
   int32_t split;  // W: warps per row
   int32_t act;
-  int32_t preload;  // NORM: first weights into registers before the wait (else into L2)
-  const uint4* x;   // [n, in8]
+  const uint4* x;  // [n, in8]
   int64_t in8;
   // NORM kernels: x is un-normalised; the product's input is rms_norm(x) * (norm_w + offset).
   const void* norm_w;
@@ -108,29 +95,8 @@ __device__ void normalise_input(const Args& a, uint4* xs) {
   }
 }
 
-// The warps per SM the work split aims for (48; HEARTH_GEMV_WARPS_PER_SM overrides).
-int warps_per_sm() {
-  static const int w = [] {
-    const char* e = std::getenv("HEARTH_GEMV_WARPS_PER_SM");
-    const int v = e ? std::atoi(e) : 0;
-    return v > 0 ? v : 48;
-  }();
-  return w;
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// kSkip (measurement only, HEARTH_GEMV_SKIP; one activation row): parts of the work left out so
-// that a chain of launches shows what each costs. Bit 0: the input norm (x is not read; the
-// products use whatever shared memory holds); bit 1: the arithmetic (the loaded words are only
-// folded together, as bench_cuda_stream's streaming kernel does, and x is not read); bit 2: the
-// epilogue (nothing is stored). 7 leaves the kernel's skeleton: its grid, row split, loads, waits
-// and barriers. The results are garbage; only the timing means anything.
-template <int N, bool GLU, bool NORM, int kSkip = 0>
+template <int N, bool GLU, bool NORM>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t n_groups) {
-  constexpr bool kNoNorm = kSkip & 1, kNoMath = kSkip & 2, kNoStore = kSkip & 4;
   extern __shared__ uint4 xs[];  // NORM: the normalised input [N][in8]
   __shared__ float part[kWarps][GLU ? 2 * N : N];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -143,13 +109,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   bool waited = false;
   // NORM: the block's first batch of weights, loaded into registers before the wait (the
   // whole block normalises x after it, so without them no weight would be in flight until the
-  // normalised row is in shared memory). a.preload = 0 only requests them into L2.
+  // normalised row is in shared memory; requesting them only into L2 was slower: 8B tg128
+  // 210.2 against 217.7 t/s).
   uint4 pre_w[kUnroll], pre_u[GLU ? kUnroll : 1];
   bool preloaded = false;
   if constexpr (NORM) {
     const Seg& g = a.seg[seg_of(a, blockIdx.x)];
     const int64_t row = (blockIdx.x - g.first_block) * rows_per_block + slot;
-    if (row < g.rows && a.preload) {
+    if (row < g.rows) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c_lo + lane + u * 32;
@@ -158,22 +125,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
           pre_u[u] = c < c_hi ? ld_stream(g.w2 + row * a.in8 + c) : make_uint4(0, 0, 0, 0);
       }
       preloaded = true;
-    } else if (row < g.rows) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = c_lo + lane + u * 32;
-        if (c < c_hi) {
-          prefetch_l2(g.w + row * a.in8 + c);
-          if constexpr (GLU) prefetch_l2(g.w2 + row * a.in8 + c);
-        }
-      }
     }
     pdl_wait();
     waited = true;
-    if constexpr (!kNoNorm) {
-      normalise_input<N>(a, xs);
-      __syncthreads();
-    }
+    normalise_input<N>(a, xs);
+    __syncthreads();
   }
   // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
   // partial last wave leaves SMs idle (a 6144-row matrix is 1.45 waves of one-shot blocks).
@@ -184,7 +140,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     float acc[N], acc2[N];
 #pragma unroll
     for (int r = 0; r < N; ++r) acc[r] = acc2[r] = 0.0f;
-    uint32_t fold = 0;  // kNoMath: the loaded words, folded
     const uint4* wr = g.w + row * a.in8;
     const uint4* ur = GLU ? g.w2 + row * a.in8 : nullptr;
     // The first batch of weight loads is issued before pdl_wait(): weights are never written,
@@ -212,10 +167,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32;
-        if (kNoMath && c < c_hi) {
-          fold ^= wv[u].x ^ wv[u].y ^ wv[u].z ^ wv[u].w;
-          if constexpr (GLU) fold ^= uv[u].x ^ uv[u].y ^ uv[u].z ^ uv[u].w;
-        } else if (c < c_hi) {
+        if (c < c_hi) {
 #pragma unroll
           for (int r = 0; r < N; ++r) {
             const uint4 xv = NORM ? xs[r * a.in8 + c] : a.x[r * a.in8 + c];
@@ -226,8 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
       }
     }
     preloaded = false;  // (also when this lane had no columns of the first row)
-    if constexpr (kNoMath) acc[0] = __uint_as_float(fold);
-    if (!waited) {  // every thread waits before any write
+    if (!waited) {      // every thread waits before any write
       pdl_wait();
       waited = true;
     }
@@ -256,8 +207,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
       }
       __syncthreads();  // part[] is rewritten by the next group
     }
-    // (kNoStore keeps the sums alive with a store that almost never happens)
-    if (live && lane == 0 && piece == 0 && (!kNoStore || acc[0] == 1.2345678f)) {
+    if (live && lane == 0 && piece == 0) {
       const float b = g.bias ? ld(g.bias, g.bdt, row) : 0.0f;
       if constexpr (GLU) {
         const float b2 = g.bias2 ? ld(g.bias2, g.bdt2, row) : 0.0f;
@@ -279,27 +229,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   if (!waited) pdl_wait();
 }
 
-template <int N, int kSkip = 0>
+template <int N>
 void allow_norm_smem() {
-  for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true, kSkip>),
-                        reinterpret_cast<const void*>(gemv_kernel<N, true, true, kSkip>)})
+  for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<N, false, true>),
+                        reinterpret_cast<const void*>(gemv_kernel<N, true, true>)})
     HEARTH_CUDA_CHECK(
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxNormBytes)));
-}
-
-// HEARTH_GEMV_SKIP=1, 2, 4 or 7: gemv_kernel's kSkip for one-row launches (read once; others 0).
-int skip_mode() {
-  static const int m = [] {
-    const char* e = std::getenv("HEARTH_GEMV_SKIP");
-    const int v = e ? std::atoi(e) : 0;
-    if (v != 1 && v != 2 && v != 4 && v != 7) return 0;
-    std::fprintf(stderr,
-                 "hearth: HEARTH_GEMV_SKIP=%d: decode products are timing skeletons, their "
-                 "results are garbage (measurement only)\n",
-                 v);
-    return v;
-  }();
-  return m;
 }
 
 template <bool GLU>
@@ -312,39 +247,19 @@ void launch(Ctx& ctx, Args& a, int64_t n, int64_t total_rows) {
     blocks += (a.seg[i].rows + rows_per_block - 1) / rows_per_block;
   }
   const bool norm = a.norm_w != nullptr;
-  a.preload = norm_preload() ? 1 : 0;
   const size_t smem = norm ? size_t(n) * size_t(a.in8) * 16 : 0;
-  // `sized`: the kernel whose occupancy sets the grid (a skip variant runs on the grid of the
-  // full kernel, so only the work differs).
-  auto go = [&](auto kernel, auto sized) {
+  auto go = [&](auto kernel) {
     const int64_t resident =
-        int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(sized), smem);
+        int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
     const unsigned grid = unsigned(std::min(blocks, resident));
     launch_pdl(ctx, kernel, dim3(grid), dim3(kWarps * 32), smem, a, blocks);
   };
-  auto with_skip = [&](auto norm_c, auto n_rows) {
-    constexpr bool NM = decltype(norm_c)::value;
-    constexpr int N = decltype(n_rows)::value;
-    const auto full = gemv_kernel<N, GLU, NM>;
-    if constexpr (N == 1) {
-      switch (skip_mode()) {
-        case 1:
-          return go(gemv_kernel<1, GLU, NM, 1>, full);
-        case 2:
-          return go(gemv_kernel<1, GLU, NM, 2>, full);
-        case 4:
-          return go(gemv_kernel<1, GLU, NM, 4>, full);
-        case 7:
-          return go(gemv_kernel<1, GLU, NM, 7>, full);
-      }
-    }
-    go(full, full);
-  };
   auto by_norm = [&](auto n_rows) {
+    constexpr int N = decltype(n_rows)::value;
     if (norm)
-      with_skip(std::true_type(), n_rows);
+      go(gemv_kernel<N, GLU, true>);
     else
-      with_skip(std::false_type(), n_rows);
+      go(gemv_kernel<N, GLU, false>);
   };
   switch (n) {
     case 1:
@@ -388,9 +303,9 @@ void set_norm(Args& a, const GemvNorm& norm) {
 }  // namespace
 
 // Warps per row: enough warps in flight to cover the memory latency on every SM (the
-// warps_per_sm target), while each lane still gets at least two 16-byte loads.
+// kWarpsPerSm target), while each lane still gets at least two 16-byte loads.
 int gemv_split(const Ctx& ctx, int64_t rows, int64_t words) {
-  const int64_t target = int64_t(ctx.sm_count) * warps_per_sm();
+  const int64_t target = int64_t(ctx.sm_count) * kWarpsPerSm;
   int split = 1;
   while (split < kWarps && rows * split < target && words / (split * 2) >= 32 * 2) split *= 2;
   return split;
@@ -412,10 +327,6 @@ int gemv_resident_blocks(const void* kernel, size_t smem) {
 }
 
 void gemv_init() {
-  allow_norm_smem<1, 1>();
-  allow_norm_smem<1, 2>();
-  allow_norm_smem<1, 4>();
-  allow_norm_smem<1, 7>();
   allow_norm_smem<1>();
   allow_norm_smem<2>();
   allow_norm_smem<3>();
