@@ -9,7 +9,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 APT_PACKAGES = build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev \
   libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libboost-dev python3-numpy \
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
 # Seconds per fuzz target: `make asan` (hence `make test` and CI) runs each briefly.
 FUZZ_SECONDS ?= 20
 
@@ -52,7 +52,8 @@ run: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS) --target hearth
 	$(BUILD)/hearth generate -p "The Python interpreter" -n 64
 
-format-check:
+# The style of .clang-format (clang-format 14, Debian 12's), over every tracked C++ and CUDA file.
+format-check: deps
 	clang-format --dry-run --Werror $$(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
 
 clean:

@@ -20,7 +20,7 @@
 //             stored), "loader+dot4" with four words per lane in flight; for splitting its
 //             cost, "loader+dep" only reads the input and stores outputs (the dependency alone)
 //             and "loader+dotr" computes with x held in a register (the arithmetic without x's
-//             reads); docs/PERFORMANCE.md, session 11
+//             reads); docs/PERFORMANCE.md
 //   hearth    hearth's own decode GEMVs (gemv.cu) over the same matrices: four launches per
 //             layer with the input norm, GLU and residual adds
 // Also device-to-device cudaMemcpy (the 4.3 TB/s of the issue counts read + write bytes), and a

@@ -24,8 +24,7 @@ using cpu::detail::MatmulIsa;
 namespace {
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 __attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
@@ -75,9 +74,12 @@ void fill(void* data, size_t count, DType dt, ThreadPool& pool) {
     for (int64_t i = b; i < e; ++i) {
       s ^= s << 13, s ^= s >> 17, s ^= s << 5;
       float v = float(int32_t(s >> 8) - (1 << 23)) / float(1 << 23) * 0.05f;
-      if (dt == DType::BF16) static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
-      else if (dt == DType::F16) static_cast<uint16_t*>(data)[i] = f32_to_f16(v);
-      else static_cast<float*>(data)[i] = v;
+      if (dt == DType::BF16)
+        static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
+      else if (dt == DType::F16)
+        static_cast<uint16_t*>(data)[i] = f32_to_f16(v);
+      else
+        static_cast<float*>(data)[i] = v;
     }
   });
 }
@@ -137,13 +139,18 @@ int main(int argc, char** argv) {
   MatmulIsa isa = cpu::detail::matmul_best_isa();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--quick") quick = true;
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--quick")
+      quick = true;
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else if (a == "--isa" && i + 1 < argc) {
       std::string v = argv[++i];
-      isa = v == "generic" ? MatmulIsa::Generic : v == "avx2" ? MatmulIsa::Avx2
-          : v == "avx512" ? MatmulIsa::Avx512 : MatmulIsa::Amx;
+      isa = v == "generic"  ? MatmulIsa::Generic
+            : v == "avx2"   ? MatmulIsa::Avx2
+            : v == "avx512" ? MatmulIsa::Avx512
+                            : MatmulIsa::Amx;
       if (!cpu::detail::matmul_isa_supported(isa)) {
         std::fprintf(stderr, "isa %s not supported here\n", v.c_str());
         return 1;
@@ -155,16 +162,21 @@ int main(int argc, char** argv) {
   }
   ThreadPool pool(threads);
   const double bw = measure_bandwidth(pool);
-  std::printf("threads %d, kernels %s (best: %s), read bandwidth %.1f GB/s (1 GiB streaming sum)\n\n",
-              pool.size(), cpu::detail::matmul_isa_name(isa), cpu::matmul_isa().c_str(), bw);
+  std::printf(
+      "threads %d, kernels %s (best: %s), read bandwidth %.1f GB/s (1 GiB streaming sum)\n\n",
+      pool.size(), cpu::detail::matmul_isa_name(isa), cpu::matmul_isa().c_str(), bw);
   Bench b{pool, isa, bw, Buffer(size_t(1200) << 20), Buffer(), Buffer()};
 
-  const Shape decode[] = {{"q_proj", 1024, 2048}, {"k/v_proj", 1024, 1024},
-                          {"o_proj", 2048, 1024}, {"gate/up", 1024, 3072},
+  const Shape decode[] = {{"q_proj", 1024, 2048},    {"k/v_proj", 1024, 1024},
+                          {"o_proj", 2048, 1024},    {"gate/up", 1024, 3072},
                           {"down_proj", 3072, 1024}, {"lm_head", 1024, 151936}};
   const double t = quick ? 0.3 : 1.0;
-  std::printf("| shape        |   in x out     |    n | w    |      time    |  GB/s   | GFLOP/s  | %% bw   |\n");
-  std::printf("|--------------|----------------|------|------|--------------|---------|----------|--------|\n");
+  std::printf(
+      "| shape        |   in x out     |    n | w    |      time    |  GB/s   | GFLOP/s  | %% bw   "
+      "|\n");
+  std::printf(
+      "|--------------|----------------|------|------|--------------|---------|----------|--------|"
+      "\n");
   if (only.empty() || only == "decode") {
     for (const Shape& s : decode) b.run(s, 1, DType::BF16, t);
     for (const Shape& s : {decode[3], decode[5]})

@@ -2,7 +2,7 @@
 # Downloads (here, on the development machine) the Debian -dev packages that the NVIDIA device
 # machine lacks, into .device/debs/, for scripts/device-test.sh to unpack there with `dpkg -x`.
 # The device machine cannot reach any package registry, so they travel with the working tree:
-#   scripts/fetch-device-debs.sh            # once per session; .device/ is git-ignored
+#   scripts/fetch-device-debs.sh            # once per machine; .device/ is git-ignored
 #   run(command="bash scripts/device-test.sh", carry=[".device"])
 # Always amd64 (the device is x86-64), whatever this machine is.
 set -euo pipefail

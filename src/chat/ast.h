@@ -60,16 +60,16 @@ struct Expr {
 };
 
 enum class StmtKind : uint8_t {
-  Output,      // text
-  Print,       // {{ expr }}
-  If,          // branches, else_body
-  For,         // target, iter, filter, body, else_body, recursive
-  Set,         // target = expr
-  SetBlock,    // target, optional filter, body
-  Macro,       // name, params, body
-  CallBlock,   // call expr, params, body
-  FilterBlock, // filter, body
-  With,        // targets/values, body
+  Output,       // text
+  Print,        // {{ expr }}
+  If,           // branches, else_body
+  For,          // target, iter, filter, body, else_body, recursive
+  Set,          // target = expr
+  SetBlock,     // target, optional filter, body
+  Macro,        // name, params, body
+  CallBlock,    // call expr, params, body
+  FilterBlock,  // filter, body
+  With,         // targets/values, body
   Break,
   Continue,
   Generation,  // transformers' {% generation %}: renders its body unchanged
@@ -90,8 +90,8 @@ struct Stmt {
   std::vector<std::pair<ExprPtr, StmtList>> branches;  // If: (test, body)
   StmtList body;
   StmtList else_body;
-  std::vector<Param> params;                                // Macro/CallBlock
-  std::vector<std::pair<ExprPtr, ExprPtr>> assignments;     // With
+  std::vector<Param> params;                             // Macro/CallBlock
+  std::vector<std::pair<ExprPtr, ExprPtr>> assignments;  // With
   bool recursive = false;
   bool uses_varargs = false, uses_kwargs = false, uses_caller = false;  // Macro body references
 };

@@ -64,10 +64,18 @@ bool test_divisibleby(Evaluator&, const Value& v, CallArgs& a) {
 }
 bool test_eq(Evaluator&, const Value& v, CallArgs& a) { return values_equal(v, arg0(a, "eq")); }
 bool test_ne(Evaluator&, const Value& v, CallArgs& a) { return !values_equal(v, arg0(a, "ne")); }
-bool test_lt(Evaluator&, const Value& v, CallArgs& a) { return values_compare(v, arg0(a, "lt")) < 0; }
-bool test_le(Evaluator&, const Value& v, CallArgs& a) { return values_compare(v, arg0(a, "le")) <= 0; }
-bool test_gt(Evaluator&, const Value& v, CallArgs& a) { return values_compare(v, arg0(a, "gt")) > 0; }
-bool test_ge(Evaluator&, const Value& v, CallArgs& a) { return values_compare(v, arg0(a, "ge")) >= 0; }
+bool test_lt(Evaluator&, const Value& v, CallArgs& a) {
+  return values_compare(v, arg0(a, "lt")) < 0;
+}
+bool test_le(Evaluator&, const Value& v, CallArgs& a) {
+  return values_compare(v, arg0(a, "le")) <= 0;
+}
+bool test_gt(Evaluator&, const Value& v, CallArgs& a) {
+  return values_compare(v, arg0(a, "gt")) > 0;
+}
+bool test_ge(Evaluator&, const Value& v, CallArgs& a) {
+  return values_compare(v, arg0(a, "ge")) >= 0;
+}
 bool test_in(Evaluator&, const Value& v, CallArgs& a) { return contains(arg0(a, "in"), v); }
 bool test_sameas(Evaluator&, const Value& v, CallArgs& a) {
   Value o = arg0(a, "sameas");
@@ -96,24 +104,56 @@ bool test_upper(Evaluator&, const Value& v, CallArgs&) {
   }
   return cased;
 }
-bool test_filter(Evaluator&, const Value& v, CallArgs&) { return v.is_string() && find_filter(v.str()); }
-bool test_test(Evaluator&, const Value& v, CallArgs&) { return v.is_string() && find_test(v.str()); }
+bool test_filter(Evaluator&, const Value& v, CallArgs&) {
+  return v.is_string() && find_filter(v.str());
+}
+bool test_test(Evaluator&, const Value& v, CallArgs&) {
+  return v.is_string() && find_test(v.str());
+}
 
 }  // namespace
 
 TestFn find_test(std::string_view name) {
   static const std::unordered_map<std::string_view, TestFn> tests = {
-      {"defined", test_defined}, {"undefined", test_undefined}, {"none", test_none},
-      {"boolean", test_boolean}, {"true", test_true}, {"false", test_false},
-      {"integer", test_integer}, {"float", test_float}, {"number", test_number},
-      {"string", test_string}, {"mapping", test_mapping}, {"iterable", test_iterable},
-      {"sequence", test_sequence}, {"callable", test_callable}, {"escaped", test_escaped},
-      {"odd", test_odd}, {"even", test_even}, {"divisibleby", test_divisibleby},
-      {"eq", test_eq}, {"equalto", test_eq}, {"==", test_eq}, {"ne", test_ne}, {"!=", test_ne},
-      {"lt", test_lt}, {"lessthan", test_lt}, {"<", test_lt}, {"le", test_le}, {"<=", test_le},
-      {"gt", test_gt}, {"greaterthan", test_gt}, {">", test_gt}, {"ge", test_ge}, {">=", test_ge},
-      {"in", test_in}, {"sameas", test_sameas}, {"lower", test_lower}, {"upper", test_upper},
-      {"filter", test_filter}, {"test", test_test},
+      {"defined", test_defined},
+      {"undefined", test_undefined},
+      {"none", test_none},
+      {"boolean", test_boolean},
+      {"true", test_true},
+      {"false", test_false},
+      {"integer", test_integer},
+      {"float", test_float},
+      {"number", test_number},
+      {"string", test_string},
+      {"mapping", test_mapping},
+      {"iterable", test_iterable},
+      {"sequence", test_sequence},
+      {"callable", test_callable},
+      {"escaped", test_escaped},
+      {"odd", test_odd},
+      {"even", test_even},
+      {"divisibleby", test_divisibleby},
+      {"eq", test_eq},
+      {"equalto", test_eq},
+      {"==", test_eq},
+      {"ne", test_ne},
+      {"!=", test_ne},
+      {"lt", test_lt},
+      {"lessthan", test_lt},
+      {"<", test_lt},
+      {"le", test_le},
+      {"<=", test_le},
+      {"gt", test_gt},
+      {"greaterthan", test_gt},
+      {">", test_gt},
+      {"ge", test_ge},
+      {">=", test_ge},
+      {"in", test_in},
+      {"sameas", test_sameas},
+      {"lower", test_lower},
+      {"upper", test_upper},
+      {"filter", test_filter},
+      {"test", test_test},
   };
   auto it = tests.find(name);
   return it == tests.end() ? nullptr : it->second;
@@ -135,7 +175,9 @@ ValueDict dict_from_args(CallArgs& a, const char* what) {
     } else {
       for (const Value& pair : value_iterate(src)) {
         ValueList kv = value_iterate(pair);
-        if (kv.size() != 2) runtime_fail("dictionary update sequence element has length " + std::to_string(kv.size()) + "; 2 is required");
+        if (kv.size() != 2)
+          runtime_fail("dictionary update sequence element has length " +
+                       std::to_string(kv.size()) + "; 2 is required");
         d.set(kv[0], kv[1]);
       }
     }
@@ -206,7 +248,8 @@ Value global_range(Evaluator& ev, CallArgs& a) {
   if (step == 0) runtime_fail("range() arg 3 must not be zero");
   int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
                        : (start > stop ? (start - stop - step - 1) / -step : 0);
-  if (n > 100000) runtime_fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+  if (n > 100000)
+    runtime_fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   ValueList out;
   out.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) out.emplace_back(start + i * step);
@@ -230,7 +273,8 @@ Value global_strftime_now(Evaluator& ev, CallArgs& a) {
 Value find_global(const std::string& name) {
   if (name == "range") return make_function("range", global_range);
   if (name == "dict") {
-    return make_function("dict", [](Evaluator&, CallArgs& a) { return Value::dict(dict_from_args(a, "dict")); });
+    return make_function(
+        "dict", [](Evaluator&, CallArgs& a) { return Value::dict(dict_from_args(a, "dict")); });
   }
   if (name == "namespace") {
     return make_function("namespace", [](Evaluator& ev, CallArgs& a) {
@@ -296,7 +340,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       i = close + 1;
     }
     std::string flags;
-    while (i < fmt.size() && std::string_view("-+ #0").find(fmt[i]) != std::string_view::npos) flags.push_back(fmt[i++]);
+    while (i < fmt.size() && std::string_view("-+ #0").find(fmt[i]) != std::string_view::npos)
+      flags.push_back(fmt[i++]);
     std::string width, precision;
     while (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i]))) width.push_back(fmt[i++]);
     if (i < fmt.size() && fmt[i] == '.') {
@@ -339,7 +384,9 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       case 'x':
       case 'X':
       case 'o': {
-        if (!v.is_number()) runtime_fail("%" + std::string(1, conv) + " format: a number is required, not " + v.type_name());
+        if (!v.is_number())
+          runtime_fail("%" + std::string(1, conv) + " format: a number is required, not " +
+                       v.type_name());
         int64_t n = v.is_float() ? static_cast<int64_t>(v.as_double()) : v.as_int();
         char c = conv == 'i' || conv == 'u' ? 'd' : conv;
         std::snprintf(buf, sizeof buf, (spec + "ll" + c).c_str(), static_cast<long long>(n));
@@ -370,10 +417,12 @@ std::string percent_format(const std::string& fmt, const Value& args) {
           runtime_fail("%c requires int or char");
         }
         break;
-      default: runtime_fail(fmt::format("unsupported format character '{}'", conv));
+      default:
+        runtime_fail(fmt::format("unsupported format character '{}'", conv));
     }
   }
-  if (!used_mapping && next < positional.size() && !(mapping && positional.size() == 1 && next == 0)) {
+  if (!used_mapping && next < positional.size() &&
+      !(mapping && positional.size() == 1 && next == 0)) {
     runtime_fail("not all arguments converted during string formatting");
   }
   return out;

@@ -11,7 +11,8 @@ namespace hearth::chat {
 namespace {
 
 [[noreturn]] void unsupported(const std::string& op, const Value& a, const Value& b) {
-  runtime_fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
+  runtime_fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
+               b.type_name() + "'");
 }
 
 template <typename Op>
@@ -25,17 +26,20 @@ Value repeat(const Value& seq, int64_t times, size_t max_bytes) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
     const std::string& s = seq.str();
-    if (!s.empty() && static_cast<uint64_t>(times) > max_bytes / s.size()) runtime_fail("string repetition exceeds the output limit");
+    if (!s.empty() && static_cast<uint64_t>(times) > max_bytes / s.size())
+      runtime_fail("string repetition exceeds the output limit");
     std::string out;
     out.reserve(s.size() * static_cast<size_t>(times));
     for (int64_t i = 0; i < times; ++i) out += s;
     return Value(std::move(out));
   }
   const ValueList& items = seq.items();
-  if (!items.empty() && static_cast<uint64_t>(times) > (max_bytes / 8) / items.size()) runtime_fail("list repetition too large");
+  if (!items.empty() && static_cast<uint64_t>(times) > (max_bytes / 8) / items.size())
+    runtime_fail("list repetition too large");
   ValueList out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
-  return seq.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+  return seq.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out))
+                                          : Value::list(std::move(out));
 }
 
 double py_fmod(double a, double b) {
@@ -73,29 +77,41 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, size_t ma
   bool nums = a.is_number() && b.is_number();
   bool ints = nums && !a.is_float() && !b.is_float();
   if (op == "+") {
-    if (ints) return int_checked(a.as_int(), b.as_int(), [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); });
+    if (ints)
+      return int_checked(a.as_int(), b.as_int(), [](int64_t x, int64_t y, int64_t* r) {
+        return __builtin_add_overflow(x, y, r);
+      });
     if (nums) return Value(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
-      if (a.str().size() + b.str().size() > max_bytes) runtime_fail("string exceeds the output limit");
+      if (a.str().size() + b.str().size() > max_bytes)
+        runtime_fail("string exceeds the output limit");
       return Value(a.str() + b.str());
     }
     if (a.kind() == b.kind() && a.is_sequence_like()) {
       ValueList items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
-      return a.kind() == Value::Kind::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+      return a.kind() == Value::Kind::Tuple ? Value::tuple(std::move(items))
+                                            : Value::list(std::move(items));
     }
     if (a.is_string() || a.is_sequence_like()) {
-      runtime_fail("can only concatenate " + a.type_name() + " (not \"" + b.type_name() + "\") to " + a.type_name());
+      runtime_fail("can only concatenate " + a.type_name() + " (not \"" + b.type_name() +
+                   "\") to " + a.type_name());
     }
     unsupported("+", a, b);
   }
   if (op == "-") {
-    if (ints) return int_checked(a.as_int(), b.as_int(), [](int64_t x, int64_t y, int64_t* r) { return __builtin_sub_overflow(x, y, r); });
+    if (ints)
+      return int_checked(a.as_int(), b.as_int(), [](int64_t x, int64_t y, int64_t* r) {
+        return __builtin_sub_overflow(x, y, r);
+      });
     if (nums) return Value(a.as_double() - b.as_double());
     unsupported("-", a, b);
   }
   if (op == "*") {
-    if (ints) return int_checked(a.as_int(), b.as_int(), [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); });
+    if (ints)
+      return int_checked(a.as_int(), b.as_int(), [](int64_t x, int64_t y, int64_t* r) {
+        return __builtin_mul_overflow(x, y, r);
+      });
     if (nums) return Value(a.as_double() * b.as_double());
     bool a_int = a.is_int() || a.is_bool(), b_int = b.is_int() || b.is_bool();
     if ((a.is_string() || a.is_sequence_like()) && b_int) return repeat(a, b.as_int(), max_bytes);
@@ -148,7 +164,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, size_t ma
       }
       return Value(acc);
     }
-    if (a.as_double() == 0 && b.as_double() < 0) runtime_fail("0.0 cannot be raised to a negative power");
+    if (a.as_double() == 0 && b.as_double() < 0)
+      runtime_fail("0.0 cannot be raised to a negative power");
     return Value(std::pow(a.as_double(), b.as_double()));
   }
   runtime_fail("unknown operator " + op);
@@ -156,9 +173,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, size_t ma
 
 bool contains(const Value& container, const Value& item) {
   switch (container.kind()) {
-    case Value::Kind::Undefined: return false;
+    case Value::Kind::Undefined:
+      return false;
     case Value::Kind::String:
-      if (!item.is_string()) runtime_fail("'in <string>' requires string as left operand, not " + item.type_name());
+      if (!item.is_string())
+        runtime_fail("'in <string>' requires string as left operand, not " + item.type_name());
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::List:
     case Value::Kind::Tuple:
@@ -166,8 +185,10 @@ bool contains(const Value& container, const Value& item) {
         if (values_equal(v, item)) return true;
       }
       return false;
-    case Value::Kind::Dict: return container.dict().find(item) != nullptr;
-    default: runtime_fail("argument of type '" + container.type_name() + "' is not iterable");
+    case Value::Kind::Dict:
+      return container.dict().find(item) != nullptr;
+    default:
+      runtime_fail("argument of type '" + container.type_name() + "' is not iterable");
   }
 }
 

@@ -17,11 +17,14 @@ namespace {
 Value make_list(ValueList v) { return Value::list(std::move(v)); }
 
 // make_attrgetter: "a.b.0" walks items/attributes; `default` replaces undefined results.
-Value get_attribute_path(Evaluator& ev, const Value& item, const Value& attribute, const Value& dflt = Value()) {
+Value get_attribute_path(Evaluator& ev, const Value& item, const Value& attribute,
+                         const Value& dflt = Value()) {
   std::vector<Value> parts;
   if (attribute.is_string()) {
     for (const auto& p : py_split(attribute.str(), std::string("."), -1)) {
-      bool digits = !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); });
+      bool digits = !p.empty() && std::all_of(p.begin(), p.end(), [](char c) {
+        return isdigit(static_cast<unsigned char>(c));
+      });
       parts.push_back(digits ? Value(static_cast<int64_t>(std::stoll(p))) : Value(p));
     }
   } else {
@@ -38,7 +41,9 @@ Value get_attribute_path(Evaluator& ev, const Value& item, const Value& attribut
 Value ignore_case(const Value& v) { return v.is_string() ? Value(py_lower(v.str())) : v; }
 
 Value sort_key(Evaluator& ev, const Value& item, const Value& attribute, bool case_sensitive) {
-  Value k = attribute.is_undefined() || attribute.is_none() ? item : get_attribute_path(ev, item, attribute);
+  Value k = attribute.is_undefined() || attribute.is_none()
+                ? item
+                : get_attribute_path(ev, item, attribute);
   return case_sensitive ? k : ignore_case(k);
 }
 
@@ -77,7 +82,9 @@ Value f_batch(Evaluator&, const Value& v, CallArgs& a) {
   return make_list(std::move(out));
 }
 
-Value f_capitalize(Evaluator&, const Value& v, CallArgs&) { return Value(py_capitalize(v.to_str())); }
+Value f_capitalize(Evaluator&, const Value& v, CallArgs&) {
+  return Value(py_capitalize(v.to_str()));
+}
 
 Value f_center(Evaluator& ev, const Value& v, CallArgs& a) {
   CallArgs inner;
@@ -96,12 +103,15 @@ Value f_dictsort(Evaluator&, const Value& v, CallArgs& a) {
   bool case_sensitive = a.get(0, "case_sensitive", Value(false)).truthy();
   std::string by = a.get(1, "by", Value("key")).to_str();
   bool reverse = a.get(2, "reverse", Value(false)).truthy();
-  if (by != "key" && by != "value") runtime_fail("You can only sort by either \"key\" or \"value\"");
+  if (by != "key" && by != "value")
+    runtime_fail("You can only sort by either \"key\" or \"value\"");
   if (!v.is_dict()) runtime_fail("dictsort requires a mapping");
   size_t pos = by == "key" ? 0 : 1;
   ValueList items;
   for (const auto& [k, x] : v.dict().entries) items.push_back(Value::tuple({k, x}));
-  auto key = [&](const Value& t) { return case_sensitive ? t.items()[pos] : ignore_case(t.items()[pos]); };
+  auto key = [&](const Value& t) {
+    return case_sensitive ? t.items()[pos] : ignore_case(t.items()[pos]);
+  };
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
     return reverse ? values_compare(key(y), key(x)) < 0 : values_compare(key(x), key(y)) < 0;
   });
@@ -112,12 +122,23 @@ Value f_escape(Evaluator&, const Value& v, CallArgs&) {
   std::string out;
   for (char c : v.to_str()) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&#34;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return Value(std::move(out));
@@ -156,7 +177,9 @@ std::optional<double> parse_py_float(const std::string& raw) {
     double x = body == "nan" ? NAN : INFINITY;
     return lower[0] == '-' ? -x : x;
   }
-  if (body.empty() || body.find_first_not_of("0123456789.eE+-") != std::string::npos || body.find("0x") == 0) return std::nullopt;
+  if (body.empty() || body.find_first_not_of("0123456789.eE+-") != std::string::npos ||
+      body.find("0x") == 0)
+    return std::nullopt;
   char* end = nullptr;
   double d = std::strtod(t.c_str(), &end);
   if (end != t.c_str() + t.size()) return std::nullopt;
@@ -169,14 +192,20 @@ std::optional<int64_t> parse_py_int(const std::string& raw, int base) {
   size_t i = 0;
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
   std::string lower = py_lower(s.substr(i));
-  if (lower.size() > 2 && lower[0] == '0' && ((base == 16 && lower[1] == 'x') || (base == 8 && lower[1] == 'o') || (base == 2 && lower[1] == 'b'))) {
+  if (lower.size() > 2 && lower[0] == '0' &&
+      ((base == 16 && lower[1] == 'x') || (base == 8 && lower[1] == 'o') ||
+       (base == 2 && lower[1] == 'b'))) {
     lower = lower.substr(2);
     if (!lower.empty() && lower[0] == '_') lower = lower.substr(1);
   }
-  if (lower.empty() || lower.front() == '_' || lower.back() == '_' || lower.find("__") != std::string::npos) return std::nullopt;
+  if (lower.empty() || lower.front() == '_' || lower.back() == '_' ||
+      lower.find("__") != std::string::npos)
+    return std::nullopt;
   lower.erase(std::remove(lower.begin(), lower.end(), '_'), lower.end());
   for (char c : lower) {
-    int d = isdigit(static_cast<unsigned char>(c)) ? c - '0' : (c >= 'a' && c <= 'z') ? c - 'a' + 10 : 99;
+    int d = isdigit(static_cast<unsigned char>(c)) ? c - '0'
+            : (c >= 'a' && c <= 'z')               ? c - 'a' + 10
+                                                   : 99;
     if (d >= base) return std::nullopt;
   }
   errno = 0;
@@ -214,7 +243,8 @@ Value f_float(Evaluator&, const Value& v, CallArgs& a) {
 }
 
 Value f_format(Evaluator&, const Value& v, CallArgs& a) {
-  if (!a.pos.empty() && !a.kw.empty()) runtime_fail("can't handle positional and keyword arguments at the same time");
+  if (!a.pos.empty() && !a.kw.empty())
+    runtime_fail("can't handle positional and keyword arguments at the same time");
   if (!a.kw.empty()) {
     ValueDict d;
     for (auto& [k, x] : a.kw) d.set(Value(k), x);
@@ -227,8 +257,12 @@ Value f_indent(Evaluator&, const Value& v, CallArgs& a) {
   Value width = a.get(0, "width", Value(int64_t{4}));
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
-  std::string indention = width.is_string() ? width.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, arg_int(width, "width"))), ' ');
-  std::string s = v.to_str() + "\n";  // jinja's quirk so that splitlines keeps a trailing blank line
+  std::string indention =
+      width.is_string()
+          ? width.str()
+          : std::string(static_cast<size_t>(std::max<int64_t>(0, arg_int(width, "width"))), ' ');
+  std::string s =
+      v.to_str() + "\n";  // jinja's quirk so that splitlines keeps a trailing blank line
   std::vector<std::string> lines = py_splitlines(s);
   std::string rv;
   if (blank) {
@@ -237,7 +271,8 @@ Value f_indent(Evaluator&, const Value& v, CallArgs& a) {
     rv = lines.empty() ? "" : lines[0];
     if (lines.size() > 1) {
       rv += "\n";
-      for (size_t i = 1; i < lines.size(); ++i) rv += (i > 1 ? "\n" : "") + (lines[i].empty() ? "" : indention + lines[i]);
+      for (size_t i = 1; i < lines.size(); ++i)
+        rv += (i > 1 ? "\n" : "") + (lines[i].empty() ? "" : indention + lines[i]);
     }
   }
   if (first) rv = indention + rv;
@@ -278,9 +313,11 @@ Value f_map(Evaluator& ev, const Value& v, CallArgs& a) {
     Value attribute = *a.kwarg("attribute");
     Value dflt = a.kwarg("default") ? *a.kwarg("default") : Value::none();
     for (const auto& [k, x] : a.kw) {
-      if (k != "attribute" && k != "default") runtime_fail("Unexpected keyword argument '" + k + "'");
+      if (k != "attribute" && k != "default")
+        runtime_fail("Unexpected keyword argument '" + k + "'");
     }
-    for (const Value& item : value_iterate(v)) out.push_back(get_attribute_path(ev, item, attribute, dflt));
+    for (const Value& item : value_iterate(v))
+      out.push_back(get_attribute_path(ev, item, attribute, dflt));
     return make_list(std::move(out));
   }
   if (a.pos.empty()) runtime_fail("map requires a filter argument");
@@ -326,10 +363,18 @@ Value select_or_reject(Evaluator& ev, const Value& v, CallArgs& a, bool select, 
   return make_list(std::move(out));
 }
 
-Value f_select(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, true, false); }
-Value f_reject(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, false, false); }
-Value f_selectattr(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, true, true); }
-Value f_rejectattr(Evaluator& ev, const Value& v, CallArgs& a) { return select_or_reject(ev, v, a, false, true); }
+Value f_select(Evaluator& ev, const Value& v, CallArgs& a) {
+  return select_or_reject(ev, v, a, true, false);
+}
+Value f_reject(Evaluator& ev, const Value& v, CallArgs& a) {
+  return select_or_reject(ev, v, a, false, false);
+}
+Value f_selectattr(Evaluator& ev, const Value& v, CallArgs& a) {
+  return select_or_reject(ev, v, a, true, true);
+}
+Value f_rejectattr(Evaluator& ev, const Value& v, CallArgs& a) {
+  return select_or_reject(ev, v, a, false, true);
+}
 
 Value min_or_max(Evaluator& ev, const Value& v, CallArgs& a, bool want_max) {
   bool case_sensitive = a.get(0, "case_sensitive", Value(false)).truthy();
@@ -372,7 +417,8 @@ Value f_reverse(Evaluator&, const Value& v, CallArgs&) {
 Value f_round(Evaluator&, const Value& v, CallArgs& a) {
   int64_t precision = arg_int(a.get(0, "precision", Value(int64_t{0})), "precision");
   std::string method = a.get(1, "method", Value("common")).to_str();
-  if (method != "common" && method != "ceil" && method != "floor") runtime_fail("method must be common, ceil or floor");
+  if (method != "common" && method != "ceil" && method != "floor")
+    runtime_fail("method must be common, ceil or floor");
   if (!v.is_number()) runtime_fail("type " + v.type_name() + " doesn't define __round__ method");
   if (method == "common") {
     if (!v.is_float()) return Value(v.as_int());  // round(int, n >= 0) stays an int
@@ -414,7 +460,9 @@ Value f_sum(Evaluator& ev, const Value& v, CallArgs& a) {
   Value attribute = a.get(0, "attribute", Value::none());
   Value total = a.get(1, "start", Value(int64_t{0}));
   for (const Value& item : value_iterate(v)) {
-    total = binary_op("+", total, attribute.is_none() ? item : get_attribute_path(ev, item, attribute), size_t{64} << 20);
+    total =
+        binary_op("+", total, attribute.is_none() ? item : get_attribute_path(ev, item, attribute),
+                  size_t{64} << 20);
   }
   return total;
 }
@@ -422,7 +470,9 @@ Value f_sum(Evaluator& ev, const Value& v, CallArgs& a) {
 Value f_title(Evaluator&, const Value& v, CallArgs&) {
   // jinja's do_title: split on runs of [-\s({\[<], upper the first char of each piece.
   std::u32string u = utf8_decode(v.to_str()), out;
-  auto is_sep = [](char32_t c) { return py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<'; };
+  auto is_sep = [](char32_t c) {
+    return py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+  };
   bool start = true;
   for (char32_t c : u) {
     bool sep = is_sep(c);
@@ -441,7 +491,10 @@ Value f_tojson(Evaluator&, const Value& v, CallArgs& a) {
   Value separators = a.get(2, "separators", Value::none());
   o.sort_keys = a.get(3, "sort_keys", Value(false)).truthy();
   if (!indent.is_none()) {
-    o.indent = indent.is_string() ? indent.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, arg_int(indent, "indent"))), ' ');
+    o.indent = indent.is_string()
+                   ? indent.str()
+                   : std::string(
+                         static_cast<size_t>(std::max<int64_t>(0, arg_int(indent, "indent"))), ' ');
     o.item_sep = ",";
   }
   if (!separators.is_none()) {
@@ -455,7 +508,9 @@ Value f_tojson(Evaluator&, const Value& v, CallArgs& a) {
 
 Value f_trim(Evaluator&, const Value& v, CallArgs& a) {
   Value chars = a.get(0, "chars", Value::none());
-  return Value(py_strip(v.to_str(), chars.is_none() ? std::nullopt : std::optional<std::string>(chars.to_str()), true, true));
+  return Value(py_strip(v.to_str(),
+                        chars.is_none() ? std::nullopt : std::optional<std::string>(chars.to_str()),
+                        true, true));
 }
 
 Value f_truncate(Evaluator&, const Value& v, CallArgs& a) {
@@ -466,7 +521,9 @@ Value f_truncate(Evaluator&, const Value& v, CallArgs& a) {
   Value leeway_v = a.get(3, "leeway", Value::none());
   int64_t leeway = leeway_v.is_none() ? 5 : arg_int(leeway_v, "leeway");
   auto end_len = static_cast<int64_t>(utf8_length(end));
-  if (length < end_len) runtime_fail("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
+  if (length < end_len)
+    runtime_fail("expected length >= " + std::to_string(end_len) + ", got " +
+                 std::to_string(length));
   if (leeway < 0) runtime_fail("expected leeway >= 0, got " + std::to_string(leeway));
   if (static_cast<int64_t>(s.size()) <= length + leeway) return Value(utf8_encode(s));
   std::u32string head = s.substr(0, static_cast<size_t>(length - end_len));
@@ -483,7 +540,8 @@ Value f_unique(Evaluator& ev, const Value& v, CallArgs& a) {
   ValueList out, seen;
   for (const Value& item : value_iterate(v)) {
     Value k = sort_key(ev, item, attribute, case_sensitive);
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, k); })) {
+    if (std::none_of(seen.begin(), seen.end(),
+                     [&](const Value& s) { return values_equal(s, k); })) {
       seen.push_back(k);
       out.push_back(item);
     }
@@ -508,17 +566,28 @@ Value f_wordcount(Evaluator&, const Value& v, CallArgs&) {
 
 FilterFn find_filter(std::string_view name) {
   static const std::unordered_map<std::string_view, FilterFn> filters = {
-      {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize},
-      {"center", f_center}, {"count", f_length}, {"d", f_default}, {"default", f_default},
-      {"dictsort", f_dictsort}, {"e", f_escape}, {"escape", f_escape}, {"forceescape", f_escape},
-      {"first", f_first}, {"float", f_float}, {"format", f_format}, {"indent", f_indent},
-      {"int", f_int}, {"items", f_items}, {"join", f_join}, {"last", f_last}, {"length", f_length},
-      {"list", f_list}, {"lower", f_lower}, {"map", f_map}, {"max", f_max}, {"min", f_min},
-      {"reject", f_reject}, {"rejectattr", f_rejectattr}, {"replace", f_replace}, {"reverse", f_reverse},
-      {"round", f_round}, {"safe", f_safe}, {"select", f_select}, {"selectattr", f_selectattr},
-      {"sort", f_sort}, {"string", f_string}, {"sum", f_sum}, {"title", f_title}, {"tojson", f_tojson},
-      {"trim", f_trim}, {"truncate", f_truncate}, {"unique", f_unique}, {"upper", f_upper},
-      {"wordcount", f_wordcount},
+      {"abs", f_abs},           {"attr", f_attr},
+      {"batch", f_batch},       {"capitalize", f_capitalize},
+      {"center", f_center},     {"count", f_length},
+      {"d", f_default},         {"default", f_default},
+      {"dictsort", f_dictsort}, {"e", f_escape},
+      {"escape", f_escape},     {"forceescape", f_escape},
+      {"first", f_first},       {"float", f_float},
+      {"format", f_format},     {"indent", f_indent},
+      {"int", f_int},           {"items", f_items},
+      {"join", f_join},         {"last", f_last},
+      {"length", f_length},     {"list", f_list},
+      {"lower", f_lower},       {"map", f_map},
+      {"max", f_max},           {"min", f_min},
+      {"reject", f_reject},     {"rejectattr", f_rejectattr},
+      {"replace", f_replace},   {"reverse", f_reverse},
+      {"round", f_round},       {"safe", f_safe},
+      {"select", f_select},     {"selectattr", f_selectattr},
+      {"sort", f_sort},         {"string", f_string},
+      {"sum", f_sum},           {"title", f_title},
+      {"tojson", f_tojson},     {"trim", f_trim},
+      {"truncate", f_truncate}, {"unique", f_unique},
+      {"upper", f_upper},       {"wordcount", f_wordcount},
   };
   auto it = filters.find(name);
   return it == filters.end() ? nullptr : it->second;

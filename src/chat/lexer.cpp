@@ -55,7 +55,8 @@ class Lexer {
       } else if (kind == '#') {
         lex_comment(p, q + (sign ? 1 : 0));
       } else {
-        emit(kind == '{' ? TokenType::VarBegin : TokenType::BlockBegin, p, kind == '{' ? "{{" : "{%");
+        emit(kind == '{' ? TokenType::VarBegin : TokenType::BlockBegin, p,
+             kind == '{' ? "{{" : "{%");
         pos_ = q + (sign ? 1 : 0);
         lex_tag(kind == '%', p);
       }
@@ -70,7 +71,8 @@ class Lexer {
   [[noreturn]] void error(size_t p, const std::string& what) {
     Token t;
     set_location(t, p);
-    throw TemplateError(fmt::format("chat template: line {}, column {}: {}", t.line, t.column, what));
+    throw TemplateError(
+        fmt::format("chat template: line {}, column {}: {}", t.line, t.column, what));
   }
 
   void set_location(Token& t, size_t p) const {
@@ -87,7 +89,8 @@ class Lexer {
 
   size_t find_tag_start(size_t from) const {
     for (size_t i = src_.find('{', from); i != std::string::npos; i = src_.find('{', i + 1)) {
-      if (i + 1 < src_.size() && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#')) return i;
+      if (i + 1 < src_.size() && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#'))
+        return i;
     }
     return std::string::npos;
   }
@@ -227,7 +230,9 @@ class Lexer {
     char p1 = i + 1 < src_.size() ? static_cast<char>(tolower(src_[i + 1])) : 0;
     auto is_base_digit = [&](char c, int b) {
       c = static_cast<char>(tolower(c));
-      return b == 2 ? (c == '0' || c == '1') : b == 8 ? (c >= '0' && c <= '7') : (isxdigit(static_cast<unsigned char>(c)) != 0);
+      return b == 2   ? (c == '0' || c == '1')
+             : b == 8 ? (c >= '0' && c <= '7')
+                      : (isxdigit(static_cast<unsigned char>(c)) != 0);
     };
     size_t digits_from = i;
     if (src_[i] == '0' && (p1 == 'x' || p1 == 'o' || p1 == 'b')) {
@@ -243,7 +248,8 @@ class Lexer {
           break;
         }
       }
-      if (end == j) base = 10;  // "0x" without digits lexes as 0 then a name
+      if (end == j)
+        base = 10;  // "0x" without digits lexes as 0 then a name
       else {
         digits_from = j;
         i = end;
@@ -256,8 +262,10 @@ class Lexer {
         while (true) {
           size_t k = i;
           if (k < src_.size() && src_[k] == '_') ++k;
-          if (k < src_.size() && src_[k] == '0') i = k + 1;
-          else break;
+          if (k < src_.size() && src_[k] == '0')
+            i = k + 1;
+          else
+            break;
         }
       } else {
         i = scan_digits(i);
@@ -281,7 +289,8 @@ class Lexer {
     if (i >= src_.size()) error(pos_, fmt::format("unexpected char \"{}\" at {}", quote, pos_));
     Token t{TokenType::String, "", 0, 0, 0, 0};
     set_location(t, pos_);
-    if (auto err = py_unescape(std::string_view(src_).substr(pos_ + 1, i - pos_ - 1), t.text)) error(pos_, *err);
+    if (auto err = py_unescape(std::string_view(src_).substr(pos_ + 1, i - pos_ - 1), t.text))
+      error(pos_, *err);
     tokens_.push_back(std::move(t));
     pos_ = i + 1;
   }
@@ -294,12 +303,17 @@ class Lexer {
       if (balance.empty()) {
         size_t end = 0;
         if (block) {
-          if (at(pos_, "+%}")) end = pos_ + 3;
-          else if (at(pos_, "-%}")) end = skip_space(pos_ + 3);
-          else if (at(pos_, "%}")) end = pos_ + 2 + ((pos_ + 2 < n && src_[pos_ + 2] == '\n') ? 1 : 0);
+          if (at(pos_, "+%}"))
+            end = pos_ + 3;
+          else if (at(pos_, "-%}"))
+            end = skip_space(pos_ + 3);
+          else if (at(pos_, "%}"))
+            end = pos_ + 2 + ((pos_ + 2 < n && src_[pos_ + 2] == '\n') ? 1 : 0);
         } else {
-          if (at(pos_, "-}}")) end = skip_space(pos_ + 3);
-          else if (at(pos_, "}}")) end = pos_ + 2;
+          if (at(pos_, "-}}"))
+            end = skip_space(pos_ + 3);
+          else if (at(pos_, "}}"))
+            end = pos_ + 2;
         }
         if (end) {
           emit(block ? TokenType::BlockEnd : TokenType::VarEnd, pos_, block ? "%}" : "}}");
@@ -327,15 +341,19 @@ class Lexer {
         for (const char* t : two) {
           if (at(pos_, t)) op = t;
         }
-        if (op.empty() && std::string_view("+-/*%~[](){}><=.:|,;").find(static_cast<char>(c)) != std::string_view::npos) {
+        if (op.empty() && std::string_view("+-/*%~[](){}><=.:|,;").find(static_cast<char>(c)) !=
+                              std::string_view::npos) {
           op = std::string(1, static_cast<char>(c));
         }
-        if (op.empty()) error(pos_, fmt::format("unexpected char '{}' at {}", std::string(1, static_cast<char>(c)), pos_));
+        if (op.empty())
+          error(pos_, fmt::format("unexpected char '{}' at {}",
+                                  std::string(1, static_cast<char>(c)), pos_));
         if (op == "(" || op == "[" || op == "{") {
           balance.push_back(op == "(" ? ')' : op == "[" ? ']' : '}');
         } else if (op == ")" || op == "]" || op == "}") {
           if (balance.empty()) error(pos_, fmt::format("unexpected '{}'", op));
-          if (balance.back() != op[0]) error(pos_, fmt::format("unexpected '{}', expected '{}'", op, balance.back()));
+          if (balance.back() != op[0])
+            error(pos_, fmt::format("unexpected '{}', expected '{}'", op, balance.back()));
           balance.pop_back();
         }
         emit(TokenType::Op, pos_, op);
@@ -358,16 +376,26 @@ std::vector<Token> tokenize(std::string_view source) { return Lexer(source).run(
 
 std::string describe_token(const Token& t) {
   switch (t.type) {
-    case TokenType::Eof: return "end of template";
-    case TokenType::VarBegin: return "begin of print statement";
-    case TokenType::VarEnd: return "end of print statement";
-    case TokenType::BlockBegin: return "begin of statement block";
-    case TokenType::BlockEnd: return "end of statement block";
-    case TokenType::Data: return "template data";
-    case TokenType::String: return "string";
-    case TokenType::Int: return "integer";
-    case TokenType::Float: return "float";
-    default: return t.text;
+    case TokenType::Eof:
+      return "end of template";
+    case TokenType::VarBegin:
+      return "begin of print statement";
+    case TokenType::VarEnd:
+      return "end of print statement";
+    case TokenType::BlockBegin:
+      return "begin of statement block";
+    case TokenType::BlockEnd:
+      return "end of statement block";
+    case TokenType::Data:
+      return "template data";
+    case TokenType::String:
+      return "string";
+    case TokenType::Int:
+      return "integer";
+    case TokenType::Float:
+      return "float";
+    default:
+      return t.text;
   }
 }
 

@@ -21,7 +21,7 @@ enum class TokenType : uint8_t {
   String,
   Int,
   Float,
-  Op,          // operator or punctuation; text in `text`
+  Op,  // operator or punctuation; text in `text`
   Eof,
 };
 

@@ -13,19 +13,23 @@ namespace hearth::chat {
 namespace {
 
 const std::set<std::string_view> kStrMethods = {
-    "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format",
-    "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier",
-    "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower",
-    "lstrip", "maketrans", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex",
-    "rjust", "rpartition", "rsplit", "rstrip", "split", "splitlines", "startswith", "strip", "swapcase",
-    "title", "translate", "upper", "zfill"};
-const std::set<std::string_view> kDictMethods = {"clear", "copy", "fromkeys", "get", "items", "keys",
-                                                 "pop", "popitem", "setdefault", "update", "values"};
+    "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+    "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+    "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+    "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+    "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+    "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+    "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+    "swapcase",     "title",       "translate", "upper",      "zfill"};
+const std::set<std::string_view> kDictMethods = {"clear",      "copy",   "fromkeys", "get",
+                                                 "items",      "keys",   "pop",      "popitem",
+                                                 "setdefault", "update", "values"};
 const std::set<std::string_view> kDictUnsafe = {"clear", "pop", "popitem", "setdefault", "update"};
-const std::set<std::string_view> kListMethods = {"append", "clear", "copy", "count", "extend", "index",
-                                                 "insert", "pop", "remove", "reverse", "sort"};
-const std::set<std::string_view> kListUnsafe = {"append", "clear", "extend", "insert", "pop", "remove",
-                                                "reverse", "sort"};
+const std::set<std::string_view> kListMethods = {"append", "clear",   "copy",   "count",
+                                                 "extend", "index",   "insert", "pop",
+                                                 "remove", "reverse", "sort"};
+const std::set<std::string_view> kListUnsafe = {"append", "clear",  "extend",  "insert",
+                                                "pop",    "remove", "reverse", "sort"};
 
 std::optional<std::string> opt_str(const Value& v, const char* what) {
   if (v.is_undefined() || v.is_none()) return std::nullopt;
@@ -39,7 +43,9 @@ std::string_view sliced(const std::string& s, const CallArgs& a, size_t first) {
   auto n = static_cast<int64_t>(u.size());
   auto norm = [n](int64_t x) { return x < 0 ? std::max<int64_t>(0, x + n) : std::min(x, n); };
   int64_t b = a.pos[first].is_none() ? 0 : norm(arg_int(a.pos[first], "slice index"));
-  int64_t e = a.pos.size() > first + 1 && !a.pos[first + 1].is_none() ? norm(arg_int(a.pos[first + 1], "slice index")) : n;
+  int64_t e = a.pos.size() > first + 1 && !a.pos[first + 1].is_none()
+                  ? norm(arg_int(a.pos[first + 1], "slice index"))
+                  : n;
   if (e < b) e = b;
   size_t bb = utf8_encode(std::u32string_view(u).substr(0, static_cast<size_t>(b))).size();
   size_t eb = utf8_encode(std::u32string_view(u).substr(0, static_cast<size_t>(e))).size();
@@ -47,11 +53,13 @@ std::string_view sliced(const std::string& s, const CallArgs& a, size_t first) {
 }
 
 bool affix_match(const std::string& s, const CallArgs& a, bool prefix) {
-  if (a.pos.empty()) runtime_fail(std::string(prefix ? "startswith" : "endswith") + "() takes at least 1 argument");
+  if (a.pos.empty())
+    runtime_fail(std::string(prefix ? "startswith" : "endswith") + "() takes at least 1 argument");
   std::string_view part = sliced(s, a, 1);
   auto one = [&](const Value& v) {
     std::string x = arg_str(v, prefix ? "startswith first arg" : "endswith first arg");
-    return prefix ? part.substr(0, x.size()) == x : (part.size() >= x.size() && part.substr(part.size() - x.size()) == x);
+    return prefix ? part.substr(0, x.size()) == x
+                  : (part.size() >= x.size() && part.substr(part.size() - x.size()) == x);
   };
   if (a.pos[0].kind() == Value::Kind::Tuple) {
     return std::any_of(a.pos[0].items().begin(), a.pos[0].items().end(), one);
@@ -99,10 +107,12 @@ std::string format_field(const Value& v, const std::string& spec) {
   std::string sign, width, precision;
   size_t k = 0;
   if (k < rest.size() && (rest[k] == '+' || rest[k] == '-' || rest[k] == ' ')) sign = rest[k++];
-  while (k < rest.size() && isdigit(static_cast<unsigned char>(rest[k]))) width.push_back(rest[k++]);
+  while (k < rest.size() && isdigit(static_cast<unsigned char>(rest[k])))
+    width.push_back(rest[k++]);
   if (k < rest.size() && rest[k] == '.') {
     ++k;
-    while (k < rest.size() && isdigit(static_cast<unsigned char>(rest[k]))) precision.push_back(rest[k++]);
+    while (k < rest.size() && isdigit(static_cast<unsigned char>(rest[k])))
+      precision.push_back(rest[k++]);
   }
   char type = k < rest.size() ? rest[k++] : 0;
   if (k != rest.size()) runtime_fail("Invalid format specifier '" + spec + "'");
@@ -113,17 +123,22 @@ std::string format_field(const Value& v, const std::string& spec) {
       if (!align) align = '>';
     } else {
       body = v.to_str();
-      if (!precision.empty()) body = utf8_encode(utf8_decode(body).substr(0, std::stoul(precision)));
+      if (!precision.empty())
+        body = utf8_encode(utf8_decode(body).substr(0, std::stoul(precision)));
     }
   } else if (type == 'd') {
-    if (!v.is_int() && !v.is_bool()) runtime_fail("Unknown format code 'd' for object of type '" + v.type_name() + "'");
+    if (!v.is_int() && !v.is_bool())
+      runtime_fail("Unknown format code 'd' for object of type '" + v.type_name() + "'");
     body = (sign == "+" && v.as_int() >= 0 ? "+" : "") + std::to_string(v.as_int());
     if (!align) align = '>';
   } else if (std::string_view("fFeEgG%").find(type) != std::string_view::npos) {
-    if (!v.is_number()) runtime_fail(fmt::format("Unknown format code '{}' for object of type '{}'", type, v.type_name()));
+    if (!v.is_number())
+      runtime_fail(
+          fmt::format("Unknown format code '{}' for object of type '{}'", type, v.type_name()));
     char buf[512];
     double x = v.as_double() * (type == '%' ? 100 : 1);
-    std::string f = "%" + sign + "." + (precision.empty() ? "6" : precision) + (type == '%' ? 'f' : type);
+    std::string f =
+        "%" + sign + "." + (precision.empty() ? "6" : precision) + (type == '%' ? 'f' : type);
     std::snprintf(buf, sizeof buf, f.c_str(), x);
     body = std::string(buf) + (type == '%' ? "%" : "");
     if (!align) align = '>';
@@ -139,8 +154,10 @@ std::string str_format(const std::string& fmt, const CallArgs& a) {
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
     if (c == '}') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
-      else runtime_fail("Single '}' encountered in format string");
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}')
+        ++i;
+      else
+        runtime_fail("Single '}' encountered in format string");
       out.push_back('}');
       continue;
     }
@@ -168,7 +185,9 @@ std::string str_format(const std::string& fmt, const CallArgs& a) {
     Value v;
     if (field.empty() || isdigit(static_cast<unsigned char>(field[0]))) {
       size_t idx = field.empty() ? auto_index++ : std::stoul(field);
-      if (idx >= a.pos.size()) runtime_fail("Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
+      if (idx >= a.pos.size())
+        runtime_fail("Replacement index " + std::to_string(idx) +
+                     " out of range for positional args tuple");
       v = a.pos[idx];
     } else {
       const Value* kv = a.kwarg(field);
@@ -197,9 +216,12 @@ Value call_str_method(const std::string& s, const std::string& name, CallArgs& a
     if (sep && sep->empty()) runtime_fail("empty separator");
     Value m = a.get(1, "maxsplit", Value(int64_t{-1}));
     int64_t maxsplit = arg_int(m, "maxsplit");
-    return Value::list(strings_to_list(name == "split" ? py_split(s, sep, maxsplit) : py_rsplit(s, sep, maxsplit)));
+    return Value::list(strings_to_list(name == "split" ? py_split(s, sep, maxsplit)
+                                                       : py_rsplit(s, sep, maxsplit)));
   }
-  if (name == "splitlines") return Value::list(strings_to_list(py_splitlines(s, a.get(0, "keepends", Value(false)).truthy())));
+  if (name == "splitlines")
+    return Value::list(
+        strings_to_list(py_splitlines(s, a.get(0, "keepends", Value(false)).truthy())));
   if (name == "startswith") return Value(affix_match(s, a, true));
   if (name == "endswith") return Value(affix_match(s, a, false));
   if (name == "upper") return Value(py_upper(s));
@@ -218,17 +240,21 @@ Value call_str_method(const std::string& s, const std::string& name, CallArgs& a
     std::string_view part = sliced(s, a, 1);
     int64_t r = py_find(part, sub, name[0] == 'r');
     if (r >= 0 && a.pos.size() > 1 && !a.pos[1].is_none()) {
-      r += static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, static_cast<size_t>(part.data() - s.data()))));
+      r += static_cast<int64_t>(
+          utf8_length(std::string_view(s).substr(0, static_cast<size_t>(part.data() - s.data()))));
     }
     if (r < 0 && (name == "index" || name == "rindex")) runtime_fail("substring not found");
     return Value(r);
   }
-  if (name == "count") return Value(py_count(sliced(s, a, 1), arg_str(a.get(0, "sub"), "must be str")));
+  if (name == "count")
+    return Value(py_count(sliced(s, a, 1), arg_str(a.get(0, "sub"), "must be str")));
   if (name == "join") {
     std::string out;
     size_t i = 0;
     for (const Value& v : value_iterate(a.get(0, "iterable"))) {
-      if (!v.is_string()) runtime_fail("sequence item " + std::to_string(i) + ": expected str instance, " + v.type_name() + " found");
+      if (!v.is_string())
+        runtime_fail("sequence item " + std::to_string(i) + ": expected str instance, " +
+                     v.type_name() + " found");
       if (i++) out += s;
       out += v.str();
     }
@@ -240,14 +266,19 @@ Value call_str_method(const std::string& s, const std::string& name, CallArgs& a
     auto len = static_cast<int64_t>(utf8_length(s));
     if (w <= len) return Value(s);
     size_t sign = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
-    return Value(s.substr(0, sign) + std::string(static_cast<size_t>(w - len), '0') + s.substr(sign));
+    return Value(s.substr(0, sign) + std::string(static_cast<size_t>(w - len), '0') +
+                 s.substr(sign));
   }
   if (name == "ljust" || name == "rjust" || name == "center") {
     int64_t w = arg_int(a.get(0, "width"), "width");
     std::string fill = arg_str(a.get(1, "fillchar", Value(" ")), "fillchar");
-    if (utf8_length(fill) != 1) runtime_fail("The fill character must be exactly one character long");
+    if (utf8_length(fill) != 1)
+      runtime_fail("The fill character must be exactly one character long");
     size_t i = 0;
-    return Value(pad(s, w, utf8_next(fill, i), name == "ljust" ? '<' : name == "rjust" ? '>' : '^'));
+    return Value(pad(s, w, utf8_next(fill, i),
+                     name == "ljust"   ? '<'
+                     : name == "rjust" ? '>'
+                                       : '^'));
   }
   if (name == "removeprefix" || name == "removesuffix") {
     std::string x = arg_str(a.get(0, "affix"), "argument");
@@ -260,15 +291,19 @@ Value call_str_method(const std::string& s, const std::string& name, CallArgs& a
     if (sep.empty()) runtime_fail("empty separator");
     size_t f = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (f == std::string::npos) {
-      return name == "partition" ? Value::tuple({Value(s), Value(""), Value("")}) : Value::tuple({Value(""), Value(""), Value(s)});
+      return name == "partition" ? Value::tuple({Value(s), Value(""), Value("")})
+                                 : Value::tuple({Value(""), Value(""), Value(s)});
     }
     return Value::tuple({Value(s.substr(0, f)), Value(sep), Value(s.substr(f + sep.size()))});
   }
-  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") return Value(all_chars(s, py_isdigit));
+  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric")
+    return Value(all_chars(s, py_isdigit));
   if (name == "isalpha") return Value(all_chars(s, py_isalpha));
   if (name == "isalnum") return Value(all_chars(s, py_isalnum));
   if (name == "isspace") return Value(all_chars(s, py_isspace));
-  if (name == "isascii") return Value(std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }));
+  if (name == "isascii")
+    return Value(std::all_of(s.begin(), s.end(),
+                             [](char c) { return static_cast<unsigned char>(c) < 0x80; }));
   if (name == "islower" || name == "isupper") {
     bool cased = false;
     for (size_t i = 0; i < s.size();) {
@@ -305,7 +340,8 @@ Value call_list_method(const Value& l, const std::string& name, CallArgs& a) {
   const ValueList& items = l.items();
   if (name == "count") {
     Value x = a.get(0, "value");
-    return Value(static_cast<int64_t>(std::count_if(items.begin(), items.end(), [&](const Value& v) { return values_equal(v, x); })));
+    return Value(static_cast<int64_t>(std::count_if(
+        items.begin(), items.end(), [&](const Value& v) { return values_equal(v, x); })));
   }
   if (name == "index") {
     Value x = a.get(0, "value");
@@ -322,18 +358,26 @@ Value call_list_method(const Value& l, const std::string& name, CallArgs& a) {
 
 bool has_method(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
-    case Value::Kind::String: return kStrMethods.count(name) != 0;
-    case Value::Kind::Dict: return kDictMethods.count(name) != 0;
-    case Value::Kind::List: return kListMethods.count(name) != 0;
-    case Value::Kind::Tuple: return name == "count" || name == "index";
-    default: return false;
+    case Value::Kind::String:
+      return kStrMethods.count(name) != 0;
+    case Value::Kind::Dict:
+      return kDictMethods.count(name) != 0;
+    case Value::Kind::List:
+      return kListMethods.count(name) != 0;
+    case Value::Kind::Tuple:
+      return name == "count" || name == "index";
+    default:
+      return false;
   }
 }
 
 Value find_method(const Value& obj, const std::string& name) {
-  if (!has_method(obj, name)) return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
-  if ((obj.is_dict() && kDictUnsafe.count(name)) || (obj.kind() == Value::Kind::List && kListUnsafe.count(name))) {
-    return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe.");
+  if (!has_method(obj, name))
+    return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
+  if ((obj.is_dict() && kDictUnsafe.count(name)) ||
+      (obj.kind() == Value::Kind::List && kListUnsafe.count(name))) {
+    return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() +
+                            "' object is unsafe.");
   }
   return make_function(name, [obj, name](Evaluator&, CallArgs& a) -> Value {
     if (obj.is_string()) return call_str_method(obj.str(), name, a);

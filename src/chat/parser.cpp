@@ -26,7 +26,9 @@ class Parser {
     if (pos_ + 1 < toks_.size()) ++pos_;
   }
   bool is_op(const char* op) const { return cur().type == TokenType::Op && cur().text == op; }
-  bool is_name(const char* name) const { return cur().type == TokenType::Name && cur().text == name; }
+  bool is_name(const char* name) const {
+    return cur().type == TokenType::Name && cur().text == name;
+  }
   bool skip_op(const char* op) {
     if (!is_op(op)) return false;
     advance();
@@ -39,26 +41,30 @@ class Parser {
   }
 
   [[noreturn]] void fail_at(const Token& t, const std::string& what) const {
-    throw TemplateError(fmt::format("chat template: line {}, column {}: {}", t.line, t.column, what));
+    throw TemplateError(
+        fmt::format("chat template: line {}, column {}: {}", t.line, t.column, what));
   }
   [[noreturn]] void fail(const std::string& what) const { fail_at(cur(), what); }
 
   void expect_op(const char* op) {
     if (!is_op(op)) {
-      if (cur().type == TokenType::Eof) fail(fmt::format("unexpected end of template, expected '{}'.", op));
+      if (cur().type == TokenType::Eof)
+        fail(fmt::format("unexpected end of template, expected '{}'.", op));
       fail(fmt::format("expected token '{}', got '{}'", op, describe_token(cur())));
     }
     advance();
   }
   void expect(TokenType type, const char* what) {
     if (cur().type != type) {
-      if (cur().type == TokenType::Eof) fail(fmt::format("unexpected end of template, expected '{}'.", what));
+      if (cur().type == TokenType::Eof)
+        fail(fmt::format("unexpected end of template, expected '{}'.", what));
       fail(fmt::format("expected token '{}', got '{}'", what, describe_token(cur())));
     }
     advance();
   }
   std::string expect_name() {
-    if (cur().type != TokenType::Name) fail(fmt::format("expected token 'name', got '{}'", describe_token(cur())));
+    if (cur().type != TokenType::Name)
+      fail(fmt::format("expected token 'name', got '{}'", describe_token(cur())));
     std::string n = cur().text;
     advance();
     return n;
@@ -85,8 +91,10 @@ class Parser {
     std::string tags;
     const auto& [names, innermost] = end_stack_.back();
     for (size_t i = 0; i < names.size(); ++i) tags += (i ? " or '" : "'") + names[i] + "'";
-    return fmt::format("Jinja was looking for the following tags: {}. The innermost block that needs to be closed is '{}'.",
-                       tags, innermost);
+    return fmt::format(
+        "Jinja was looking for the following tags: {}. The innermost block that needs to be closed "
+        "is '{}'.",
+        tags, innermost);
   }
 
   StmtList subparse(const std::vector<std::string>& end_tags) {
@@ -161,7 +169,8 @@ class Parser {
     } else if (tag == "for") {
       s->kind = StmtKind::For;
       s->target = parse_assign_target({"in"});
-      if (!skip_name("in")) fail(fmt::format("expected token 'in', got '{}'", describe_token(cur())));
+      if (!skip_name("in"))
+        fail(fmt::format("expected token 'in', got '{}'", describe_token(cur())));
       s->expr = parse_tuple(false, false, {"recursive"}, false);
       if (skip_name("if")) s->filter = parse_expression(true);
       s->recursive = skip_name("recursive");
@@ -269,7 +278,8 @@ class Parser {
   static bool assignable(const Expr& e) {
     if (e.kind == ExprKind::Name) return true;
     if (e.kind != ExprKind::Tuple) return false;
-    return std::all_of(e.items.begin(), e.items.end(), [](const ExprPtr& i) { return assignable(*i); });
+    return std::all_of(e.items.begin(), e.items.end(),
+                       [](const ExprPtr& i) { return assignable(*i); });
   }
 
   ExprPtr parse_assign_target(const std::vector<std::string>& extra_end) {
@@ -283,14 +293,16 @@ class Parser {
 
   bool is_tuple_end(const std::vector<std::string>& extra_end) const {
     const Token& t = cur();
-    if (t.type == TokenType::VarEnd || t.type == TokenType::BlockEnd || (t.type == TokenType::Op && t.text == ")")) {
+    if (t.type == TokenType::VarEnd || t.type == TokenType::BlockEnd ||
+        (t.type == TokenType::Op && t.text == ")")) {
       return true;
     }
-    return t.type == TokenType::Name && std::find(extra_end.begin(), extra_end.end(), t.text) != extra_end.end();
+    return t.type == TokenType::Name &&
+           std::find(extra_end.begin(), extra_end.end(), t.text) != extra_end.end();
   }
 
-  ExprPtr parse_tuple(bool simplified, bool with_condexpr, const std::vector<std::string>& extra_end,
-                      bool explicit_parentheses) {
+  ExprPtr parse_tuple(bool simplified, bool with_condexpr,
+                      const std::vector<std::string>& extra_end, bool explicit_parentheses) {
     int line = cur().line;
     std::vector<ExprPtr> args;
     bool is_tuple = false;
@@ -310,7 +322,8 @@ class Parser {
     }
     if (!is_tuple) {
       if (!args.empty()) return std::move(args[0]);
-      if (!explicit_parentheses) fail(fmt::format("Expected an expression, got '{}'", describe_token(cur())));
+      if (!explicit_parentheses)
+        fail(fmt::format("Expected an expression, got '{}'", describe_token(cur())));
     }
     auto e = node(ExprKind::Tuple, line);
     e->items = std::move(args);
@@ -383,8 +396,8 @@ class Parser {
     std::vector<std::string> ops;
     while (true) {
       const Token& t = cur();
-      if (t.type == TokenType::Op &&
-          (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == "<=" || t.text == ">" || t.text == ">=")) {
+      if (t.type == TokenType::Op && (t.text == "==" || t.text == "!=" || t.text == "<" ||
+                                      t.text == "<=" || t.text == ">" || t.text == ">=")) {
         ops.push_back(t.text);
         advance();
       } else if (is_name("in")) {
@@ -652,7 +665,8 @@ class Parser {
         ensure(!out.double_star);
         advance();
         out.double_star = parse_expression(true);
-      } else if (cur().type == TokenType::Name && look().type == TokenType::Op && look().text == "=") {
+      } else if (cur().type == TokenType::Name && look().type == TokenType::Op &&
+                 look().text == "=") {
         ensure(!out.double_star);
         std::string key = cur().text;
         advance();
@@ -701,9 +715,11 @@ class Parser {
     const Token& t = cur();
     if (is_op("(")) {
       parse_call_args(e->args);
-    } else if ((t.type == TokenType::Name || t.type == TokenType::String || t.type == TokenType::Int ||
-                t.type == TokenType::Float || is_op("[") || is_op("{")) &&
-               !(t.type == TokenType::Name && (t.text == "else" || t.text == "or" || t.text == "and"))) {
+    } else if ((t.type == TokenType::Name || t.type == TokenType::String ||
+                t.type == TokenType::Int || t.type == TokenType::Float || is_op("[") ||
+                is_op("{")) &&
+               !(t.type == TokenType::Name &&
+                 (t.text == "else" || t.text == "or" || t.text == "and"))) {
       if (is_name("is")) fail("You cannot chain multiple tests with is");
       e->args.pos.push_back(parse_postfix(parse_primary()));
     }

@@ -34,7 +34,8 @@ char32_t utf8_next(std::string_view s, size_t& i) {
     cp = (cp << 6) | (b & 0x3F);
   }
   // Overlong and surrogate encodings are invalid: escape the lead byte.
-  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp < 0xE000))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
+  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp < 0xE000))) ||
+      (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
     ++i;
     return 0xDC00 + b0;
   }
@@ -73,8 +74,9 @@ size_t utf8_length(std::string_view s) {
 }
 
 bool py_isspace(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 static utf8proc_category_t category(char32_t c) {
@@ -89,7 +91,8 @@ bool py_isalpha(char32_t c) {
 bool py_isdigit(char32_t c) { return category(c) == UTF8PROC_CATEGORY_ND; }
 bool py_isalnum(char32_t c) {
   auto k = category(c);
-  return py_isalpha(c) || k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+  return py_isalpha(c) || k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL ||
+         k == UTF8PROC_CATEGORY_NO;
 }
 bool py_isprintable(char32_t c) {
   if (c == ' ') return true;
@@ -99,15 +102,23 @@ bool py_isprintable(char32_t c) {
            k == UTF8PROC_CATEGORY_ZP || k == UTF8PROC_CATEGORY_ZS);
 }
 bool py_islower_cp(char32_t c) { return category(c) == UTF8PROC_CATEGORY_LL; }
-bool py_isupper_cp(char32_t c) { return category(c) == UTF8PROC_CATEGORY_LU || category(c) == UTF8PROC_CATEGORY_LT; }
+bool py_isupper_cp(char32_t c) {
+  return category(c) == UTF8PROC_CATEGORY_LU || category(c) == UTF8PROC_CATEGORY_LT;
+}
 static bool is_cased(char32_t c) {
   auto k = category(c);
   return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
 }
 
-static char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<int32_t>(c))); }
-static char32_t to_lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<int32_t>(c))); }
-static char32_t to_title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<int32_t>(c))); }
+static char32_t to_upper(char32_t c) {
+  return static_cast<char32_t>(utf8proc_toupper(static_cast<int32_t>(c)));
+}
+static char32_t to_lower(char32_t c) {
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<int32_t>(c)));
+}
+static char32_t to_title(char32_t c) {
+  return static_cast<char32_t>(utf8proc_totitle(static_cast<int32_t>(c)));
+}
 
 // Python's full case mapping differs from the simple one for a few letters; ß is the common one.
 static void append_upper(std::string& out, char32_t c) {
@@ -169,9 +180,12 @@ std::string py_swapcase(std::string_view s) {
   return out;
 }
 
-std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
+std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left,
+                     bool right) {
   std::u32string set = chars ? utf8_decode(*chars) : std::u32string();
-  auto strip_it = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : py_isspace(c); };
+  auto strip_it = [&](char32_t c) {
+    return chars ? set.find(c) != std::u32string::npos : py_isspace(c);
+  };
   std::u32string u = utf8_decode(s);
   size_t b = 0, e = u.size();
   if (left) {
@@ -183,7 +197,8 @@ std::string py_strip(std::string_view s, const std::optional<std::string>& chars
   return utf8_encode(std::u32string_view(u).substr(b, e - b));
 }
 
-std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
+std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep,
+                                  int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
     size_t pos = 0;
@@ -213,7 +228,8 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
   return out;
 }
 
-std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
+std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::string>& sep,
+                                   int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
     size_t end = s.size();
@@ -250,8 +266,8 @@ std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
   size_t start = 0, i = 0;
   while (i < u.size()) {
     char32_t c = u[i];
-    bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
-               c == 0x85 || c == 0x2028 || c == 0x2029;
+    bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+               c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!brk) {
       ++i;
       continue;
@@ -264,7 +280,8 @@ std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
   return out;
 }
 
-std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count) {
+std::string py_replace(std::string_view s, std::string_view old, std::string_view repl,
+                       int64_t count) {
   std::string out;
   if (old.empty()) {  // Python inserts repl before every code point and at the end
     size_t i = 0;
@@ -303,7 +320,8 @@ int64_t py_find(std::string_view s, std::string_view sub, bool reverse) {
 int64_t py_count(std::string_view s, std::string_view sub) {
   if (sub.empty()) return static_cast<int64_t>(utf8_length(s)) + 1;
   int64_t n = 0;
-  for (size_t pos = s.find(sub); pos != std::string_view::npos; pos = s.find(sub, pos + sub.size())) ++n;
+  for (size_t pos = s.find(sub); pos != std::string_view::npos; pos = s.find(sub, pos + sub.size()))
+    ++n;
   return n;
 }
 
@@ -330,7 +348,8 @@ std::string py_float_repr(double d) {
     } else if (decpt >= nd) {
       out += digits + std::string(static_cast<size_t>(decpt - nd), '0') + ".0";
     } else {
-      out += digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
+      out += digits.substr(0, static_cast<size_t>(decpt)) + "." +
+             digits.substr(static_cast<size_t>(decpt));
     }
   } else {
     out += digits.substr(0, 1);
@@ -379,7 +398,11 @@ std::string py_str_repr(std::string_view s) {
       utf8_append(out, c);
     } else {
       unsigned v = static_cast<unsigned>(c);
-      std::snprintf(buf, sizeof buf, v <= 0xFF ? "\\x%02x" : v <= 0xFFFF ? "\\u%04x" : "\\U%08x", v);
+      std::snprintf(buf, sizeof buf,
+                    v <= 0xFF     ? "\\x%02x"
+                    : v <= 0xFFFF ? "\\u%04x"
+                                  : "\\U%08x",
+                    v);
       out += buf;
     }
   }
@@ -394,14 +417,29 @@ void json_quote(std::string& out, std::string_view s, bool ensure_ascii) {
     size_t start = i;
     char32_t c = utf8_next(s, i);
     switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
       if (c >= 0x10000) {
@@ -434,17 +472,38 @@ std::optional<std::string> py_unescape(std::string_view body, std::string& out) 
     }
     char e = body[++i];
     switch (e) {
-      case '\n': break;  // line continuation
-      case '\\': out.push_back('\\'); break;
-      case '\'': out.push_back('\''); break;
-      case '"': out.push_back('"'); break;
-      case 'a': out.push_back('\a'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
-      case 'v': out.push_back('\v'); break;
+      case '\n':
+        break;  // line continuation
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '\'':
+        out.push_back('\'');
+        break;
+      case '"':
+        out.push_back('"');
+        break;
+      case 'a':
+        out.push_back('\a');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'v':
+        out.push_back('\v');
+        break;
       case 'x':
       case 'u':
       case 'U': {
@@ -453,7 +512,9 @@ std::optional<std::string> py_unescape(std::string_view body, std::string& out) 
         for (size_t k = 1; k <= n; ++k) {
           int h = i + k < body.size() ? hex_value(body[i + k]) : -1;
           if (h < 0) {
-            return e == 'x' ? "truncated \\xXX escape" : e == 'u' ? "truncated \\uXXXX escape" : "truncated \\UXXXXXXXX escape";
+            return e == 'x'   ? "truncated \\xXX escape"
+                   : e == 'u' ? "truncated \\uXXXX escape"
+                              : "truncated \\UXXXXXXXX escape";
           }
           cp = cp * 16 + static_cast<char32_t>(h);
         }
@@ -462,11 +523,13 @@ std::optional<std::string> py_unescape(std::string_view body, std::string& out) 
         i += n;
         break;
       }
-      case 'N': return "\\N{...} escapes are not supported";
+      case 'N':
+        return "\\N{...} escapes are not supported";
       default:
         if (e >= '0' && e <= '7') {
           char32_t cp = static_cast<char32_t>(e - '0');
-          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
+          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
+               ++k) {
             cp = cp * 8 + static_cast<char32_t>(body[++i] - '0');
           }
           utf8_append(out, cp);

@@ -30,15 +30,19 @@ bool py_isupper_cp(char32_t cp);
 std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_capitalize(std::string_view s);
-std::string py_title(std::string_view s);     // str.title()
+std::string py_title(std::string_view s);  // str.title()
 std::string py_swapcase(std::string_view s);
 
 // strip family: chars == nullopt means whitespace.
-std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
-std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
-std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
+std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left,
+                     bool right);
+std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep,
+                                  int64_t maxsplit);
+std::vector<std::string> py_rsplit(std::string_view s, const std::optional<std::string>& sep,
+                                   int64_t maxsplit);
 std::vector<std::string> py_splitlines(std::string_view s, bool keepends = false);
-std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count);
+std::string py_replace(std::string_view s, std::string_view old, std::string_view repl,
+                       int64_t count);
 // find/count in code point indices; -1 when absent.
 int64_t py_find(std::string_view s, std::string_view sub, bool reverse);
 int64_t py_count(std::string_view s, std::string_view sub);

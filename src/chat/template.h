@@ -5,11 +5,10 @@
 // line L, column C: ...") and runtime errors ("chat template: line L: ..."), TemplateRaise for
 // the template's own raise_exception(message) (what() is the message exactly).
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,9 +31,9 @@ class TemplateRaise : public hearth::Error {
 // Guards against hostile templates: each limit ends the render with a TemplateError.
 struct RenderOptions {
   size_t max_output_bytes = size_t{64} << 20;  // also caps any single string built
-  int max_call_depth = 200;                     // nested macro calls (Python's recursion limit analogue)
-  uint64_t max_steps = 10'000'000;              // statements, loop iterations and calls (~1.5 s)
-  std::optional<std::time_t> now;               // strftime_now's clock; the real local time if empty
+  int max_call_depth = 200;         // nested macro calls (Python's recursion limit analogue)
+  uint64_t max_steps = 10'000'000;  // statements, loop iterations and calls (~1.5 s)
+  std::optional<std::time_t> now;   // strftime_now's clock; the real local time if empty
 };
 
 struct TemplateProgram;
@@ -45,7 +44,8 @@ class ChatTemplate {
   static ChatTemplate parse(std::string_view source);
   // Renders with `context` (a JSON object) as the template's variables. Key order is kept, as
   // transformers keeps Python dict order (it shows in `tojson` and `items()`).
-  std::string render(const nlohmann::ordered_json& context, const RenderOptions& options = {}) const;
+  std::string render(const nlohmann::ordered_json& context,
+                     const RenderOptions& options = {}) const;
 
  private:
   std::shared_ptr<const TemplateProgram> program_;
@@ -54,11 +54,13 @@ class ChatTemplate {
 // What apply_chat_template passes to a template.
 struct ChatInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // message dicts, as given
-  nlohmann::ordered_json tools;       // null when the request has none (templates see None)
-  nlohmann::ordered_json documents;   // null when none
+  nlohmann::ordered_json tools;      // null when the request has none (templates see None)
+  nlohmann::ordered_json documents;  // null when none
   bool add_generation_prompt = true;
-  nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();  // bos_token, eos_token, ...
-  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // enable_thinking, date_string, ...
+  nlohmann::ordered_json special_tokens =
+      nlohmann::ordered_json::object();  // bos_token, eos_token, ...
+  nlohmann::ordered_json kwargs =
+      nlohmann::ordered_json::object();  // enable_thinking, date_string, ...
 };
 
 // The template context exactly as transformers builds it: messages, tools, documents,
@@ -67,6 +69,7 @@ nlohmann::ordered_json build_chat_context(const ChatInputs& inputs);
 
 // apply_chat_template(tokenize=False): validates like transformers (no empty conversation,
 // tools and documents must be dicts), builds the context and renders.
-std::string render_chat(const ChatTemplate& tmpl, const ChatInputs& inputs, const RenderOptions& options = {});
+std::string render_chat(const ChatTemplate& tmpl, const ChatInputs& inputs,
+                        const RenderOptions& options = {});
 
 }  // namespace hearth::chat

@@ -5,7 +5,6 @@
 // tokenizer; the map matches transformers' special_tokens_map for the files we test.
 #pragma once
 #include <nlohmann/json.hpp>
-
 #include <optional>
 #include <string>
 

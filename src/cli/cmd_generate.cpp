@@ -69,7 +69,8 @@ int run_generate(GenerateOptions& o) {
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     printer.finish();
-    std::fprintf(stderr, "\nprompt: %lld tokens, %.1f ms (%.1f t/s) | generated: %lld tokens, %.2f t/s\n",
+    std::fprintf(stderr,
+                 "\nprompt: %lld tokens, %.1f ms (%.1f t/s) | generated: %lld tokens, %.2f t/s\n",
                  (long long)t.prompt_tokens, t.prompt_ms, t.prompt_tokens_per_s(),
                  (long long)t.generated_tokens, t.generate_tokens_per_s());
   }
@@ -83,7 +84,8 @@ CommandRegistration reg("generate", "generate text or tokens from a prompt", [](
   sub.add_option("--prompt-tokens", o->prompt_tokens, "prompt as token ids: 1,2,3");
   sub.add_option("-p,--prompt", o->prompt, "prompt text");
   sub.add_flag("--chat", o->chat, "render the prompt as a user message through the chat template");
-  sub.add_option("-n,--n-predict,--max-tokens", o->n_predict, "tokens to generate")->capture_default_str();
+  sub.add_option("-n,--n-predict,--max-tokens", o->n_predict, "tokens to generate")
+      ->capture_default_str();
   sub.add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
   sub.add_flag("--json", o->json, "print one JSON line with tokens, text and timings");
   return [o] { return run_generate(*o); };

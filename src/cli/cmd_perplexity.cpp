@@ -43,7 +43,8 @@ int run_perplexity(PerplexityOptions& o) {
   if (n_chunks_all == 0)
     fail("{}: {} tokens is fewer than one --ctx chunk of {}", o.file, tokens.size(), o.ctx);
   const int64_t n_chunks = o.max_chunks > 0 ? std::min(o.max_chunks, n_chunks_all) : n_chunks_all;
-  const std::optional<int32_t> bos = codec.tokenizer()->adds_bos() ? codec.tokenizer()->bos_id() : std::nullopt;
+  const std::optional<int32_t> bos =
+      codec.tokenizer()->adds_bos() ? codec.tokenizer()->bos_id() : std::nullopt;
   const int64_t n_vocab = model->info().n_vocab;
   std::fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld\n", tokens.size(),
                (long long)n_chunks, (long long)o.ctx);
@@ -75,24 +76,25 @@ int run_perplexity(PerplexityOptions& o) {
   const double var = nll2 / double(count) - mean * mean;
   const double ppl = std::exp(mean);
   const double err = count > 1 ? ppl * std::sqrt(std::max(var, 0.0) / double(count - 1)) : 0.0;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, err);
   std::fprintf(stderr, "scored %lld tokens in %.2f s (%.1f tokens/s evaluated)\n", (long long)count,
                seconds, double(n_chunks * o.ctx) / seconds);
   return 0;
 }
 
-CommandRegistration reg("perplexity", "perplexity of a text file (llama-perplexity method)",
-                        [](CLI::App& sub) {
-                          auto o = std::make_shared<PerplexityOptions>();
-                          add_model_options(sub, o->model);
-                          sub.add_option("-f,--file", o->file, "text file")->required();
-                          sub.add_option("-c,--ctx", o->ctx, "tokens per chunk")->capture_default_str();
-                          sub.add_option("--chunks", o->max_chunks, "evaluate at most N chunks (0 = all)");
-                          sub.add_flag("--score-all", o->score_all,
-                                       "score every position, not only the second half of each chunk");
-                          return [o] { return run_perplexity(*o); };
-                        });
+CommandRegistration reg(
+    "perplexity", "perplexity of a text file (llama-perplexity method)", [](CLI::App& sub) {
+      auto o = std::make_shared<PerplexityOptions>();
+      add_model_options(sub, o->model);
+      sub.add_option("-f,--file", o->file, "text file")->required();
+      sub.add_option("-c,--ctx", o->ctx, "tokens per chunk")->capture_default_str();
+      sub.add_option("--chunks", o->max_chunks, "evaluate at most N chunks (0 = all)");
+      sub.add_flag("--score-all", o->score_all,
+                   "score every position, not only the second half of each chunk");
+      return [o] { return run_perplexity(*o); };
+    });
 
 }  // namespace
 }  // namespace hearth::cli

@@ -35,7 +35,11 @@ struct TemplateOptions {
 
 int run_template(const TemplateOptions& o) {
   chat::TemplateSource src = chat::load_template_source(o.model_dir);
-  if (!src.template_text) fail("{}: the model has no chat template (no chat_template.jinja or tokenizer_config.json chat_template)", o.model_dir);
+  if (!src.template_text)
+    fail(
+        "{}: the model has no chat template (no chat_template.jinja or tokenizer_config.json "
+        "chat_template)",
+        o.model_dir);
   chat::ChatTemplate tmpl = chat::ChatTemplate::parse(*src.template_text);
 
   chat::ChatInputs in;
@@ -45,7 +49,8 @@ int run_template(const TemplateOptions& o) {
     if (messages.contains("documents")) in.documents = messages["documents"];
     messages = messages["messages"];
   }
-  if (!messages.is_array()) fail("--messages {}: expected a JSON array of messages", o.messages_file);
+  if (!messages.is_array())
+    fail("--messages {}: expected a JSON array of messages", o.messages_file);
   in.messages = messages;
   if (!o.tools_file.empty()) in.tools = read_json_file(o.tools_file, "--tools");
   if (!o.kwargs_json.empty()) {
@@ -64,15 +69,20 @@ int run_template(const TemplateOptions& o) {
   return 0;
 }
 
-CommandRegistration registration("template", "render a chat template for a conversation", [](CLI::App& sub) {
-  auto o = std::make_shared<TemplateOptions>();
-  sub.add_option("-m,--model", o->model_dir, "model folder (tokenizer_config.json or chat_template.jinja)")->required();
-  sub.add_option("--messages", o->messages_file, "JSON file: an array of messages")->required();
-  sub.add_option("--tools", o->tools_file, "JSON file: an array of tool schemas");
-  sub.add_option("--kwargs", o->kwargs_json, "JSON object of extra template variables, e.g. {\"enable_thinking\": false}");
-  sub.add_flag("--no-generation-prompt", o->no_generation_prompt, "do not append the assistant turn header");
-  return [o]() { return run_template(*o); };
-});
+CommandRegistration registration(
+    "template", "render a chat template for a conversation", [](CLI::App& sub) {
+      auto o = std::make_shared<TemplateOptions>();
+      sub.add_option("-m,--model", o->model_dir,
+                     "model folder (tokenizer_config.json or chat_template.jinja)")
+          ->required();
+      sub.add_option("--messages", o->messages_file, "JSON file: an array of messages")->required();
+      sub.add_option("--tools", o->tools_file, "JSON file: an array of tool schemas");
+      sub.add_option("--kwargs", o->kwargs_json,
+                     "JSON object of extra template variables, e.g. {\"enable_thinking\": false}");
+      sub.add_flag("--no-generation-prompt", o->no_generation_prompt,
+                   "do not append the assistant turn header");
+      return [o]() { return run_template(*o); };
+    });
 
 }  // namespace
 }  // namespace hearth::cli

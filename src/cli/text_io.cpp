@@ -16,13 +16,15 @@ TextCodec::~TextCodec() = default;
 
 std::vector<int32_t> TextCodec::encode(const std::string& text) const {
   if (!tokenizer_)
-    fail("{}: this model directory has no tokenizer.json; give the prompt as --prompt-tokens", dir_);
+    fail("{}: this model directory has no tokenizer.json; give the prompt as --prompt-tokens",
+         dir_);
   return tokenizer_->encode(text, true);
 }
 
 std::vector<int32_t> TextCodec::encode_chat(const std::string& text) const {
   if (!tokenizer_)
-    fail("{}: this model directory has no tokenizer.json; give the prompt as --prompt-tokens", dir_);
+    fail("{}: this model directory has no tokenizer.json; give the prompt as --prompt-tokens",
+         dir_);
   return render_user_message(*tokenizer_, text);
 }
 

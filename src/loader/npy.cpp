@@ -33,7 +33,8 @@ void npy_write(const std::filesystem::path& path, const void* data, size_t elem_
                const char* descr, const std::vector<int64_t>& shape) {
   int64_t numel = 1;
   for (int64_t d : shape) {
-    if (d < 0) fail("{}: cannot write npy with negative dim in shape {}", path.string(), shape_tuple(shape));
+    if (d < 0)
+      fail("{}: cannot write npy with negative dim in shape {}", path.string(), shape_tuple(shape));
     numel *= d;
   }
   std::string header = std::string("{'descr': '") + descr +
@@ -58,7 +59,8 @@ void npy_write(const std::filesystem::path& path, const void* data, size_t elem_
 }
 
 // Returns the text after "'key':" (skipping spaces), or fails.
-std::string_view dict_value(std::string_view header, std::string_view key, const std::string& file) {
+std::string_view dict_value(std::string_view header, std::string_view key,
+                            const std::string& file) {
   std::string quoted;
   quoted.reserve(key.size() + 2);
   quoted.push_back('\'');

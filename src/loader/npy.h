@@ -13,9 +13,9 @@ namespace hearth {
 
 struct NpyArray {
   std::vector<int64_t> shape;
-  DType dtype = DType::F32;  // as stored: F32, I32 or I64
-  std::vector<float> f32;    // when dtype == F32
-  std::vector<int64_t> ints; // when dtype is I32 or I64 (widened)
+  DType dtype = DType::F32;   // as stored: F32, I32 or I64
+  std::vector<float> f32;     // when dtype == F32
+  std::vector<int64_t> ints;  // when dtype is I32 or I64 (widened)
 
   bool is_float() const { return dtype == DType::F32; }
   int64_t numel() const;

@@ -135,7 +135,8 @@ class Loader {
       const Tensor ba = take(p + "in_proj_ba.weight", {2 * Hv, H}, cfg);
       RowRanges ba_order;
       for (int part = 0; part < 2; ++part)
-        for (int64_t kh = 0; kh < Hk; ++kh) ba_order.emplace_back(kh * 2 * g + part * g, kh * 2 * g + part * g + g);
+        for (int64_t kh = 0; kh < Hk; ++kh)
+          ba_order.emplace_back(kh * 2 * g + part * g, kh * 2 * g + part * g + g);
       const Tensor ba2 = copy_rows(ba, ba_order, w_.owned);
       L.in_b = ba2.slice_rows(0, Hv);
       L.in_a = ba2.slice_rows(Hv, 2 * Hv);
@@ -151,9 +152,10 @@ class Loader {
     std::vector<int64_t> shape = ci->shape;
     if (shape.size() == 2) shape = {shape[0], 1, shape[1]};
     const bool mlx = shape.size() == 3 && shape[2] == 1 && shape[1] == K && K > 1;
-    const Tensor conv = take(conv_name, mlx ? std::vector<int64_t>{C, K, 1} :
-                                        ci->shape.size() == 2 ? std::vector<int64_t>{C, K} :
-                                                                std::vector<int64_t>{C, 1, K},
+    const Tensor conv = take(conv_name,
+                             mlx                     ? std::vector<int64_t>{C, K, 1}
+                             : ci->shape.size() == 2 ? std::vector<int64_t>{C, K}
+                                                     : std::vector<int64_t>{C, 1, K},
                              "conv_dim, linear_conv_kernel_dim");
     Buffer buf(size_t(K * C) * sizeof(float));
     float* f = static_cast<float*>(buf.data());
@@ -165,8 +167,10 @@ class Loader {
       w_.mlx_layout = mlx;
       first_conv_ = false;
     } else if (mlx != w_.mlx_layout) {
-      fail("checkpoint {}: {} has shape [{}, {}, {}], unlike the first linear layer's conv1d "
-           "(mixed HF and MLX layouts)", s_.dir().string(), conv_name, shape[0], shape[1], shape[2]);
+      fail(
+          "checkpoint {}: {} has shape [{}, {}, {}], unlike the first linear layer's conv1d "
+          "(mixed HF and MLX layouts)",
+          s_.dir().string(), conv_name, shape[0], shape[1], shape[2]);
     }
     L.a_log = to_f32(take(p + "A_log", {Hv}, "linear_num_value_heads"), w_.owned);
     L.dt_bias = to_f32(take(p + "dt_bias", {Hv}, "linear_num_value_heads"), w_.owned);
@@ -181,7 +185,8 @@ class Loader {
     for (const char* prefix : {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."})
       vision += s_.ignore_prefix(prefix);
     if (vision > 0)
-      log(LogLevel::Info, "{}: skipping {} vision tensors (text-only model)", s_.dir().string(), vision);
+      log(LogLevel::Info, "{}: skipping {} vision tensors (text-only model)", s_.dir().string(),
+          vision);
     for (const auto& name : s_.names()) {
       if (name.rfind("mtp.", 0) != 0) continue;
       const TensorInfo* info = s_.find(name);
@@ -191,16 +196,19 @@ class Loader {
     const int64_t H = d_.n_embd;
     w_.embed = take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
     w_.final_norm = take("model.norm.weight", {H}, "hidden_size");
-    w_.lm_head = d_.tied_embeddings ? w_.embed
-                                    : take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+    w_.lm_head = d_.tied_embeddings
+                     ? w_.embed
+                     : take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
     w_.layers.resize(size_t(d_.n_layer));
     for (int64_t i = 0; i < d_.n_layer; ++i) {
       Qwen35Layer& L = w_.layers[size_t(i)];
       const std::string p = "model.layers." + std::to_string(i) + ".";
       L.attn_norm = take(p + "input_layernorm.weight", {H}, "hidden_size");
       L.ffn_norm = take(p + "post_attention_layernorm.weight", {H}, "hidden_size");
-      if (d_.linear_layer[size_t(i)]) linear_attention(L, p + "linear_attn.");
-      else attention(L, p + "self_attn.");
+      if (d_.linear_layer[size_t(i)])
+        linear_attention(L, p + "linear_attn.");
+      else
+        attention(L, p + "self_attn.");
       if (d_.moe_layer[size_t(i)]) {
         L.moe = moe_take_weights(s_, p + "mlp.", d_.moe);
       } else {
@@ -222,15 +230,42 @@ class Loader {
     const bool tied = w_.lm_head.data == w_.embed.data;
     prep(w_.embed);
     prep(w_.final_norm);
-    if (tied) w_.lm_head = w_.embed;
-    else prep(w_.lm_head);
+    if (tied)
+      w_.lm_head = w_.embed;
+    else
+      prep(w_.lm_head);
     for (auto& [name, t] : w_.mtp) prep(t);
     for (auto& L : w_.layers) {
-      for (Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.q.w, &L.q.bias, &L.gate.w, &L.gate.bias,
-                        &L.k.w, &L.k.bias, &L.v.w, &L.v.bias, &L.o.w, &L.o.bias, &L.q_norm,
-                        &L.k_norm, &L.in_qkv, &L.in_z, &L.in_b, &L.in_a, &L.out_proj, &L.conv_w,
-                        &L.a_log, &L.dt_bias, &L.lin_norm, &L.mlp_gate, &L.mlp_up, &L.mlp_down,
-                        &L.moe.router, &L.moe.shared_gate, &L.moe.shared_up, &L.moe.shared_down,
+      for (Tensor* t : {&L.attn_norm,
+                        &L.ffn_norm,
+                        &L.q.w,
+                        &L.q.bias,
+                        &L.gate.w,
+                        &L.gate.bias,
+                        &L.k.w,
+                        &L.k.bias,
+                        &L.v.w,
+                        &L.v.bias,
+                        &L.o.w,
+                        &L.o.bias,
+                        &L.q_norm,
+                        &L.k_norm,
+                        &L.in_qkv,
+                        &L.in_z,
+                        &L.in_b,
+                        &L.in_a,
+                        &L.out_proj,
+                        &L.conv_w,
+                        &L.a_log,
+                        &L.dt_bias,
+                        &L.lin_norm,
+                        &L.mlp_gate,
+                        &L.mlp_up,
+                        &L.mlp_down,
+                        &L.moe.router,
+                        &L.moe.shared_gate,
+                        &L.moe.shared_up,
+                        &L.moe.shared_down,
                         &L.moe.shared_expert_gate})
         prep(*t);
       for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
@@ -247,7 +282,8 @@ class Loader {
 
 }  // namespace
 
-Qwen35Weights qwen3_5_load_weights(WeightStore& store, const Qwen35Descriptor& d, Backend& backend) {
+Qwen35Weights qwen3_5_load_weights(WeightStore& store, const Qwen35Descriptor& d,
+                                   Backend& backend) {
   Qwen35Weights w;
   Loader(store, d, w, backend).load();
   return w;

@@ -78,8 +78,7 @@ class WordCache {
   }
   void insert(uint64_t owner, std::string_view word, const int32_t* ids, size_t n) {
     if (owner != owner_) reset(owner);
-    if (size_ * 2 >= slots_.size() ||
-        keys_.size() + values_.size() * sizeof(int32_t) > kMaxBytes)
+    if (size_ * 2 >= slots_.size() || keys_.size() + values_.size() * sizeof(int32_t) > kMaxBytes)
       reset(owner);
     uint64_t h = hash_bytes(word);
     size_t mask = slots_.size() - 1;

@@ -48,7 +48,8 @@ void add_processor(PostProcessor& pp, const nlohmann::json& j, const std::string
       std::string name = json_string(piece["SpecialToken"], "id", w + ".SpecialToken");
       auto it = specials.find(name);
       if (it == specials.end()) fail("{}.special_tokens: missing {:?}", where, name);
-      // A copy, not a reference: GCC 13 cannot prove the temporary-free lifetime (-Wdangling-reference).
+      // A copy, not a reference: GCC 13 cannot prove the temporary-free lifetime
+      // (-Wdangling-reference).
       const auto ids = json_array(*it, "ids", fmt::format("{}.special_tokens[{:?}]", where, name));
       for (const auto& id : ids) {
         if (!id.is_number_integer())

@@ -1,6 +1,7 @@
 // Thread-local scratch buffers keep their capacity between calls, so encoding allocates nothing
 // per call in steady state. After a huge input they would keep it for the thread's life (a 30 MB
-// prompt pinned hundreds of MB per server thread), so past this size (a prompt of some 100 KB) they give it back.
+// prompt pinned hundreds of MB per server thread), so past this size (a prompt of some 100 KB) they
+// give it back.
 #pragma once
 #include <cstddef>
 

@@ -48,7 +48,8 @@ const nlohmann::ordered_json& conversation(const std::string& name) {
 
 // Renders one case the way the reference did: apply_chat_template for tokenizer folders (with
 // its validation), render_jinja_template for standalone files.
-std::string render_case(const Loaded& l, const nlohmann::ordered_json& c, bool add_generation_prompt) {
+std::string render_case(const Loaded& l, const nlohmann::ordered_json& c,
+                        bool add_generation_prompt) {
   if (!l.tmpl) throw TemplateError(l.parse_error.empty() ? "no chat template" : l.parse_error);
   ChatInputs in;
   in.messages = c["messages"];
@@ -59,7 +60,8 @@ std::string render_case(const Loaded& l, const nlohmann::ordered_json& c, bool a
   in.special_tokens = l.info["special_tokens"];
   RenderOptions opts;
   opts.now = testing::frozen_now();
-  if (l.info["source"].get<std::string>().rfind("tokenizer:", 0) == 0) return render_chat(*l.tmpl, in, opts);
+  if (l.info["source"].get<std::string>().rfind("tokenizer:", 0) == 0)
+    return render_chat(*l.tmpl, in, opts);
   return l.tmpl->render(build_chat_context(in), opts);
 }
 
@@ -92,14 +94,16 @@ TEST(ChatReference, EveryCaseMatches) {
       const auto& err = k["error"];
       try {
         std::string got = render_case(l, c, agp);
-        ADD_FAILURE() << "expected " << err["type"].get<std::string>() << ": " << err["message"].get<std::string>()
-                      << "\nbut rendered: " << got;
+        ADD_FAILURE() << "expected " << err["type"].get<std::string>() << ": "
+                      << err["message"].get<std::string>() << "\nbut rendered: " << got;
       } catch (const TemplateRaise& e) {
-        EXPECT_TRUE(testing::is_template_raise(err)) << "raised " << e.what() << " but reference has " << err.dump();
+        EXPECT_TRUE(testing::is_template_raise(err))
+            << "raised " << e.what() << " but reference has " << err.dump();
         EXPECT_EQ(std::string(e.what()), err["message"].get<std::string>());
         ++failed_as_expected;
       } catch (const hearth::Error& e) {
-        EXPECT_FALSE(testing::is_template_raise(err)) << "expected raise_exception(" << err["message"] << "), got " << e.what();
+        EXPECT_FALSE(testing::is_template_raise(err))
+            << "expected raise_exception(" << err["message"] << "), got " << e.what();
         ++failed_as_expected;
       }
     }

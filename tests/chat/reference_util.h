@@ -2,10 +2,9 @@
 // (made by tools/reference/make_template_reference.py with transformers 5.17 / jinja2) and the
 // frozen clock it was rendered under.
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <ctime>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -35,6 +34,8 @@ inline std::time_t frozen_now() {
 }
 
 // Python exception types that mean "the template called raise_exception".
-inline bool is_template_raise(const nlohmann::ordered_json& error) { return error.value("type", "") == "TemplateError"; }
+inline bool is_template_raise(const nlohmann::ordered_json& error) {
+  return error.value("type", "") == "TemplateError";
+}
 
 }  // namespace hearth::chat::testing

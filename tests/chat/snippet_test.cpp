@@ -29,7 +29,8 @@ TEST(ChatSnippets, MatchJinja2) {
     ++checked;
     if (s.contains("output")) {
       try {
-        EXPECT_EQ(ChatTemplate::parse(s["template"].get<std::string>()).render(ctx, opts), s["output"].get<std::string>());
+        EXPECT_EQ(ChatTemplate::parse(s["template"].get<std::string>()).render(ctx, opts),
+                  s["output"].get<std::string>());
       } catch (const std::exception& e) {
         ADD_FAILURE() << "unexpected error: " << e.what();
       }

@@ -43,7 +43,8 @@ GdnInputs random_inputs(const GdnCase& c, uint32_t seed) {
 }
 
 // float64 recurrence straight from the definition (transformers' torch_recurrent_gated_delta_rule).
-void reference(const GdnCase& c, const GdnInputs& in, std::vector<double>& out, std::vector<double>& S) {
+void reference(const GdnCase& c, const GdnInputs& in, std::vector<double>& out,
+               std::vector<double>& S) {
   const int row = 2 * c.hk * c.dk + c.hv * c.dv, group = c.hv / c.hk;
   S.assign(in.state.begin(), in.state.end());
   out.assign(size_t(c.n) * c.hv * c.dv, 0.0);
@@ -72,7 +73,8 @@ void reference(const GdnCase& c, const GdnInputs& in, std::vector<double>& out, 
         for (int i = 0; i < c.dk; ++i) mem += (s[i * c.dv + j] *= decay) * k[size_t(i)];
         const double delta = b * (v[j] - mem);
         double o = 0;
-        for (int i = 0; i < c.dk; ++i) o += (s[i * c.dv + j] += k[size_t(i)] * delta) * q[size_t(i)];
+        for (int i = 0; i < c.dk; ++i)
+          o += (s[i * c.dv + j] += k[size_t(i)] * delta) * q[size_t(i)];
         out[(size_t(t) * c.hv + h) * c.dv + j] = o;
       }
     }
@@ -170,7 +172,8 @@ TEST(Conv1dOp, CarriedStateEqualsOneCall) {
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y[i], want[i], 1e-5) << "split " << split;
     for (int r = 0; r < K - 1; ++r)
       for (int c = 0; c < C; ++c)
-        ASSERT_EQ(st[size_t(r) * C + c], x[size_t(n - (K - 1) + r) * C + c]) << "state, split " << split;
+        ASSERT_EQ(st[size_t(r) * C + c], x[size_t(n - (K - 1) + r) * C + c])
+            << "state, split " << split;
   }
 }
 

@@ -25,7 +25,9 @@ struct ScratchModel {
     fs::copy(test::fixture_root() + "/qwen3", dir, fs::copy_options::recursive);
   }
   ~ScratchModel() { fs::remove_all(dir); }
-  nlohmann::json config() const { return nlohmann::json::parse(std::ifstream(dir / "config.json")); }
+  nlohmann::json config() const {
+    return nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  }
   void set_config(const nlohmann::json& j) const { std::ofstream(dir / "config.json") << j.dump(); }
 };
 
@@ -79,7 +81,8 @@ TEST(LoadErrors, MissingTensorIsNamed) {
 }
 
 TEST(LoadErrors, MissingFilesAndBadConfig) {
-  EXPECT_NE(load_error("/nonexistent/hearth/model").find("/nonexistent/hearth/model"), std::string::npos);
+  EXPECT_NE(load_error("/nonexistent/hearth/model").find("/nonexistent/hearth/model"),
+            std::string::npos);
   ScratchModel m("badjson");
   std::ofstream(m.dir / "config.json") << "{ not json";
   EXPECT_NE(load_error(m.dir).find("config.json"), std::string::npos);

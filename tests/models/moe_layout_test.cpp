@@ -29,7 +29,9 @@ void write_safetensors(const fs::path& file, const std::map<std::string, OutTens
   nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    header[name] = {{"dtype", t.dtype},
+                    {"shape", t.shape},
+                    {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();
   }
   std::string h = header.dump();
@@ -70,7 +72,8 @@ void restack(const std::string& src, const fs::path& dst, const std::string& lay
     auto cat = [&](std::initializer_list<const char*> projs) {
       std::string b;
       for (const auto& [e, p] : by_expert)
-        for (const char* proj : projs) b.append(static_cast<const char*>(p.at(proj)->data), p.at(proj)->nbytes);
+        for (const char* proj : projs)
+          b.append(static_cast<const char*>(p.at(proj)->data), p.at(proj)->nbytes);
       return b;
     };
     if (layout == "fused") {
@@ -99,8 +102,8 @@ TEST_P(MoeLayouts, StackedExpertsGiveIdenticalLogits) {
   std::vector<float> want(prompt.size() * size_t(base->info().n_vocab));
   base->forward(*sb, prompt, LogitsRows::All, want.data());
   for (const std::string layout : {"fused", "switch_mlp"}) {
-    const fs::path dir = fs::temp_directory_path() /
-                         ("hearth_moe_" + GetParam() + "_" + layout + "_" + std::to_string(::getpid()));
+    const fs::path dir = fs::temp_directory_path() / ("hearth_moe_" + GetParam() + "_" + layout +
+                                                      "_" + std::to_string(::getpid()));
     restack(src, dir, layout);
     auto model = load_model(dir);
     auto s = model->new_sequence();

@@ -3,6 +3,8 @@
 // outputs poisoned with NaN, weights misaligned by 2 bytes, awkward sizes, all weight and bias
 // dtypes. Error is measured relative to the output's norm: f32-accumulating paths must be
 // ~1e-7..1e-6; the AMX path (x split into bf16 hi + lo) must stay within a few 1e-6.
+#include "backend/cpu/matmul.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/matmul.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -181,9 +182,9 @@ void check_all(int64_t n, int64_t in, int64_t out, ThreadPool& pool, double* wor
         ASSERT_LE(eerr, elem_bound_for(isa, wdt, n))
             << "isa=" << detail::matmul_isa_name(isa) << " w=" << dtype_name(wdt)
             << " bias=" << bias_kind << " n=" << n << " in=" << in << " out=" << out;
-        ASSERT_LE(err, bound) << "isa=" << detail::matmul_isa_name(isa)
-                              << " w=" << dtype_name(wdt) << " bias=" << bias_kind
-                              << " n=" << n << " in=" << in << " out=" << out;
+        ASSERT_LE(err, bound) << "isa=" << detail::matmul_isa_name(isa) << " w=" << dtype_name(wdt)
+                              << " bias=" << bias_kind << " n=" << n << " in=" << in
+                              << " out=" << out;
       }
     }
   }
@@ -200,11 +201,12 @@ TEST(Matmul, AllPathsMatchF64Reference) {
         if (HasFatalFailure()) return;
       }
   for (MatmulIsa isa : supported_isas())
-    std::printf("  %-8s worst ||err||/scale: f32 %.2e f16 %.2e bf16 %.2e;"
-                " max|err|/sum|wx|: f32 %.2e f16 %.2e bf16 %.2e\n",
-                detail::matmul_isa_name(isa), worst[int(isa) * 3], worst[int(isa) * 3 + 1],
-                worst[int(isa) * 3 + 2], worst[12 + int(isa) * 3], worst[12 + int(isa) * 3 + 1],
-                worst[12 + int(isa) * 3 + 2]);
+    std::printf(
+        "  %-8s worst ||err||/scale: f32 %.2e f16 %.2e bf16 %.2e;"
+        " max|err|/sum|wx|: f32 %.2e f16 %.2e bf16 %.2e\n",
+        detail::matmul_isa_name(isa), worst[int(isa) * 3], worst[int(isa) * 3 + 1],
+        worst[int(isa) * 3 + 2], worst[12 + int(isa) * 3], worst[12 + int(isa) * 3 + 1],
+        worst[12 + int(isa) * 3 + 2]);
 }
 
 // Odd thread counts split the columns unevenly; one thread takes the no-pool path.

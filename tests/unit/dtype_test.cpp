@@ -1,8 +1,8 @@
+#include "core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "core/dtype.h"
 
 namespace hearth {
 

@@ -52,7 +52,8 @@ __attribute__((target("avx512f"))) float dot_avx512(const float* a, const float*
     acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
     acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
   }
-  for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+  for (; i + 16 <= n; i += 16)
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
   // Horizontal sum through memory (GCC 12 warns spuriously inside the 512→256 extract helpers).
   float lanes[16];
   _mm512_storeu_ps(lanes, _mm512_add_ps(acc0, acc1));
@@ -127,7 +128,8 @@ void attend_unit(const Unit& u, const KvView& kv, const AttentionParams& p, int 
   const float* v_base = kv.v.as<const float>() + int64_t(u.kv_head) * hd;
   for (int64_t i = 0; i < n; ++i) {
     const float* v = v_base + ((lo + i) % kv.capacity) * row;
-    for (int g = 0; g < group; ++g) kn.axpy(u.out + int64_t(g) * hd, v, scores[size_t(g * n + i)], hd);
+    for (int g = 0; g < group; ++g)
+      kn.axpy(u.out + int64_t(g) * hd, v, scores[size_t(g * n + i)], hd);
   }
 }
 

@@ -15,7 +15,8 @@
 namespace hearth::cpu {
 
 // y must not alias x; x, y contiguous f32 with rows = n. bias dtype F32/F16/BF16 or empty.
-void matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, ThreadPool& pool);
+void matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+            ThreadPool& pool);
 
 // Which kernels were selected at run time, e.g. "avx512+amx-bf16".
 std::string matmul_isa();

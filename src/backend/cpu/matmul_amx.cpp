@@ -24,7 +24,9 @@
 // Every function below is compiled for these features (the dispatcher checks them first);
 // the headers above stay baseline.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16"))), apply_to = function)
+#pragma clang attribute push(                                                                   \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16"))), \
+    apply_to = function)
 #else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")
 #endif
@@ -91,8 +93,7 @@ inline void transpose16(__m512i r[16]) {
 
 // B panel for outputs [o, o + 16 * n_tiles) x k [k0, k0 + 32 * n_steps): tile (t, s) at
 // panel + (t * n_steps + s) * kTileElems. Rows past `out` and k past `k` are zero.
-void pack_b(uint16_t* panel, const MatmulArgs& a, int64_t o, int n_tiles, int64_t k0,
-            int n_steps) {
+void pack_b(uint16_t* panel, const MatmulArgs& a, int64_t o, int n_tiles, int64_t k0, int n_steps) {
   const uint16_t* w = static_cast<const uint16_t*>(a.w);
   for (int t = 0; t < n_tiles; ++t) {
     for (int s = 0; s < n_steps; ++s) {
@@ -102,8 +103,8 @@ void pack_b(uint16_t* panel, const MatmulArgs& a, int64_t o, int n_tiles, int64_
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         const int64_t row = o + 16 * t + i;
-        r[i] = row < a.out ? _mm512_maskz_loadu_epi16(m, w + row * a.k + kk)
-                           : _mm512_setzero_si512();
+        r[i] =
+            row < a.out ? _mm512_maskz_loadu_epi16(m, w + row * a.k + kk) : _mm512_setzero_si512();
       }
       transpose16(r);
       uint16_t* dst = panel + (int64_t(t) * n_steps + s) * kTileElems;
@@ -142,9 +143,10 @@ void amx_pack_x(uint16_t* packed, const float* x, int64_t n, int64_t k, int64_t 
         continue;
       }
       const int64_t left = k - 32 * s;
-      const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(left, 0)) - 1);
-      const __mmask16 m1 = left >= 32 ? __mmask16(0xffff)
-                                      : __mmask16((1u << std::max<int64_t>(left - 16, 0)) - 1);
+      const __mmask16 m0 =
+          left >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(left, 0)) - 1);
+      const __mmask16 m1 =
+          left >= 32 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(left - 16, 0)) - 1);
       const __m512 x0 = _mm512_maskz_loadu_ps(m0, src + 32 * s);
       const __m512 x1 = _mm512_maskz_loadu_ps(m1, src + 32 * s + 16);
       const __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);  // RNE; low half = x0
@@ -189,7 +191,8 @@ void matmul_cols_amx(const MatmulArgs& a, const uint16_t* packed_x, int64_t o_be
           float* cbase = ragged ? edge : a.y + j * a.out + o;
           const int64_t ldc = ragged ? 32 * 4 : ldy;
           if (ragged) {
-            const int64_t rows = std::min<int64_t>(32, a.n - j), cols = std::min<int64_t>(32, oc_end - o);
+            const int64_t rows = std::min<int64_t>(32, a.n - j),
+                          cols = std::min<int64_t>(32, oc_end - o);
             std::fill(edge, edge + 32 * 32, 0.0f);
             if (!first)
               for (int64_t r = 0; r < rows; ++r)
@@ -239,7 +242,8 @@ void matmul_cols_amx(const MatmulArgs& a, const uint16_t* packed_x, int64_t o_be
           _tile_stored(2, reinterpret_cast<char*>(cbase) + 16 * ldc, ldc);
           _tile_stored(3, reinterpret_cast<char*>(cbase) + 16 * ldc + 64, ldc);
           if (ragged) {
-            const int64_t rows = std::min<int64_t>(32, a.n - j), cols = std::min<int64_t>(32, oc_end - o);
+            const int64_t rows = std::min<int64_t>(32, a.n - j),
+                          cols = std::min<int64_t>(32, oc_end - o);
             for (int64_t r = 0; r < rows; ++r)
               std::memcpy(a.y + (j + r) * a.out + o, edge + r * 32, size_t(cols) * 4);
           }

@@ -103,9 +103,14 @@ inline void row_group(const MatmulArgs& a, int64_t o) {
   int64_t j = 0;
   for (; j + 3 <= a.n; j += 3) block<WT, R, 3>(a, o, j);
   switch (a.n - j) {
-    case 2: block<WT, R, 2>(a, o, j); break;
-    case 1: block<WT, R, 1>(a, o, j); break;
-    default: break;
+    case 2:
+      block<WT, R, 2>(a, o, j);
+      break;
+    case 1:
+      block<WT, R, 1>(a, o, j);
+      break;
+    default:
+      break;
   }
 }
 
@@ -120,9 +125,15 @@ void rows(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
 
 void matmul_rows_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
   switch (a.w_dtype) {
-    case DType::BF16: rows<DType::BF16>(a, o_begin, o_end); break;
-    case DType::F16: rows<DType::F16>(a, o_begin, o_end); break;
-    default: rows<DType::F32>(a, o_begin, o_end); break;
+    case DType::BF16:
+      rows<DType::BF16>(a, o_begin, o_end);
+      break;
+    case DType::F16:
+      rows<DType::F16>(a, o_begin, o_end);
+      break;
+    default:
+      rows<DType::F32>(a, o_begin, o_end);
+      break;
   }
 }
 

@@ -18,7 +18,8 @@
 // Every function below is compiled for these features (the dispatcher checks them first);
 // the headers above stay baseline.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), apply_to = function)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 #endif
@@ -32,7 +33,8 @@
 #define HEARTH_MATMUL_PREFETCH 2
 #endif
 #ifndef HEARTH_MATMUL_PF_HINT
-#define HEARTH_MATMUL_PF_HINT _MM_HINT_T1  // into L2: keeps L1 fill buffers free for demand loads (+10-15% GEMV bandwidth)
+#define HEARTH_MATMUL_PF_HINT \
+  _MM_HINT_T1  // into L2: keeps L1 fill buffers free for demand loads (+10-15% GEMV bandwidth)
 #endif
 
 namespace hearth::cpu::detail {
@@ -112,8 +114,7 @@ inline void block(const MatmulArgs& a, int64_t o, int64_t j0) {
     // R rows x 2 threads is more than it covers comfortably.
     if constexpr (HEARTH_MATMUL_PREFETCH == 1) {
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(rows[r] + k * elem_size<WT>() + 1024, _MM_HINT_T0);
+      for (int r = 0; r < R; ++r) _mm_prefetch(rows[r] + k * elem_size<WT>() + 1024, _MM_HINT_T0);
     } else if constexpr (HEARTH_MATMUL_PREFETCH == 2) {
       // A thread's rows are one contiguous region: while this block eats R * 32 elements per
       // step, fetch the same number of bytes of the next block, front to back, so every row
@@ -121,8 +122,7 @@ inline void block(const MatmulArgs& a, int64_t o, int64_t j0) {
       // their first KiB).
       const char* next = rows[0] + R * a.k * elem_size<WT>() + R * k * elem_size<WT>();
       constexpr int lines = int(R * elem_size<WT>() / 2);  // bytes eaten per step / 64
-      for (int l = 0; l < lines; ++l)
-        _mm_prefetch(next + 64 * l, HEARTH_MATMUL_PF_HINT);
+      for (int l = 0; l < lines; ++l) _mm_prefetch(next + 64 * l, HEARTH_MATMUL_PF_HINT);
     }
     step(k, __mmask32(~0u));
   }
@@ -141,10 +141,17 @@ inline void row_group(const MatmulArgs& a, int64_t o) {
   int64_t j = 0;
   for (; j + 4 <= a.n; j += 4) block<WT, R, 4>(a, o, j);
   switch (a.n - j) {
-    case 3: block<WT, R, 3>(a, o, j); break;
-    case 2: block<WT, R, 2>(a, o, j); break;
-    case 1: block<WT, R, 1>(a, o, j); break;
-    default: break;
+    case 3:
+      block<WT, R, 3>(a, o, j);
+      break;
+    case 2:
+      block<WT, R, 2>(a, o, j);
+      break;
+    case 1:
+      block<WT, R, 1>(a, o, j);
+      break;
+    default:
+      break;
   }
 }
 
@@ -160,9 +167,15 @@ void rows(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
 
 void matmul_rows_avx512(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
   switch (a.w_dtype) {
-    case DType::BF16: rows<DType::BF16>(a, o_begin, o_end); break;
-    case DType::F16: rows<DType::F16>(a, o_begin, o_end); break;
-    default: rows<DType::F32>(a, o_begin, o_end); break;
+    case DType::BF16:
+      rows<DType::BF16>(a, o_begin, o_end);
+      break;
+    case DType::F16:
+      rows<DType::F16>(a, o_begin, o_end);
+      break;
+    default:
+      rows<DType::F32>(a, o_begin, o_end);
+      break;
   }
 }
 

@@ -13,10 +13,10 @@ namespace hearth::cpu::detail {
 // For BF16 weights the vector kernels read weights as (even, odd) halves of each chunk of
 // `chunk` elements, so x is stored permuted the same way inside each chunk (see pack_x).
 struct MatmulArgs {
-  float* y = nullptr;          // [n, out]
-  const float* x = nullptr;    // raw x [n, k] (generic kernel)
-  const float* xp = nullptr;   // packed x [n, kpad] (vector kernels)
-  const void* w = nullptr;     // [out, k] in w_dtype, rows possibly 2-byte aligned only
+  float* y = nullptr;         // [n, out]
+  const float* x = nullptr;   // raw x [n, k] (generic kernel)
+  const float* xp = nullptr;  // packed x [n, kpad] (vector kernels)
+  const void* w = nullptr;    // [out, k] in w_dtype, rows possibly 2-byte aligned only
   DType w_dtype = DType::F32;
   const void* bias = nullptr;  // [out] in bias_dtype, or nullptr
   DType bias_dtype = DType::F32;
@@ -25,8 +25,10 @@ struct MatmulArgs {
 
 inline float load_scalar(const void* p, DType dt, int64_t i) {
   switch (dt) {
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
     default: {  // memcpy: f32 weights in a checkpoint may be only 2-byte aligned
       float f;
       std::memcpy(&f, static_cast<const char*>(p) + i * 4, 4);
@@ -44,8 +46,8 @@ void pack_x(float* xp, const float* x, int64_t k, int64_t kpad, int64_t r_begin,
             int chunk);
 
 void matmul_rows_generic(const MatmulArgs& a, int64_t o_begin, int64_t o_end);
-void matmul_rows_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end);     // chunk 16
-void matmul_rows_avx512(const MatmulArgs& a, int64_t o_begin, int64_t o_end);   // chunk 32
+void matmul_rows_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end);    // chunk 16
+void matmul_rows_avx512(const MatmulArgs& a, int64_t o_begin, int64_t o_end);  // chunk 32
 
 // AMX-BF16 (BF16 weights only). amx_request_permission() asks Linux for tile state once per
 // process; false means the kernel must not be used.
@@ -56,7 +58,6 @@ bool amx_request_permission();
 size_t amx_packed_x_bytes(int64_t n, int64_t k);
 void amx_pack_x(uint16_t* packed, const float* x, int64_t n, int64_t k, int64_t r_begin,
                 int64_t r_end);
-void matmul_cols_amx(const MatmulArgs& a, const uint16_t* packed_x, int64_t o_begin,
-                     int64_t o_end);
+void matmul_cols_amx(const MatmulArgs& a, const uint16_t* packed_x, int64_t o_begin, int64_t o_end);
 
 }  // namespace hearth::cpu::detail

@@ -1,7 +1,7 @@
 // A one-token decode step of a plain llama-family stack, or of a Qwen3.5 hybrid stack, as one
 // persistent kernel (Backend::decode_layers; docs/cuda.md, "One kernel per decode step").
 //
-// Session 5 measured every decode launch at a fixed 6–10 µs inside the graph whatever its
+// Inside the graph every decode launch costs a fixed 6–10 µs inside the graph whatever its
 // size, six per layer; this kernel has one launch per step. One block per SM, 16 warps, stays
 // resident for the whole step and walks each layer's five phases, separated by grid barriers:
 //   1. every block normalises x into shared memory; q/k/v rows (and a gated layer's output
@@ -27,16 +27,16 @@
 // traffic: the first batch of its first weight rows (StepArgs::stage, stage_first; not in the
 // barrier thread's warp; in a llama stack the o rows' second batch too, StepArgs::stage2, once
 // the block's attention is done: the 0.6B's o rows are then all in shared memory before phase 3;
-// session 22: 0.6B +0.8–1.0 %, 8B even) and, for attention, its chunk's cached keys and values
+// 0.6B +0.8–1.0 %, 8B even) and, for attention, its chunk's cached keys and values
 // (StepArgs::kv_prefetch, prefetch_kv) and the q/k gains and rotation (load_head_consts); for the
 // mixer, its head's recurrent state and conv constants; before a norm, the norm's gains
 // (norm_gains_to_l1).
 //
 // The kernel is large (146–212 KB of sm_90 code per instance), larger than an SM's instruction
-// cache, so code that runs once per layer (attention, the mixer) starts cold: session 13's clock
-// marks found a head of 256's attention 3–4 times slower on its first chunk than on its second.
+// cache, so code that runs once per layer (attention, the mixer) starts cold: clock marks
+// found a head of 256's attention 3–4 times slower on its first chunk than on its second.
 // Such code is kept short where that measured faster (kScoreUnroll, the combine's loop over the
-// chunks). Session 15 bounded what is left of it: warm, a chunk's scores and P·V took 2.1 µs
+// chunks). What is left of it is bounded: warm, a chunk's scores and P·V took 2.1 µs
 // against 3.6 cold; an L2 evict_first policy on the weights and ~40 KB less product code changed
 // nothing (docs/PERFORMANCE.md).
 // The backend takes it by default for layers of 24 MB or more (CudaOptions::decode_step): it
@@ -110,8 +110,8 @@ __device__ __forceinline__ void stage_first(uint4* slice, const uint4* w0, const
 
 // The thread that arrives at and polls the grid barrier: lane 0 of the last warp, which has no
 // attention prefetch and rarely a chunk, so its poll does not queue behind the loads and the
-// rotation that warp 0 starts in the barrier's wait (session 12: attention blocks left the
-// barrier ~1–3 µs late when thread 0 polled).
+// rotation that warp 0 starts in the barrier's wait (attention blocks left the barrier
+// ~1–3 µs late when thread 0 polled).
 constexpr int kBarrierThread = kThreadsB - 32;
 
 // The grid barrier, split: every block arrives (its writes before it become visible to every
@@ -124,9 +124,9 @@ __device__ __forceinline__ unsigned long long grid_arrive(const StepArgs& a) {
   unsigned long long target = 0;
   if (threadIdx.x == kBarrierThread) {
     // A release add: it orders the block's writes (made before the __syncthreads above) before
-    // the arrival without a full fence; session 7 measured it against __threadfence + atomicAdd
-    // at +1.3 % (8B) and +5 % (0.6B) tokens/s. A reduction that returns nothing (red.release),
-    // the target computed from the count read at the step's start, was slower in session 15:
+    // the arrival without a full fence; measured against __threadfence + atomicAdd it gave
+    // +1.3 % (8B) and +5 % (0.6B) tokens/s. A reduction that returns nothing (red.release),
+    // the target computed from the count read at the step's start, was slower:
     // 9B 226.0 → 217.7 t/s, the phases' waits and gate/up 1–3 µs longer.
     unsigned long long before;
     asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;"
@@ -155,8 +155,7 @@ __device__ __forceinline__ void grid_wait(const StepArgs& a, unsigned long long 
 // after the block sum they put an L2 round trip between the barrier and the phase's first
 // products, twice per layer. A hint, no registers held (in registers, the 9B's kernel spilled
 // 160 bytes against 44); little else allocates in the L1 (weights, the step's products and the
-// K/V copies bypass it). Session 21: tg128 9B
-// +0.4 %, 8B +0.5 %, 0.6B +0.8 % (docs/PERFORMANCE.md).
+// K/V copies bypass it). tg128 9B +0.4 %, 8B +0.5 %, 0.6B +0.8 % (docs/PERFORMANCE.md).
 __device__ __forceinline__ void norm_gains_to_l1(const StepArgs& a, const void* gain) {
   const int esize = a.gain_dt == kF32 ? 4 : 2;
   for (int i = threadIdx.x; i < a.H / 8; i += blockDim.x)
@@ -184,7 +183,7 @@ __device__ void normalise_to_smem(const StepArgs& a, const __nv_bfloat16* x, con
 // A bf16 vector produced in the step (by any block) into shared memory, by cp.async from the
 // L2: every word requested before any is waited for. (A loop of loads and stores waited for each
 // load before requesting the next: the MLP's hidden vector, three words per thread on the 8B and
-// 9B, took three L2 round trips after the barrier instead of one; session 21: down 0.4 µs shorter
+// 9B, took three L2 round trips after the barrier instead of one; this way down is 0.4 µs shorter
 // per layer, tg128 9B +0.3 %, 8B +0.3 %.) The wait also covers the thread's staged weights,
 // which the phase's first pass reads next.
 __device__ void stage_vector(const __nv_bfloat16* v, int n, uint4* xs) {
@@ -242,7 +241,7 @@ __device__ __forceinline__ void row_dot(const uint4* w, const uint4* w2, const u
 // lane in flight, as the GLU's two matrices): store(r, w_r · xs, early(r)) for each. row_w(r)
 // is row r's weights; early(r) what the store reads that was written before the phase (the
 // residual), requested before the row's weights so that the store does not wait for it after
-// the sums (session 12).
+// the sums.
 // The first pass's rows (unit0, unit0 + step) may have been staged (`staged` non-null).
 template <typename RowW, typename Early, typename Store>
 __device__ __forceinline__ void product_rows(int rows, int in8, const uint4* xs, int unit0,
@@ -316,7 +315,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   float* qs = qs_all + warp * hd;
   // This warp's staging slice, or null when staging is off.
   // The barrier thread's warp stages nothing, so that its poll does not queue behind its own
-  // copies (session 16: 9B +0.8 %, 0.6B +3 % tokens/s, 8B even).
+  // copies (9B +0.8 %, 0.6B +3 % tokens/s, 8B even).
   uint4* const slice = a.stage && warp != kBarrierThread / 32
                            ? reinterpret_cast<uint4*>(base + at.slices) + warp * 2 * kUnrollD * 32
                            : nullptr;
@@ -362,7 +361,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
   // The o rows' second staged batch (StepArgs::stage2): this warp's slice in phase 2's region,
   // free once the block's attention is done and until phase 3 has read it. Llama stacks only:
   // a Gated DeltaNet layer keeps its state and conv rows there through phase 3, and in the
-  // hybrid instances the code alone cost the 9B 0.4 % (session 22, s22d).
+  // hybrid instances the code alone cost the 9B 0.4 %.
   uint4* const slice2 =
       !HYBRID && slice && a.stage2 && at.total - at.kv >= size_t(kWarpsB) * 2 * kUnrollD * 32 * 16
           ? reinterpret_cast<uint4*>(base + at.kv) + warp * 2 * kUnrollD * 32
@@ -423,7 +422,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
       // to finish (its count) combines them. In a block per head, a head of 256's two buffered
       // warps take the chunks in turn, each later chunk's keys requested only when its warp
       // comes to it, and a head of 128's chunks past its four buffered warps read the cache
-      // directly, while the other blocks wait. Session 18, tg384: 9B +1.5 %, 8B +0.9 %, 0.6B
+      // directly, while the other blocks wait. tg384: 9B +1.5 %, 8B +0.9 %, 0.6B
       // +1–3 %; with fewer chunks the block per head is as fast, its combine in shared memory.
       for (int u = xu0; u < units; u += G * kWarpsB) {
         const int hq = u % a.nh, c = u / a.nh, hd_p = hd + 2;
@@ -458,7 +457,7 @@ __global__ void __launch_bounds__(kThreadsB, 1) decode_step_kernel(const StepArg
         if constexpr (E == 8) {
           // Heads of 256 have buffers in warps 0 and 1 only: the chunks go to them in turn (c
           // in warp c mod 2), each but the prefetched one requested into the buffer as its warp
-          // comes to it. Session 13 measured such a head at ~40 µs with chunks 2 and 3 read
+          // comes to it. Such a head measured ~40 µs with chunks 2 and 3 read
           // from the cache (a lane's 32 loads of its key's row run a few at a time for want of
           // registers, each an HBM round trip): one round trip per chunk is far cheaper.
           // (Without the prefetch, CudaOptions::decode_kv_prefetch, a chunk per warp, all from

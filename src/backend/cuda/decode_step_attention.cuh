@@ -82,7 +82,7 @@ __device__ __forceinline__ void rotation_to_smem(const StepArgs& a, int pos, flo
 }
 
 // Asks the L2 to fetch and keep this layer's q/k norm gains (a warp; 128-byte lines), so that
-// phase 2's load_head_consts does not wait for HBM behind the staged weights (session 12).
+// phase 2's load_head_consts does not wait for HBM behind the staged weights.
 __device__ __forceinline__ void prefetch_gains(const StepArgs& a, const StepLayerDev& L, int lane) {
   if (!L.q_norm) return;
   const int lines = (a.hd * (a.gain_dt == kF32 ? 4 : 2) + 127) / 128;
@@ -169,7 +169,7 @@ __device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int
 // cache. Writes the unnormalised partial (max, sum, P·V) to `part` [2 + hd] in shared memory,
 // for combine_chunks after a block barrier.
 //
-// Session 12 timed a head's steps on the 8B (marks inside this function): q arrives ~1.0 µs
+// A head's steps timed on the 8B (clock marks inside this function): q arrives ~1.0 µs
 // after the barrier (an L2 round trip), so nothing else on the path may wait for memory: the
 // gains and rotation are computed before the barrier, the new value is stored from the
 // registers that hold it, and P·V issues its shared-memory reads in batches of 16 keys.
@@ -229,8 +229,8 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
   const float4* q4 = reinterpret_cast<const float4*>(qs);  // qs: hd floats, 16-byte aligned
   // The row is unrolled by 8 words (4 for heads of 256), not fully: the step's kernel is large
   // (146–212 KB of code), so code run once per layer, as attention is, comes in from L2 a line at
-  // a time; session 13 timed a head of 256's scores at 6.8 µs fully unrolled. Session 14 (s14a,
-  // one machine): 8 / 4 against 16 / 8 words, 9B 222.8 → 225.4 t/s, 8B 233.8 → 238.2.
+  // a time; a head of 256's scores took 6.8 µs fully unrolled. Measured on one machine,
+  // 8 / 4 against 16 / 8 words, 9B 222.8 → 225.4 t/s, 8B 233.8 → 238.2.
   constexpr int kScoreUnroll = E == 8 ? 4 : 8;
   auto score = [&](const uint4* kr, auto load) {
     float t = 0.0f;

@@ -11,10 +11,10 @@
 // (state_write_back), off the critical path.
 //
 // Code size: the step's kernel is large (146–212 KB of code) and this runs once per layer, so
-// its instructions come in cold (session 13's clock marks: attention's code took 3–4 times
+// its instructions come in cold (clock marks: attention's code took 3–4 times
 // as long on its first run in a layer as on its second), so its loops over the state stay
-// rolled. Session 13 measured them rolled together with V read four rows at a time, which moved
-// spills into the products and cost 7 %; session 14 measured them rolled with the attention's
+// rolled. Rolled together with V read four rows at a time, they moved spills into the products
+// and cost 7 %; rolled with the attention's
 // score row unrolled by 8 / 4 words (fewer spills): 9B 222.8–223.8 → 225.4 t/s (one machine).
 //
 // Numerics: the expressions of gated_delta_mixer.cu (conv_token, the gates, the delta rule,
@@ -174,7 +174,7 @@ __device__ void mixer_head(const StepArgs& a, const StepLayerDev& L, int h, floa
 
   // Delta rule: S ← e^g·S; mem = Sᵀk; δ = β(v − mem); S += k δᵀ; o = Sᵀq. Thread (rl, quad)
   // takes rows rl, rl + nrl, ... of columns col..col+3. The loops stay rolled (less code to
-  // come in cold; measured with the score row's shorter unroll in session 14, s14a).
+  // come in cold; measured with the score row's shorter unroll).
   float4* const S4 = reinterpret_cast<float4*>(S);
   float4 mem = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 1
@@ -246,8 +246,8 @@ __device__ __forceinline__ void state_write_back(const StepArgs& a, const StepLa
 // and written by the first of them, the v channels by their own head). What it stores is
 // requested while the block waits at that barrier (the old rows 1..K-2 and the input: nothing
 // the block writes before it stores them) into the mixer's reduction buffers, free once the
-// mixer is done, so that phase 3 ends in stores only. (Session 16 found that phase's slowest
-// block a mixer block, ~2.5 µs behind the median; session 17's clock marks showed all 32 mixer
+// mixer is done, so that phase 3 ends in stores only. (That phase's slowest block was a mixer
+// block, ~2.5 µs behind the median; clock marks showed all 32 mixer
 // blocks that late, from the shift's dependent loads and the stores after their products. With
 // the rows requested at the barrier: the phase's slowest block 11.0 → 9.3 µs, the 9B +0.5 %
 // tokens/s; docs/cuda.md.)

@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool col_ok = col < dv;  // dv % 4 == 0: a quad is wholly in or out
   float* const Sg = static_cast<float*>(a.state.p) + int64_t(h) * dk * dv + col;
   // The state slab into L2 while the input projection still runs: a hint only, so it is right
-  // whoever wrote the state last, and the loads after the wait hit L2 (+0.3–0.6 % on the 9B,
-  // session 8).
+  // whoever wrote the state last, and the loads after the wait hit L2 (+0.3–0.6 % on the
+  // 9B).
   if (col_ok)
 #pragma unroll
     for (int u = 0; u < RPT; ++u) {
