@@ -1,0 +1,127 @@
+// `hearth quant-stats`: a weight format's distortion on i.i.d. N(0,1) samples (unit variance,
+// so no scale is applied), next to the rate-distortion bound 2^(-2k) and the published figure,
+// and the encoder's throughput. Each format is one function returning Stats; the table of
+// reference figures and the printing are shared.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "quant/trellis.h"
+
+namespace hearth::cli {
+namespace {
+
+struct QuantStatsOptions {
+  std::string format = "trellis";
+  int bits = 3;
+  int64_t samples = int64_t(1) << 20;
+  uint32_t seed = 1;
+  int threads = 0;  // 0: every available core
+};
+
+struct Stats {
+  std::string description;  // the format's parameters, one line
+  double mse = 0;
+  double seconds = 0;    // encoding only
+  double published = 0;  // the reference MSE, 0 if none
+  std::string published_source;
+};
+
+// N(0,1) by Box-Muller from mt19937, so a seed gives the same samples with any C++ library.
+std::vector<float> normal_samples(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); i += 2) {
+    const double u1 = (double(rng()) + 1.0) / 4294967296.0, u2 = double(rng()) / 4294967296.0;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    out[i] = float(r * std::cos(2 * std::numbers::pi * u2));
+    if (i + 1 < out.size()) out[i + 1] = float(r * std::sin(2 * std::numbers::pi * u2));
+  }
+  return out;
+}
+
+Stats trellis_stats(const QuantStatsOptions& o, const std::vector<float>& x, ThreadPool& pool) {
+  using quant::TrellisSpec;
+  quant::trellis_check_bits(o.bits, "--bits");
+  if (o.samples % TrellisSpec::kBlock != 0)
+    fail("--samples must be a multiple of {} for trellis, got {}", TrellisSpec::kBlock, o.samples);
+  const int k = o.bits, words = TrellisSpec::block_words(k);
+  const int64_t n_blocks = o.samples / TrellisSpec::kBlock;
+  std::vector<uint32_t> codes(size_t(n_blocks * words));
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.parallel_for(n_blocks, 1, [&](int64_t b, int64_t e) {
+    quant::TrellisEncoder encoder(k);
+    for (int64_t i = b; i < e; ++i)
+      encoder.encode_block(&x[size_t(i * TrellisSpec::kBlock)], &codes[size_t(i * words)]);
+  });
+  Stats s;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The error of what was written, decoded independently of the encoder's own bookkeeping.
+  double err = 0;
+  float y[TrellisSpec::kBlock];
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    quant::trellis_decode_block(&codes[size_t(i * words)], k, y);
+    for (int t = 0; t < TrellisSpec::kBlock; ++t) {
+      const double d = double(x[size_t(i * TrellisSpec::kBlock + t)]) - y[t];
+      err += d * d;
+    }
+  }
+  s.mse = err / double(o.samples);
+  s.description =
+      fmt::format("trellis {} L={} T={} k={} tail-biting, encoder {}", TrellisSpec::kCode,
+                  TrellisSpec::kStateBits, TrellisSpec::kBlock, k, quant::trellis_encoder_isa());
+  // QTIP (Tseng et al. 2024) Table 2: tail-biting trellis, L = 12, i.i.d. N(0,1).
+  const double qtip[] = {0.0733, 0.0198, 0.0055};
+  s.published = qtip[k - 2];
+  s.published_source = "QTIP L=12 tail-biting";
+  return s;
+}
+
+int run_quant_stats(const QuantStatsOptions& o) {
+  if (o.samples <= 0) fail("--samples must be positive, got {}", o.samples);
+  if (o.threads < 0) fail("--threads must be >= 0, got {}", o.threads);
+  ThreadPool pool(o.threads);
+  const auto x = normal_samples(o.samples, o.seed);
+  Stats s;
+  if (o.format == "trellis") s = trellis_stats(o, x, pool);
+  const double bound = std::ldexp(1.0, -2 * o.bits);
+  std::printf("format     %s\n", s.description.c_str());
+  std::printf("samples    %lld N(0,1), seed %u, %d threads\n", (long long)o.samples, o.seed,
+              pool.size());
+  std::printf("mse        %.6f\n", s.mse);
+  if (s.published > 0)
+    std::printf("published  %.4f  (%s; hearth %+.2f%%)\n", s.published, s.published_source.c_str(),
+                100 * (s.mse / s.published - 1));
+  std::printf("bound      %.6f  (2^-2k; hearth %+.2f%%)\n", bound, 100 * (s.mse / bound - 1));
+  const double rate = double(o.samples) / s.seconds;
+  std::printf("encoder    %.0f weights/s (%.0f per thread), %.2f s\n", rate, rate / pool.size(),
+              s.seconds);
+  return 0;
+}
+
+CommandRegistration quant_stats_command(
+    "quant-stats", "a weight format's MSE on N(0,1) samples against its bounds, and encoder speed",
+    [](CLI::App& sub) {
+      auto o = std::make_shared<QuantStatsOptions>();
+      sub.add_option("--format", o->format, "weight format")
+          ->check(CLI::IsMember({"trellis"}))
+          ->capture_default_str();
+      sub.add_option("--bits", o->bits, "bits per weight (trellis: 2, 3 or 4)")
+          ->capture_default_str();
+      sub.add_option("--samples", o->samples, "number of N(0,1) samples")->capture_default_str();
+      sub.add_option("--seed", o->seed, "random seed")->capture_default_str();
+      sub.add_option("-t,--threads", o->threads, "threads (0: every available core)")
+          ->capture_default_str();
+      return CommandRun([o] { return run_quant_stats(*o); });
+    });
+
+}  // namespace
+}  // namespace hearth::cli
