@@ -9,7 +9,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -62,7 +64,8 @@ void trellis_pack_block(const uint8_t* sym, int k, uint32_t* words);
 // Owns its scratch (about 0.3 MB); one per thread. Not thread-safe.
 class TrellisEncoder {
  public:
-  explicit TrellisEncoder(int k);
+  // isa: a kernel family from trellis_encoder_isas() (tests, benchmarks); empty: the best.
+  explicit TrellisEncoder(int k, std::string_view isa = {});
   ~TrellisEncoder();
   TrellisEncoder(const TrellisEncoder&) = delete;
   TrellisEncoder& operator=(const TrellisEncoder&) = delete;
@@ -79,8 +82,10 @@ class TrellisEncoder {
   std::unique_ptr<Scratch> s_;
 };
 
-// Which encoder kernel this CPU runs: "avx512", "avx2" or "generic".
+// The encoder kernel family this CPU runs by default: "avx512", "avx2" or "generic".
 const char* trellis_encoder_isa();
+// Every family this CPU can run, best first (they agree up to f32 rounding of near-ties).
+std::vector<std::string> trellis_encoder_isas();
 
 // Quantizes w [rows, cols] (f32, row-major) row by row: scales_f16[r] = fp16(RMS(row r) /
 // trellis_1mad_rms()), codes [rows, cols·k/32]. An all-zero row (or one too small for an fp16

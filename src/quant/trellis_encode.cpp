@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "quant/trellis.h"
 
 namespace hearth::quant {
@@ -88,21 +90,32 @@ HEARTH_TRELLIS_FORWARD(forward_k3_avx512, 3, HEARTH_AVX512)
 HEARTH_TRELLIS_FORWARD(forward_k4_avx512, 4, HEARTH_AVX512)
 #endif
 
-enum class EncoderIsa { Base, Avx2, Avx512 };
+// Kernel families, best first.
+enum class EncoderIsa { Avx512, Avx2, Generic };
+constexpr const char* kIsaNames[] = {"avx512", "avx2", "generic"};
 
-EncoderIsa best_encoder_isa() {
+bool encoder_isa_supported(EncoderIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
-    return EncoderIsa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return EncoderIsa::Avx2;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (isa == EncoderIsa::Avx2) return avx2;
+  if (isa == EncoderIsa::Avx512)
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 #endif
-  return EncoderIsa::Base;
+  return isa == EncoderIsa::Generic;
 }
 
-ForwardFn pick_forward(int k) {
-  static const EncoderIsa isa = best_encoder_isa();
+EncoderIsa best_encoder_isa() {
+  static const EncoderIsa best = [] {
+    for (EncoderIsa isa : {EncoderIsa::Avx512, EncoderIsa::Avx2})
+      if (encoder_isa_supported(isa)) return isa;
+    return EncoderIsa::Generic;
+  }();
+  return best;
+}
+
+ForwardFn forward_for(EncoderIsa isa, int k) {
   const int i = k - Spec::kMinBits;
 #if defined(__x86_64__)
   static constexpr ForwardFn avx512[] = {forward_k2_avx512, forward_k3_avx512, forward_k4_avx512};
@@ -116,15 +129,13 @@ ForwardFn pick_forward(int k) {
 
 }  // namespace
 
-const char* trellis_encoder_isa() {
-  switch (best_encoder_isa()) {
-    case EncoderIsa::Avx512:
-      return "avx512";
-    case EncoderIsa::Avx2:
-      return "avx2";
-    default:
-      return "generic";
-  }
+const char* trellis_encoder_isa() { return kIsaNames[int(best_encoder_isa())]; }
+
+std::vector<std::string> trellis_encoder_isas() {
+  std::vector<std::string> out;
+  for (EncoderIsa isa : {EncoderIsa::Avx512, EncoderIsa::Avx2, EncoderIsa::Generic})
+    if (encoder_isa_supported(isa)) out.push_back(kIsaNames[int(isa)]);
+  return out;
 }
 
 struct TrellisEncoder::Scratch {
@@ -137,9 +148,18 @@ struct TrellisEncoder::Scratch {
   std::vector<uint8_t> bp;  // [256, 2^(12-k)]
 };
 
-TrellisEncoder::TrellisEncoder(int k) : k_(k), s_(std::make_unique<Scratch>()) {
+TrellisEncoder::TrellisEncoder(int k, std::string_view isa)
+    : k_(k), s_(std::make_unique<Scratch>()) {
   trellis_check_bits(k, "TrellisEncoder");
-  s_->forward = pick_forward(k);
+  EncoderIsa chosen = best_encoder_isa();
+  if (!isa.empty()) {
+    int i = 0;
+    while (i < 3 && isa != kIsaNames[i]) ++i;
+    if (i == 3 || !encoder_isa_supported(EncoderIsa(i)))
+      fail("TrellisEncoder: kernel family '{}' is unknown or not supported by this CPU", isa);
+    chosen = EncoderIsa(i);
+  }
+  s_->forward = forward_for(chosen, k);
   s_->bp.resize(size_t(kT) * size_t(kStates >> k));
 }
 

@@ -68,6 +68,16 @@ double block_error(const float* x, const uint32_t* words, int k) {
   return e;
 }
 
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 TEST(Trellis1mad, UnitVarianceAnd713DistinctValues) {
   const float* table = trellis_1mad_table();
   double sum = 0, sum_sq = 0;
@@ -209,6 +219,28 @@ TEST(TrellisEncoder, PathBitesItsTail) {
   EXPECT_GT(block_error(x.data(), flipped.data(), k), err);
 }
 
+// Every encoder kernel family this CPU runs finds the same optimum (up to f32 near-ties).
+TEST(TrellisEncoder, KernelFamiliesAgree) {
+  const auto x = normal_samples(2 * kT, 21);
+  for (int k = 2; k <= 4; ++k) {
+    double best = -1;
+    for (const auto& isa : trellis_encoder_isas()) {
+      TrellisEncoder enc(k, isa);
+      std::vector<uint32_t> words(TrellisSpec::block_words(k));
+      double err = 0;
+      for (int b = 0; b < 2; ++b) {
+        const double e = enc.encode_block(&x[b * kT], words.data());
+        EXPECT_NEAR(e, block_error(&x[b * kT], words.data(), k), 1e-9 * kT) << isa;
+        err += e;
+      }
+      if (best < 0) best = err;
+      EXPECT_NEAR(err, best, 1e-5 * best) << isa << " k " << k;
+    }
+  }
+  EXPECT_STREQ(trellis_encoder_isa(), trellis_encoder_isas().front().c_str());
+  EXPECT_NE(error_of([] { TrellisEncoder enc(3, "avx9000"); }).find("avx9000"), std::string::npos);
+}
+
 // QTIP Table 2 (tail-biting, L = 12): k=2 0.0733, k=3 0.0198, k=4 0.0055. 1MAD measures ~1.7%
 // above the k=2 figure on large samples (docs/QUANTIZATION.md says why); 2^15 samples add ~1%
 // of noise, so 3% is the bound.
@@ -270,8 +302,8 @@ TEST(TrellisRows, ScalesZeroRowsAndThreadsAgree) {
   }
 }
 
-void expect_matvec_matches(int64_t rows, int64_t cols, int k, int axis, int64_t n,
-                           ThreadPool& pool) {
+void expect_matvec_matches(const std::string& isa, int64_t rows, int64_t cols, int k, int axis,
+                           int64_t n, ThreadPool& pool) {
   // Stored matrix: axis 1 [rows, cols]; axis 0 Wᵀ [cols, rows].
   const int64_t s_rows = axis == 1 ? rows : cols, s_cols = axis == 1 ? cols : rows;
   const auto codes = random_words(size_t(TrellisSpec::row_words(s_cols, k) * s_rows),
@@ -284,8 +316,8 @@ void expect_matvec_matches(int64_t rows, int64_t cols, int k, int axis, int64_t 
   dequantize_trellis_rows(codes.data(), scales.data(), s_rows, s_cols, k, stored.data());
   const auto x = normal_samples(size_t(n * cols), uint32_t(n + 3));
   std::vector<float> y(size_t(n * rows), NAN);  // poisoned
-  cpu::trellis_matvec(codes.data(), scales.data(), rows, cols, k, axis, x.data(), n, y.data(),
-                      pool);
+  cpu::detail::trellis_matvec_with(isa, codes.data(), scales.data(), rows, cols, k, axis, x.data(),
+                                   n, y.data(), pool);
   for (int64_t j = 0; j < n; ++j)
     for (int64_t r = 0; r < rows; ++r) {
       double want = 0, mag = 0;
@@ -295,32 +327,30 @@ void expect_matvec_matches(int64_t rows, int64_t cols, int k, int axis, int64_t 
         mag += std::fabs(w * x[size_t(j * cols + c)]);
       }
       ASSERT_NEAR(y[size_t(j * rows + r)], want, 1e-5 * mag + 1e-30)
-          << "W [" << rows << ", " << cols << "] k " << k << " axis " << axis << " n " << n
+          << isa << " W [" << rows << ", " << cols << "] k " << k << " axis " << axis << " n " << n
           << " row " << j << " out " << r;
     }
 }
 
 TEST(TrellisMatvec, MatchesDequantizedProduct) {
   ThreadPool pool(2);
-  for (int k = 2; k <= 4; ++k)
-    for (int64_t odd : {1, 17, 33, 300})
-      for (int64_t coded : {256, 512, 768})
-        for (int64_t n = 1; n <= 8; ++n) {
-          expect_matvec_matches(odd, coded, k, 1, n, pool);
-          expect_matvec_matches(coded, odd, k, 0, n, pool);
-        }
-  expect_matvec_matches(40, 1024, 3, 1, 11, pool);  // n > 8 runs in chunks
-  expect_matvec_matches(1024, 40, 3, 0, 11, pool);
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
+  const auto isas = cpu::detail::trellis_matvec_isas();
+  for (const auto& isa : isas) {
+    // Every n on the family in use; the fallbacks at the n that take each kernel branch.
+    const std::vector<int64_t> ns = isa == isas.front()
+                                        ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}
+                                        : std::vector<int64_t>{1, 7, 8};
+    for (int k = 2; k <= 4; ++k)
+      for (int64_t odd : {1, 17, 33, 300})
+        for (int64_t coded : {256, 512, 768})
+          for (int64_t n : ns) {
+            expect_matvec_matches(isa, odd, coded, k, 1, n, pool);
+            expect_matvec_matches(isa, coded, odd, k, 0, n, pool);
+          }
+    expect_matvec_matches(isa, 40, 1024, 3, 1, 11, pool);  // n > 8 runs in chunks
+    expect_matvec_matches(isa, 1024, 40, 3, 0, 11, pool);
   }
-  return "(no error)";
+  EXPECT_EQ(cpu::trellis_matvec_isa(), cpu::detail::trellis_matvec_isas().front());
 }
 
 TEST(TrellisErrors, NameTheBadParameter) {

@@ -9,6 +9,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -17,7 +19,18 @@ namespace hearth::cpu {
 void trellis_matvec(const uint32_t* codes, const uint16_t* scales_f16, int64_t rows, int64_t cols,
                     int k, int axis, const float* x, int64_t n, float* y, ThreadPool& pool);
 
-// The kernel family in use: "avx512", "avx2" or "generic".
+// The kernel family in use: "avx512" (with VNNI and VBMI2), "avx2" or "generic".
 std::string trellis_matvec_isa();
+
+namespace detail {
+
+// Every family this CPU can run, best first.
+std::vector<std::string> trellis_matvec_isas();
+// trellis_matvec on one family (tests and benchmarks); isa from trellis_matvec_isas().
+void trellis_matvec_with(std::string_view isa, const uint32_t* codes, const uint16_t* scales_f16,
+                         int64_t rows, int64_t cols, int k, int axis, const float* x, int64_t n,
+                         float* y, ThreadPool& pool);
+
+}  // namespace detail
 
 }  // namespace hearth::cpu
