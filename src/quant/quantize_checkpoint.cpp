@@ -1,0 +1,383 @@
+#include "quant/quantize_checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+
+namespace hearth::quant {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// "model.layers.3.mlp.experts.7.down_proj" -> "model.layers.*.mlp.experts.*.down_proj": how the
+// notices name a group of modules.
+std::string name_pattern(const std::string& module) {
+  std::string out;
+  size_t pos = 0;
+  while (pos <= module.size()) {
+    size_t dot = module.find('.', pos);
+    if (dot == std::string::npos) dot = module.size();
+    const std::string part = module.substr(pos, dot - pos);
+    const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    out += (pos ? "." : "") + (digits ? std::string("*") : part);
+    pos = dot + 1;
+  }
+  return out;
+}
+
+bool suffix_matches(const std::string& module, const std::string& suffix) {
+  if (module.size() < suffix.size() ||
+      module.compare(module.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  return module.size() == suffix.size() || module[module.size() - suffix.size() - 1] == '.';
+}
+
+// mlx-vlm keeps vision and audio encoders in float; text-only loaders drop them anyway.
+bool in_encoder_tower(const std::string& module) {
+  const std::string path = "." + module + ".";
+  for (const char* part :
+       {".visual.", ".vision_tower.", ".vision_model.", ".audio_tower.", ".audio_model."})
+    if (path.find(part) != std::string::npos) return true;
+  return false;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+std::vector<ModuleOverride> parse_module_bits(std::string_view text) {
+  std::vector<ModuleOverride> out;
+  if (trim(text).empty()) return out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view item = trim(text.substr(pos, comma - pos));
+    pos = comma + 1;
+    if (item.empty()) fail("--module-bits: empty item in '{}'", text);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      fail("--module-bits: expected MODULE=BITS or MODULE=false, got '{}'", item);
+    ModuleOverride o{std::string(trim(item.substr(0, eq))), 0};
+    const std::string value(trim(item.substr(eq + 1)));
+    if (o.suffix.empty() || o.suffix.front() == '.' || o.suffix.back() == '.')
+      fail("--module-bits: '{}' does not name a module (e.g. mlp.down_proj=8)", item);
+    if (o.suffix.ends_with(".weight"))
+      fail("--module-bits: '{}': name the module without '.weight' (e.g. mlp.down_proj=8)", item);
+    if (value != "false") {
+      size_t used = 0;
+      try {
+        o.bits = std::stoi(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != value.size() || o.bits <= 0)
+        fail("--module-bits: '{}': the value must be a number of bits or false", item);
+    }
+    for (const auto& prev : out)
+      if (prev.suffix == o.suffix) fail("--module-bits: '{}' is given twice", o.suffix);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+namespace {
+
+// The spec's format, after checking its parameters and those of every override.
+const QuantFormat* checked_format(const QuantizeSpec& spec) {
+  const QuantFormat* format = quant_format_find(spec.format);
+  if (!format && spec.format == "trellis")
+    fail("--format trellis is not available in hearth quantize yet (available: {})",
+         quant_format_names());
+  if (!format)
+    fail("--format: unknown format '{}' (available: {})", spec.format, quant_format_names());
+  format->check(spec.params);
+  for (const auto& o : spec.overrides) {
+    if (o.bits == 0) continue;
+    try {
+      format->check({o.bits, spec.params.group_size});
+    } catch (const Error& e) {
+      fail("--module-bits {}={}: {}", o.suffix, o.bits, e.what());
+    }
+  }
+  return format;
+}
+
+}  // namespace
+
+QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
+  QuantizePlan plan;
+  plan.format = checked_format(spec);
+
+  struct Skipped {
+    std::string reason;
+    DType dtype;
+    std::vector<std::string> modules;
+  };
+  std::vector<Skipped> skipped;  // in order of first appearance
+  std::vector<bool> override_used(spec.overrides.size(), false);
+  plan.quantization = plan.format->config_entry(spec.params);
+
+  for (const auto& name : store.names()) {
+    const TensorInfo* info = store.find(name);
+    plan.total_params += int64_t(info->nbytes / dtype_size(info->dtype));
+    PlannedTensor t;
+    t.input = info;
+    const bool linear_shaped = info->shape.size() == 2 && name.ends_with(".weight") &&
+                               name.find("norm") == std::string::npos;
+    if (linear_shaped) {
+      const std::string module = name.substr(0, name.size() - 7);
+      const ModuleOverride* over = nullptr;
+      for (size_t i = 0; i < spec.overrides.size(); ++i) {
+        const auto& o = spec.overrides[i];
+        if (!suffix_matches(module, o.suffix)) continue;
+        override_used[i] = true;
+        if (!over || o.suffix.size() > over->suffix.size()) over = &o;
+      }
+      QuantParams params = spec.params;
+      if (over && over->bits) params.bits = over->bits;
+      std::string why;
+      if (over && over->bits == 0)
+        why = "--module-bits says false";
+      else if (in_encoder_tower(module))
+        why = "vision/audio encoder, kept in float as mlx-vlm does";
+      else
+        why = plan.format->unfit(info->shape[0], info->shape[1], info->dtype, params);
+      if (why.empty()) {
+        t.module = module;
+        t.params = params;
+        t.outputs = plan.format->outputs(module, *info, params);
+        if (over) plan.quantization[module] = plan.format->config_entry(params);
+        plan.n_quantized++;
+        plan.quantized_params += info->shape[0] * info->shape[1];
+        for (const auto& e : t.outputs) plan.quantized_bytes += e.nbytes();
+      } else {
+        // Explicit, so a loader that trusts config.json alone does not look for its scales.
+        plan.quantization[module] = false;
+        auto it = std::find_if(skipped.begin(), skipped.end(), [&](const Skipped& s) {
+          return s.reason == why && s.dtype == info->dtype;
+        });
+        if (it == skipped.end()) {
+          skipped.push_back({why, info->dtype, {}});
+          it = skipped.end() - 1;
+        }
+        it->modules.push_back(module);
+      }
+    }
+    if (!t.quantized()) t.outputs = {{name, info->dtype, info->shape}};
+    for (const auto& e : t.outputs) plan.output_bytes += e.nbytes();
+    plan.tensors.push_back(std::move(t));
+  }
+
+  for (size_t i = 0; i < spec.overrides.size(); ++i)
+    if (!override_used[i])
+      fail("--module-bits: '{}' matches no linear or embedding module of {}",
+           spec.overrides[i].suffix, store.dir().string());
+
+  for (const auto& s : skipped) {
+    std::vector<std::string> patterns;
+    for (const auto& m : s.modules) {
+      const std::string p = name_pattern(m);
+      if (std::find(patterns.begin(), patterns.end(), p) == patterns.end()) patterns.push_back(p);
+    }
+    std::string shown;
+    for (size_t i = 0; i < patterns.size() && i < 4; ++i) shown += (i ? ", " : "") + patterns[i];
+    if (patterns.size() > 4) shown += fmt::format(", ... ({} more)", patterns.size() - 4);
+    plan.notices.push_back(fmt::format("{} {} {}: {} ({})", s.modules.size(),
+                                       s.modules.size() == 1 ? "module stays" : "modules stay",
+                                       lower(dtype_name(s.dtype)), s.reason, shown));
+  }
+  return plan;
+}
+
+namespace {
+
+// Removes the partial directory unless the run got as far as renaming it.
+struct PartialDir {
+  fs::path path;
+  bool committed = false;
+  ~PartialDir() {
+    if (committed || path.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+nlohmann::ordered_json read_config(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read {}: {}", path.string(), std::strerror(errno));
+  nlohmann::ordered_json config;
+  try {
+    config = nlohmann::ordered_json::parse(in);
+  } catch (const std::exception& e) {
+    fail("{}: invalid JSON: {}", path.string(), e.what());
+  }
+  if (!config.is_object()) fail("{}: not a JSON object", path.string());
+  return config;
+}
+
+// Weights in any format: the output has its own, and a stale copy would only confuse a loader.
+bool is_weights_file(const std::string& name) {
+  for (const char* ext : {".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json",
+                          ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx"})
+    if (name.ends_with(ext)) return true;
+  return false;
+}
+
+// Tokenizer, chat template, generation config, README...: every small file that is neither
+// weights nor config.json, as mlx-lm carries them over.
+void copy_side_files(const fs::path& in, const fs::path& to) {
+  constexpr uintmax_t kMaxBytes = uintmax_t(64) << 20;
+  for (const auto& entry : fs::directory_iterator(in)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name.starts_with(".") || name == "config.json" ||
+        is_weights_file(name) || entry.file_size() >= kMaxBytes)
+      continue;
+    fs::copy_file(entry.path(), to / name);
+    fsync_path(to / name);
+  }
+}
+
+// rename(2) would replace an empty directory at `to`; RENAME_NOREPLACE fails instead.
+void rename_no_replace(const fs::path& from, const fs::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  int err = errno;
+  if (err == EINVAL || err == ENOSYS) {  // a filesystem without the flag
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(to, ec))) {
+      if (std::rename(from.c_str(), to.c_str()) == 0) return;
+      err = errno;
+    } else {
+      err = EEXIST;
+    }
+  }
+  fail("cannot rename {} to {}: {}", from.string(), to.string(), std::strerror(err));
+}
+
+QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_arg,
+                                        const QuantizeOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  checked_format(options.spec);  // bad options fail before any file is touched
+  const fs::path out = out_arg.has_filename() ? out_arg : out_arg.parent_path();
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(out, ec)))
+    fail("output {} already exists; give a new directory", out.string());
+  if (!fs::is_regular_file(in / "config.json", ec))
+    fail("{} is not a checkpoint directory: it has no config.json", in.string());
+  auto config = read_config(in / "config.json");
+  for (const char* key : {"quantization", "quantization_config"})
+    if (config.contains(key))
+      fail("{} is already quantized (config.json has \"{}\"); quantize a float checkpoint",
+           in.string(), key);
+
+  const WeightStore store = WeightStore::open(in);
+  for (const auto& name : store.names())
+    if (name.ends_with(".scales"))
+      fail("{} is already quantized (it has tensor '{}'); quantize a float checkpoint", in.string(),
+           name);
+  const QuantizePlan plan = quantize_plan(store, options.spec);
+  if (options.on_plan) options.on_plan(plan);
+
+  PartialDir partial;
+  partial.path =
+      out.parent_path() / (out.filename().string() + ".partial-" + std::to_string(::getpid()));
+  if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
+  if (!fs::create_directory(partial.path))
+    fail("{} already exists (left by an earlier run?); remove it", partial.path.string());
+
+  const auto check_cancel = [&] {
+    if (options.cancel && options.cancel->load())
+      fail("interrupted; removed {}", partial.path.string());
+  };
+
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& t : plan.tensors)
+    entries.insert(entries.end(), t.outputs.begin(), t.outputs.end());
+  SafetensorsWriterOptions writer_options = options.writer;
+  writer_options.metadata = {{"format", "mlx"}};
+  SafetensorsWriter writer(partial.path, std::move(entries), writer_options);
+
+  ThreadPool pool(options.n_threads);
+  std::vector<std::vector<uint8_t>> buffers;  // reused: the largest module's size at most
+  QuantizeProgress progress{0, plan.n_quantized, 0, plan.quantized_params, 0};
+  for (const auto& t : plan.tensors) {
+    check_cancel();
+    if (!t.quantized()) {
+      writer.write(t.outputs[0].name, t.input->data, t.input->nbytes);
+      continue;
+    }
+    buffers.resize(t.outputs.size());
+    for (size_t i = 0; i < t.outputs.size(); ++i) buffers[i].resize(t.outputs[i].nbytes());
+    plan.format->quantize(*t.input, t.params, pool, options.cancel, buffers);
+    check_cancel();
+    for (size_t i = 0; i < t.outputs.size(); ++i)
+      writer.write(t.outputs[i].name, buffers[i].data(), buffers[i].size());
+    progress.modules_done++;
+    progress.weights_done += t.input->shape[0] * t.input->shape[1];
+    progress.seconds = elapsed();
+    if (options.on_progress) options.on_progress(progress);
+  }
+  writer.finish();
+  check_cancel();
+
+  copy_side_files(in, partial.path);
+  config["quantization"] = plan.quantization;
+  config["quantization_config"] = plan.quantization;
+  // Last: a directory with config.json is a checkpoint, so it must only appear complete.
+  write_file_durably(partial.path / "config.json", config.dump(4) + "\n");
+  fsync_path(partial.path);
+  check_cancel();
+  rename_no_replace(partial.path, out);
+  partial.committed = true;
+  fsync_path(out.parent_path().empty() ? fs::path(".") : out.parent_path());
+
+  QuantizeResult r;
+  r.out = out;
+  r.n_quantized = plan.n_quantized;
+  r.quantized_params = plan.quantized_params;
+  r.total_params = plan.total_params;
+  r.quantized_bytes = plan.quantized_bytes;
+  r.input_bytes = store.total_bytes();
+  r.output_bytes = writer.file_bytes();
+  r.output_tensor_bytes = writer.data_bytes();
+  r.n_files = writer.n_files();
+  r.seconds = elapsed();
+  return r;
+}
+
+}  // namespace
+
+QuantizeResult quantize_checkpoint(const fs::path& in, const fs::path& out,
+                                   const QuantizeOptions& options) {
+  try {
+    return quantize_checkpoint_impl(in, out, options);
+  } catch (const fs::filesystem_error& e) {
+    fail("{}", e.what());  // a user's problem (disk full, permissions), not an internal error
+  }
+}
+
+}  // namespace hearth::quant

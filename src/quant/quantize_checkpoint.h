@@ -1,0 +1,104 @@
+// `hearth quantize`: converts a float checkpoint (F32, F16 or BF16 safetensors) into a quantized
+// one in MLX's layout, so that mlx-lm and hearth load it. Two steps: the plan (which tensor
+// becomes what, and config.json's "quantization" object), computed from names and shapes alone,
+// then the run, which streams tensor by tensor into OUT.partial-<pid> next to OUT and renames
+// that to OUT once config.json, written last, is on disk. OUT therefore either does not exist or
+// is a complete checkpoint; an error or a cancel removes the partial directory.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loader/safetensors_writer.h"
+#include "loader/weight_store.h"
+#include "quant/quantize_format.h"
+
+namespace hearth::quant {
+
+// One --module-bits item: the modules whose path ends with `suffix` (whole dot-separated parts:
+// "mlp.down_proj" matches "model.layers.3.mlp.down_proj") get `bits`, or stay unquantized when
+// bits is 0 ("false"). When several match, the longest suffix wins.
+struct ModuleOverride {
+  std::string suffix;
+  int bits = 0;
+};
+// Parses "mlp.down_proj=8,self_attn.q_proj=false"; throws naming the bad item.
+std::vector<ModuleOverride> parse_module_bits(std::string_view text);
+
+struct QuantizeSpec {
+  std::string format = "affine";
+  QuantParams params;
+  std::vector<ModuleOverride> overrides;
+};
+
+struct PlannedTensor {
+  const TensorInfo* input = nullptr;      // into the WeightStore
+  std::string module;                     // the weight's name without ".weight"; empty when copied
+  QuantParams params;                     // when quantized
+  std::vector<SafetensorsEntry> outputs;  // when copied: the input tensor as it is
+  bool quantized() const { return !module.empty(); }
+};
+
+struct QuantizePlan {
+  const QuantFormat* format = nullptr;
+  std::vector<PlannedTensor> tensors;  // every input tensor, in name order
+  // config.json's "quantization" (written as "quantization_config" too, as mlx-lm does): the
+  // default parameters, then each overridden module's parameters, or false for every
+  // linear-shaped module left unquantized.
+  nlohmann::ordered_json quantization;
+  // One line per reason modules stay unquantized, e.g. "2 modules stay bf16: last dim 96 not a
+  // multiple of 64 (model.layers.*.mlp.down_proj)".
+  std::vector<std::string> notices;
+  int64_t n_quantized = 0;  // modules
+  int64_t quantized_params = 0;
+  int64_t total_params = 0;
+  size_t quantized_bytes = 0;  // the quantized modules' output (codes, scales and biases)
+  size_t output_bytes = 0;     // every output tensor
+};
+
+// What becomes of each tensor of `store`. A tensor is quantized iff it is a 2-D NAME.weight
+// (a linear or embedding layer; not a norm, not in a vision or audio tower, which mlx-vlm keeps
+// in float too), the format can code its shape and dtype, and no override says false. Throws on
+// an unknown format, unsupported parameters, or an override that matches no module.
+QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec);
+
+struct QuantizeProgress {
+  int64_t modules_done = 0, modules_total = 0;
+  int64_t weights_done = 0, weights_total = 0;  // of the quantized modules
+  double seconds = 0;
+};
+
+struct QuantizeOptions {
+  QuantizeSpec spec;
+  int n_threads = 0;                // <= 0: the CPUs this process may use
+  SafetensorsWriterOptions writer;  // shard size; its metadata is set to {"format": "mlx"}
+  // Set from another thread or a signal handler to stop: the run removes the partial
+  // directory and throws hearth::Error("interrupted").
+  const std::atomic<bool>* cancel = nullptr;
+  std::function<void(const QuantizePlan&)> on_plan;          // before the first tensor
+  std::function<void(const QuantizeProgress&)> on_progress;  // after each quantized module
+};
+
+struct QuantizeResult {
+  std::filesystem::path out;
+  int64_t n_quantized = 0, quantized_params = 0, total_params = 0;
+  size_t quantized_bytes = 0;
+  size_t input_bytes = 0;          // the input's tensors
+  size_t output_bytes = 0;         // the output's .safetensors files
+  size_t output_tensor_bytes = 0;  // their tensors' bytes (without headers)
+  size_t n_files = 0;              // .safetensors files written
+  double seconds = 0;
+};
+
+// Quantizes checkpoint `in` into the new directory `out`. Throws hearth::Error when `out`
+// exists, `in` is not a float checkpoint, or anything fails; nothing is left behind then.
+QuantizeResult quantize_checkpoint(const std::filesystem::path& in,
+                                   const std::filesystem::path& out,
+                                   const QuantizeOptions& options);
+
+}  // namespace hearth::quant

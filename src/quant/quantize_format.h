@@ -1,0 +1,47 @@
+// The weight formats `hearth quantize` can write, one QuantFormat each: which weights a format
+// can code, the tensors a coded module becomes, the per-tensor quantize step and the module's
+// entry in config.json. The checkpoint converter (quantize_checkpoint) only goes through this
+// table, so a second format (trellis) is one more entry here.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "loader/safetensors_writer.h"
+#include "loader/weight_store.h"
+
+namespace hearth::quant {
+
+struct QuantParams {
+  int bits = 4;
+  int group_size = 64;
+};
+
+struct QuantFormat {
+  std::string_view name;
+  // Throws hearth::Error naming the option ("--bits", "--group-size") on unsupported values.
+  void (*check)(const QuantParams& params);
+  // Empty if a [rows, cols] weight of `dtype` can be coded, else why not, in a few words that
+  // are the same for every module sharing the reason ("last dim 100 not a multiple of 64").
+  std::string (*unfit)(int64_t rows, int64_t cols, DType dtype, const QuantParams& params);
+  // The tensors module `module` (a weight's name without ".weight") becomes.
+  std::vector<SafetensorsEntry> (*outputs)(const std::string& module, const TensorInfo& weight,
+                                           const QuantParams& params);
+  // Codes `weight` into out[i], each sized as outputs()[i]. Uses the pool's threads; returns
+  // early (contents unspecified) once *cancel is set.
+  void (*quantize)(const TensorInfo& weight, const QuantParams& params, ThreadPool& pool,
+                   const std::atomic<bool>* cancel, std::vector<std::vector<uint8_t>>& out);
+  // The module's parameters as config.json's "quantization" object states them.
+  nlohmann::ordered_json (*config_entry)(const QuantParams& params);
+};
+
+// nullptr when `name` is not a format the quantizer writes.
+const QuantFormat* quant_format_find(std::string_view name);
+// The names quant_format_find knows, comma-separated, for messages.
+std::string quant_format_names();
+
+}  // namespace hearth::quant
