@@ -18,24 +18,66 @@ int64_t Tensor::numel() const {
   return n;
 }
 
+size_t Tensor::nbytes() const {
+  if (is_packed()) return size_t(numel()) * packed.bits / 8;
+  return size_t(numel()) * dtype_size(dtype);
+}
+
+namespace {
+
+// Scales (and biases) per outermost index of a packed weight with `inner` values per index.
+int64_t packed_params_per_outer(const Tensor& t, int64_t inner) {
+  if (t.packed.format == WeightFormat::Affine) return inner / t.packed.group_size;
+  // Trellis: one scale per coded row (an output row, or an input row when transposed).
+  return t.packed.axis == 1 ? inner / t.cols() : inner / t.dim(-2);
+}
+
+}  // namespace
+
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   Tensor t = *this;
-  int64_t row_elems = ndim == 0 ? 1 : numel() / shape[0];
-  t.data = static_cast<char*>(data) + size_t(begin * row_elems) * dtype_size(dtype);
+  const int64_t row_elems = ndim == 0 ? 1 : numel() / shape[0];
   t.shape[0] = end - begin;
+  if (!is_packed()) {
+    t.data = static_cast<char*>(data) + size_t(begin * row_elems) * dtype_size(dtype);
+    return t;
+  }
+  if (packed.format == WeightFormat::Trellis && packed.axis == 0 && ndim == 2)
+    fail("cannot take rows {}..{} of {}: a transposed trellis matrix is coded along its rows",
+         begin, end, describe());
+  t.data = static_cast<char*>(data) + size_t(begin * row_elems) * packed.bits / 8;
+  const size_t param_bytes =
+      size_t(begin * packed_params_per_outer(*this, row_elems)) * dtype_size(packed.param_dtype);
+  t.packed.scales = static_cast<const char*>(packed.scales) + param_bytes;
+  if (packed.biases) t.packed.biases = static_cast<const char*>(packed.biases) + param_bytes;
   return t;
 }
 
 Tensor Tensor::reshaped(std::initializer_list<int64_t> dims) const {
   Tensor t(data, dtype, dims, device);
   if (t.numel() != numel()) fail("cannot reshape {} to {} elements", describe(), t.numel());
+  if (is_packed()) {
+    if (t.cols() != cols())
+      fail("cannot reshape the packed weight {}: its innermost dimension must stay", describe());
+    t.packed = packed;
+  }
   return t;
 }
 
 std::string Tensor::describe() const {
   std::string s = "[";
   for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "] " + std::string(dtype_name(dtype));
+  s += "] ";
+  switch (packed.format) {
+    case WeightFormat::Dense:
+      return s + std::string(dtype_name(dtype));
+    case WeightFormat::Affine:
+      return s + fmt::format("affine {}-bit g{}", packed.bits, packed.group_size);
+    case WeightFormat::Trellis:
+      return s +
+             fmt::format("trellis {}-bit{}", packed.bits, packed.axis == 0 ? " (transposed)" : "");
+  }
+  return s;
 }
 
 }  // namespace hearth

@@ -156,6 +156,10 @@ void WeightStore::rename(const std::string& from, const std::string& to) {
   node.key() = to;
   node.mapped().info.name = to;
   entries_.insert(std::move(node));
+  constexpr std::string_view kWeight = ".weight";
+  if (from.ends_with(kWeight) && to.ends_with(kWeight))
+    quantization_.rename_module(from.substr(0, from.size() - kWeight.size()),
+                                to.substr(0, to.size() - kWeight.size()));
 }
 
 Tensor WeightStore::take_entry(Entry& entry, const std::vector<int64_t>& expected_shape,
@@ -197,6 +201,11 @@ Tensor WeightStore::take_entry(Entry& entry, const std::vector<int64_t>& expecte
 Tensor WeightStore::take(const std::string& name, std::vector<int64_t> expected_shape,
                          std::string_view from_config) {
   auto it = entries_.find(name);
+  if (it != entries_.end() && name.ends_with(".weight")) {
+    const std::string module = name.substr(0, name.size() - 7);
+    if (contains(module + ".scales"))
+      return take_packed(it->second, module, expected_shape, from_config);
+  }
   if (it == entries_.end())
     fail("tensor {} (shape {}) is missing from checkpoint {}", name, shape_str(expected_shape),
          dir_.string());
@@ -205,9 +214,94 @@ Tensor WeightStore::take(const std::string& name, std::vector<int64_t> expected_
 
 Tensor WeightStore::take_optional(const std::string& name, std::vector<int64_t> expected_shape,
                                   std::string_view from_config) {
-  auto it = entries_.find(name);
-  if (it == entries_.end()) return Tensor{};
-  return take_entry(it->second, expected_shape, from_config);
+  if (!contains(name)) return Tensor{};
+  return take(name, std::move(expected_shape), from_config);
+}
+
+Tensor WeightStore::take_packed(Entry& codes, const std::string& module,
+                                const std::vector<int64_t>& expected_shape,
+                                std::string_view from_config) {
+  const std::string& file = codes.info.file;
+  if (quantization_.empty())
+    fail("module {} has packed weights ({}.scales) but config.json has no quantization, in {}",
+         module, module, dir_.string());
+  const auto q = quantization_.for_module(module);
+  if (!q)
+    fail(
+        "module {} has packed weights ({}.scales) but config.json's quantization leaves it "
+        "unquantized, in {}",
+        module, module, dir_.string());
+  if (expected_shape.size() < 2 || expected_shape.back() < 0)
+    fail("module {}: a packed weight needs a known input size (expected shape {})", module,
+         shape_str(expected_shape));
+  // The stored shapes follow from the logical [.., out, in]; -1 (any) stays -1.
+  const size_t nd = expected_shape.size();
+  const int64_t out = expected_shape[nd - 2], in = expected_shape[nd - 1];
+  std::vector<int64_t> codes_shape = expected_shape, params_shape = expected_shape;
+  const char* what = q->format == WeightFormat::Affine ? "affine" : "trellis";
+  const auto must_divide = [&](int64_t n, int64_t by, const char* dim) {
+    if (n >= 0 && n % by != 0)
+      fail("module {}: {} quantization with group size {} needs {} size {} to be a multiple of it",
+           module, what, by, dim, n);
+  };
+  if (q->format == WeightFormat::Affine) {
+    must_divide(in, q->group_size, "input");
+    codes_shape[nd - 1] = in * q->bits / 32;
+    params_shape[nd - 1] = in / q->group_size;
+  } else if (q->axis == 1) {
+    must_divide(in, q->group_size, "input");
+    codes_shape[nd - 1] = in * q->bits / 32;
+    params_shape.pop_back();
+  } else {
+    must_divide(out, q->group_size, "output");
+    codes_shape[nd - 2] = in;
+    codes_shape[nd - 1] = out < 0 ? -1 : out * q->bits / 32;
+    params_shape.pop_back();
+    params_shape.back() = in;
+  }
+  if (codes.info.dtype != DType::U32)
+    fail("tensor {}.weight of packed module {} must be U32, got {}, in {}", module, module,
+         dtype_name(codes.info.dtype), file);
+  const std::string why =
+      fmt::format("{}-bit {} quantization of logical shape {}{}{}", q->bits, what,
+                  shape_str(expected_shape), from_config.empty() ? "" : ", ", from_config);
+  Tensor t = take_entry(codes, codes_shape, why);
+  Entry& scales = entries_.at(module + ".scales");
+  Tensor s = take_entry(scales, params_shape, why);
+  Tensor b;
+  if (q->format == WeightFormat::Affine) {
+    auto bit = entries_.find(module + ".biases");
+    if (bit == entries_.end())
+      fail("module {} is affine-quantized but {}.biases is missing, in {}", module, module,
+           dir_.string());
+    b = take_entry(bit->second, params_shape, why);
+    if (b.dtype != s.dtype)
+      fail("module {}: biases are {} but scales are {}, in {}", module, dtype_name(b.dtype),
+           dtype_name(s.dtype), file);
+    if (s.dtype != DType::BF16 && s.dtype != DType::F16 && s.dtype != DType::F32)
+      fail("module {}: scales must be BF16, F16 or F32, got {}, in {}", module, dtype_name(s.dtype),
+           file);
+  } else if (s.dtype != DType::F16) {
+    fail("module {}: trellis scales must be F16, got {}, in {}", module, dtype_name(s.dtype), file);
+  }
+  // The logical tensor: the codes' leading dims, [out, in] last.
+  Tensor w = t;
+  for (size_t i = 0; i + 2 < nd; ++i) w.shape[i] = t.shape[i];
+  w.shape[nd - 2] = q->format == WeightFormat::Trellis && q->axis == 0
+                        ? t.shape[nd - 1] * 32 / q->bits
+                        : t.shape[nd - 2];
+  w.shape[nd - 1] = in;
+  w.packed.format = q->format;
+  w.packed.bits = uint8_t(q->bits);
+  w.packed.axis = uint8_t(q->axis);
+  w.packed.group_size = uint16_t(q->group_size);
+  w.packed.param_dtype = s.dtype;
+  w.packed.scales = s.data;
+  w.packed.biases = b.data;
+  codes.params = w.numel();
+  scales.params = 0;
+  if (!b.empty()) entries_.at(module + ".biases").params = 0;
+  return w;
 }
 
 size_t WeightStore::ignore_prefix(const std::string& prefix) {
@@ -252,10 +346,14 @@ std::map<DType, size_t> WeightStore::bytes_by_dtype() const {
   return out;
 }
 
+int64_t WeightStore::params_of(const Entry& entry) {
+  return entry.params >= 0 ? entry.params
+                           : int64_t(entry.info.nbytes / dtype_size(entry.info.dtype));
+}
+
 int64_t WeightStore::total_params() const {
   int64_t n = 0;
-  for (const auto& [name, entry] : entries_)
-    n += int64_t(entry.info.nbytes / dtype_size(entry.info.dtype));
+  for (const auto& [name, entry] : entries_) n += params_of(entry);
   return n;
 }
 
@@ -269,7 +367,7 @@ size_t WeightStore::taken_bytes() const {
 int64_t WeightStore::taken_params() const {
   int64_t n = 0;
   for (const auto& [name, entry] : entries_)
-    if (entry.state == State::Taken) n += int64_t(entry.info.nbytes / dtype_size(entry.info.dtype));
+    if (entry.state == State::Taken) n += params_of(entry);
   return n;
 }
 

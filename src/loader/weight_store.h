@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "loader/quantization.h"
 
 namespace hearth {
 
@@ -51,11 +52,18 @@ class WeightStore {
   // exists. Keeps its taken/ignored state.
   void rename(const std::string& from, const std::string& to);
 
-  // A view of the tensor, marked as used. Fails naming the tensor if it is missing, if its shape
-  // differs from `expected_shape` (a dim of -1 matches anything, one below -1 is an error;
-  // `from_config` says where the expectation came from, e.g. "hidden_size=64"), or if its data
-  // is misaligned for its dtype.
-  // Taking a tensor twice is allowed (tied embeddings).
+  // How packed modules are read (config.json's quantization); see take().
+  void set_quantization(QuantizationConfig quantization) {
+    quantization_ = std::move(quantization);
+  }
+
+  // A view of the tensor, marked as used. For NAME.weight of a module that has NAME.scales, a
+  // packed weight (Tensor::packed) of logical shape `expected_shape`, read with the module's
+  // quantization; its codes, scales and biases are checked against that shape and marked used.
+  // Fails naming the tensor if it is missing, if its shape differs from `expected_shape` (a dim of
+  // -1 matches anything, one below -1 is an error; `from_config` says where the expectation came
+  // from, e.g. "hidden_size=64"), or if its data is misaligned for its dtype. Taking a tensor twice
+  // is allowed (tied embeddings).
   Tensor take(const std::string& name, std::vector<int64_t> expected_shape,
               std::string_view from_config = {});
   // As take(), but an empty Tensor if the tensor is absent.
@@ -82,14 +90,19 @@ class WeightStore {
   struct Entry {
     TensorInfo info;
     State state = State::Unused;
+    int64_t params = -1;  // set when taken as part of a packed weight: its share of the weights
   };
   WeightStore() = default;
   Tensor take_entry(Entry& entry, const std::vector<int64_t>& expected_shape,
                     std::string_view from_config);
+  Tensor take_packed(Entry& codes, const std::string& module,
+                     const std::vector<int64_t>& expected_shape, std::string_view from_config);
+  static int64_t params_of(const Entry& entry);
 
   std::filesystem::path dir_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep the mappings alive
   std::map<std::string, Entry> entries_;  // node-based: TensorInfo pointers survive moves/renames
+  QuantizationConfig quantization_;
 };
 
 }  // namespace hearth

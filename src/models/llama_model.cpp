@@ -104,7 +104,8 @@ Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in,
   Linear l;
   l.w = weights_.take(name + ".weight", {out, in}, "config dimensions");
   if (bias) l.bias = weights_.take(name + ".bias", {out}, "config dimensions");
-  if (l.w.dtype != DType::F32 && l.w.dtype != DType::F16 && l.w.dtype != DType::BF16)
+  if (!l.w.is_packed() && l.w.dtype != DType::F32 && l.w.dtype != DType::F16 &&
+      l.w.dtype != DType::BF16)
     fail("tensor {}.weight has dtype {}; linear weights must be F32, F16 or BF16", name,
          dtype_name(l.w.dtype));
   l.w = backend_->prepare_weight(l.w);

@@ -13,7 +13,7 @@ namespace hearth {
 namespace {
 
 void check_linear_dtype(const Tensor& t, const std::string& name) {
-  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+  if (!t.is_packed() && t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
     fail("tensor {} has dtype {}; expert weights must be F32, F16 or BF16", name,
          dtype_name(t.dtype));
 }

@@ -21,19 +21,43 @@ namespace {
 
 using RowRanges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) row ranges, in order
 
-// Copies `ranges` of a 2-D tensor's rows, in order, into a new owned buffer of the same dtype.
-Tensor copy_rows(const Tensor& src, const RowRanges& ranges, std::vector<Buffer>& owned) {
-  const size_t row_bytes = size_t(src.cols()) * dtype_size(src.dtype);
+// Copies `ranges` of rows of a 2-D buffer with `row_bytes` per row into a new owned buffer.
+void* copy_row_bytes(const void* src, size_t row_bytes, const RowRanges& ranges,
+                     std::vector<Buffer>& owned) {
   int64_t rows = 0;
   for (auto [b, e] : ranges) rows += e - b;
   Buffer buf(size_t(rows) * row_bytes);
   char* dst = static_cast<char*>(buf.data());
   for (auto [b, e] : ranges) {
-    std::memcpy(dst, src.as<const char>() + size_t(b) * row_bytes, size_t(e - b) * row_bytes);
+    std::memcpy(dst, static_cast<const char*>(src) + size_t(b) * row_bytes,
+                size_t(e - b) * row_bytes);
     dst += size_t(e - b) * row_bytes;
   }
-  Tensor t(buf.data(), src.dtype, {rows, src.cols()});
+  void* p = buf.data();
   owned.push_back(std::move(buf));
+  return p;
+}
+
+// Copies `ranges` of a 2-D tensor's rows, in order, into new owned memory of the same format (a
+// packed weight's codes with their scales and biases).
+Tensor copy_rows(const Tensor& src, const RowRanges& ranges, std::vector<Buffer>& owned) {
+  int64_t rows = 0;
+  for (auto [b, e] : ranges) rows += e - b;
+  if (!src.is_packed()) {
+    void* p = copy_row_bytes(src.data, size_t(src.cols()) * dtype_size(src.dtype), ranges, owned);
+    return Tensor(p, src.dtype, {rows, src.cols()});
+  }
+  // Rows of a packed matrix: slice_rows checks the format allows it (not transposed trellis).
+  (void)src.slice_rows(0, 1);
+  Tensor t = src;
+  t.shape[0] = rows;
+  t.data = copy_row_bytes(src.data, size_t(src.cols()) * src.packed.bits / 8, ranges, owned);
+  const int64_t params =
+      src.packed.format == WeightFormat::Affine ? src.cols() / src.packed.group_size : 1;
+  const size_t param_bytes = size_t(params) * dtype_size(src.packed.param_dtype);
+  t.packed.scales = copy_row_bytes(src.packed.scales, param_bytes, ranges, owned);
+  if (src.packed.biases)
+    t.packed.biases = copy_row_bytes(src.packed.biases, param_bytes, ranges, owned);
   return t;
 }
 
@@ -66,6 +90,7 @@ Tensor to_f32(const Tensor& src, std::vector<Buffer>& owned) {
 }
 
 void check_float(const Tensor& t, const std::string& name) {
+  if (t.is_packed()) return;  // a quantized linear or embedding
   if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
     fail("tensor {} has dtype {}; expected F32, F16 or BF16", name, dtype_name(t.dtype));
 }

@@ -10,6 +10,7 @@
 #include "backend/cpu/gated_delta.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/packed_matmul.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -62,10 +63,19 @@ class CpuBackend final : public Backend {
     std::memcpy(dst.data, src, dst.nbytes());
   }
   void linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) override {
-    cpu::matmul(y, x, w, bias, ThreadPool::global());
+    if (w.is_packed())
+      cpu::packed_matmul(y, x, w, bias, ThreadPool::global());
+    else
+      cpu::matmul(y, x, w, bias, ThreadPool::global());
   }
   void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s) override {
-    cpu::embedding(y, table, ids, s);
+    if (!table.is_packed()) return cpu::embedding(y, table, ids, s);
+    for (int64_t t = 0; t < y.rows(); ++t) {
+      float* out = y.as<float>() + t * table.cols();
+      cpu::packed_dequantize_rows(table, ids[t], ids[t] + 1, out);
+      if (s != 1.0f)
+        for (int64_t i = 0; i < table.cols(); ++i) out[i] *= s;
+    }
   }
   void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps,
                 float weight_offset) override {

@@ -30,6 +30,9 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
 }
 
 Tensor CudaBackend::prepare_weight(const Tensor& host) {
+  if (host.is_packed())
+    fail("{}: quantized weights ({}) do not run on CUDA yet; load the model with --device cpu",
+         name_, host.describe());
   bind();
   if (host.device == Device::CUDA) return host;
   const bool to_bf16 = host.dtype == DType::F16 && host.ndim == 2;
