@@ -1,0 +1,142 @@
+// cpu::packed_matmul (the CPU backend's linear for packed weights) against a plain product with
+// the weights its format decodes to, at awkward sizes: every affine bits value and group size,
+// trellis axis 1 and 0, 1-9 input rows (codes read directly) and 17-40 (dequantized blocks, more
+// than one block of output rows), biases, and rows of a packed weight cut with slice_rows.
+#include "backend/cpu/packed_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "quant/affine.h"
+#include "quant/trellis.h"
+
+namespace hearth {
+namespace {
+
+struct Packed {
+  std::vector<uint32_t> codes;
+  std::vector<uint16_t> scales, biases;
+  std::vector<float> dense;  // [out, in], the decoded values
+  Tensor w;
+};
+
+Packed make_affine(int64_t out, int64_t in, int bits, int group, std::mt19937& rng) {
+  Packed p;
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  const int64_t groups = in / group, words = quant::affine_words_per_row(in, bits);
+  p.codes.resize(static_cast<size_t>(out * words));
+  p.scales.resize(static_cast<size_t>(out * groups));
+  p.biases.resize(p.scales.size());
+  p.dense.resize(static_cast<size_t>(out * in));
+  std::vector<float> row(static_cast<size_t>(in)), s(static_cast<size_t>(groups)), b(s.size());
+  for (int64_t r = 0; r < out; ++r) {
+    for (auto& v : row) v = normal(rng);
+    uint32_t* rc = p.codes.data() + r * words;
+    quant::affine_quantize_row(row.data(), in, bits, group, rc, s.data(), b.data());
+    for (int64_t g = 0; g < groups; ++g) {
+      p.scales[size_t(r * groups + g)] = f32_to_bf16(s[size_t(g)]);
+      p.biases[size_t(r * groups + g)] = f32_to_bf16(b[size_t(g)]);
+      s[size_t(g)] = bf16_to_f32(p.scales[size_t(r * groups + g)]);
+      b[size_t(g)] = bf16_to_f32(p.biases[size_t(r * groups + g)]);
+    }
+    quant::affine_requantize_row(row.data(), in, bits, group, s.data(), b.data(), rc);
+    quant::affine_dequantize_row(rc, s.data(), b.data(), in, bits, group, p.dense.data() + r * in);
+  }
+  p.w = Tensor(p.codes.data(), DType::U32, {out, in});
+  p.w.packed = {WeightFormat::Affine, uint8_t(bits),  1, uint16_t(group), DType::BF16,
+                p.scales.data(),      p.biases.data()};
+  return p;
+}
+
+// axis 1: W [out, in] coded along in; axis 0: Wᵀ [in, out] coded along out.
+Packed make_trellis(int64_t out, int64_t in, int k, int axis, std::mt19937& rng) {
+  Packed p;
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  const int64_t rows = axis == 1 ? out : in, cols = axis == 1 ? in : out;
+  std::vector<float> stored(static_cast<size_t>(rows * cols)), decoded(stored.size());
+  for (auto& v : stored) v = normal(rng);
+  p.codes.resize(static_cast<size_t>(rows * cols * k / 32));
+  p.scales.resize(static_cast<size_t>(rows));
+  quant::quantize_trellis_rows(stored.data(), rows, cols, k, p.codes.data(), p.scales.data(),
+                               nullptr);
+  quant::dequantize_trellis_rows(p.codes.data(), p.scales.data(), rows, cols, k, decoded.data());
+  p.dense.resize(static_cast<size_t>(out * in));
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i)
+      p.dense[size_t(o * in + i)] =
+          axis == 1 ? decoded[size_t(o * in + i)] : decoded[size_t(i * out + o)];
+  p.w = Tensor(p.codes.data(), DType::U32, {out, in});
+  p.w.packed = {WeightFormat::Trellis, uint8_t(k), uint8_t(axis), 256, DType::F16,
+                p.scales.data(),       nullptr};
+  return p;
+}
+
+// y = x · denseᵀ + bias in f64, compared with packed_matmul.
+void check(const Packed& p, int64_t out, int64_t in, int64_t n, bool with_bias, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * in)), bias(static_cast<size_t>(out));
+  for (auto& v : x) v = normal(rng);
+  for (auto& v : bias) v = normal(rng);
+  std::vector<float> y(static_cast<size_t>(n * out), std::nanf(""));
+  Tensor xt(x.data(), DType::F32, {n, in}), yt(y.data(), DType::F32, {n, out});
+  Tensor bt = with_bias ? Tensor(bias.data(), DType::F32, {out}) : Tensor();
+  cpu::packed_matmul(yt, xt, p.w, bt, ThreadPool::global());
+  float max_w = 0;
+  for (float v : p.dense) max_w = std::max(max_w, std::fabs(v));
+  for (int64_t t = 0; t < n; ++t) {
+    // f32 sums of up to `in` products, each at most |x_i| · max|w| (a wrong code moves one
+    // product by a whole step, far more than this).
+    double x_abs = 0;
+    for (int64_t i = 0; i < in; ++i) x_abs += std::fabs(x[size_t(t * in + i)]);
+    const double tol = 1e-5 * x_abs * max_w + 1e-6;
+    for (int64_t o = 0; o < out; ++o) {
+      double want = with_bias ? bias[size_t(o)] : 0.0;
+      for (int64_t i = 0; i < in; ++i)
+        want += double(x[size_t(t * in + i)]) * p.dense[size_t(o * in + i)];
+      ASSERT_NEAR(y[size_t(t * out + o)], want, tol)
+          << "row " << t << " output " << o << " of " << p.w.describe() << ", n " << n;
+    }
+  }
+}
+
+TEST(PackedMatmul, AffineMatchesItsDecodedWeights) {
+  std::mt19937 rng(7);
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int group : {32, 64, 128})
+      for (int64_t out : {1, 17, 33, 600}) {
+        const int64_t in = group * (out % 2 ? 3 : 2);
+        Packed p = make_affine(out, in, bits, group, rng);
+        for (int64_t n : {1, 2, 7, 9, 17}) check(p, out, in, n, n % 2 == 1, rng);
+      }
+}
+
+TEST(PackedMatmul, TrellisMatchesItsDecodedWeights) {
+  std::mt19937 rng(11);
+  for (int k : {2, 3, 4})
+    for (int axis : {1, 0}) {
+      const int64_t out = axis == 1 ? 17 : 256, in = axis == 1 ? 512 : 33;
+      Packed p = make_trellis(out, in, k, axis, rng);
+      for (int64_t n : {1, 3, 8, 9, 20}) check(p, out, in, n, n == 3, rng);
+    }
+}
+
+TEST(PackedMatmul, SliceRowsKeepsScalesAndBiases) {
+  std::mt19937 rng(3);
+  Packed p = make_affine(40, 64, 3, 32, rng);
+  Packed part;
+  part.w = p.w.slice_rows(9, 31);
+  part.dense.assign(p.dense.begin() + 9 * 64, p.dense.begin() + 31 * 64);
+  check(part, 22, 64, 2, false, rng);
+  check(part, 22, 64, 19, true, rng);
+  Packed t = make_trellis(256, 64, 2, 0, rng);
+  EXPECT_THROW(t.w.slice_rows(0, 8), Error);
+}
+
+}  // namespace
+}  // namespace hearth
