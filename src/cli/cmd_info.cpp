@@ -17,6 +17,8 @@ int run_info(ModelOptions& o) {
   std::printf("parameters:     %lld (%.3f B)\n", (long long)i.n_params, double(i.n_params) / 1e9);
   std::printf("weight bytes:   %zu (%.2f GB)\n", i.weight_bytes, double(i.weight_bytes) / 1e9);
   std::printf("dtypes:         %s\n", i.dtypes.c_str());
+  std::printf("formats:        %s\n", i.formats.c_str());
+  std::printf("decode reads:   %.2f MB of weights per token\n", double(i.decode_bytes) / 1e6);
   std::printf("layers:         %lld\n", (long long)i.n_layer);
   std::printf("hidden size:    %lld\n", (long long)i.n_embd);
   std::printf("vocabulary:     %lld\n", (long long)i.n_vocab);

@@ -34,6 +34,13 @@ int64_t packed_params_per_outer(const Tensor& t, int64_t inner) {
 
 }  // namespace
 
+size_t Tensor::stored_bytes() const {
+  if (!is_packed() || ndim == 0) return nbytes();
+  const int64_t outer = shape[0], inner = numel() / shape[0];
+  const size_t params = size_t(outer * packed_params_per_outer(*this, inner));
+  return nbytes() + params * dtype_size(packed.param_dtype) * (packed.biases ? 2 : 1);
+}
+
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   Tensor t = *this;
   const int64_t row_elems = ndim == 0 ? 1 : numel() / shape[0];

@@ -48,6 +48,8 @@ struct Tensor {
   int64_t numel() const;
   // Bytes of `data`: the values, or a packed weight's codes (its scales and biases not counted).
   size_t nbytes() const;
+  // All the bytes that store it: nbytes(), plus a packed weight's scales and biases.
+  size_t stored_bytes() const;
   // dim(-1) is the innermost dimension.
   int64_t dim(int i) const { return shape[i < 0 ? ndim + i : i]; }
   // Innermost dimension, and the product of the others: a tensor seen as a matrix.

@@ -300,7 +300,14 @@ Tensor WeightStore::take_packed(Entry& codes, const std::string& module,
   w.packed.biases = b.data;
   codes.params = w.numel();
   scales.params = 0;
-  if (!b.empty()) entries_.at(module + ".biases").params = 0;
+  std::string label = w.describe();
+  label = label.substr(label.find("] ") + 2);
+  codes.format = scales.format = label;
+  if (!b.empty()) {
+    Entry& biases = entries_.at(module + ".biases");
+    biases.params = 0;
+    biases.format = label;
+  }
   return w;
 }
 
@@ -343,6 +350,17 @@ size_t WeightStore::total_bytes() const {
 std::map<DType, size_t> WeightStore::bytes_by_dtype() const {
   std::map<DType, size_t> out;
   for (const auto& [name, entry] : entries_) out[entry.info.dtype] += entry.info.nbytes;
+  return out;
+}
+
+std::map<std::string, WeightStore::FormatTotals> WeightStore::taken_by_format() const {
+  std::map<std::string, FormatTotals> out;
+  for (const auto& [name, entry] : entries_) {
+    if (entry.state != State::Taken) continue;
+    auto& t = out[entry.format.empty() ? std::string(dtype_name(entry.info.dtype)) : entry.format];
+    t.params += params_of(entry);
+    t.bytes += entry.info.nbytes;
+  }
   return out;
 }
 

@@ -80,6 +80,13 @@ class WeightStore {
 
   size_t total_bytes() const;
   std::map<DType, size_t> bytes_by_dtype() const;
+  // Per storage format ("BF16", "affine 4-bit g64", ...): weights and the bytes that hold them
+  // (a packed module's codes, scales and biases together), over the tensors taken.
+  struct FormatTotals {
+    int64_t params = 0;
+    size_t bytes = 0;
+  };
+  std::map<std::string, FormatTotals> taken_by_format() const;
   int64_t total_params() const;
   // The same over the tensors taken (not ignored: vision towers of a text-only load).
   size_t taken_bytes() const;
@@ -91,6 +98,7 @@ class WeightStore {
     TensorInfo info;
     State state = State::Unused;
     int64_t params = -1;  // set when taken as part of a packed weight: its share of the weights
+    std::string format;   // a packed weight's format ("affine 4-bit g64"); empty: the dtype
   };
   WeightStore() = default;
   Tensor take_entry(Entry& entry, const std::vector<int64_t>& expected_shape,

@@ -30,6 +30,9 @@ struct ModelInfo {
   int64_t n_params = 0;
   size_t weight_bytes = 0;
   std::string dtypes;  // "BF16: 1.19 GB"
+  // Per storage format of the weights in use: weights, bytes, bits per weight
+  // ("affine 4-bit g64: 12.3 M weights, 6.90 MB, 4.50 bits/weight; BF16: ...").
+  std::string formats;
   std::vector<int64_t> eos_token_ids;
   // Per decoded token: the weight bytes read and the parameters multiplied — every weight but
   // the embedding table when the head has its own (a lookup reads one row), the MTP head (not

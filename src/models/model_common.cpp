@@ -1,5 +1,7 @@
 #include "models/model_common.h"
 
+#include <fmt/format.h>
+
 #include <string>
 #include <utility>
 
@@ -29,6 +31,11 @@ ModelInfo decoder_info(const ModelConfig& config, const WeightStore& weights,
   for (auto [dtype, bytes] : weights.bytes_by_dtype())
     info.dtypes += (info.dtypes.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + ": " +
                    std::to_string(bytes) + " bytes";
+  for (const auto& [format, t] : weights.taken_by_format())
+    info.formats += fmt::format("{}{}: {:.2f} M weights, {:.2f} MB, {:.2f} bits/weight",
+                                info.formats.empty() ? "" : "; ", format, double(t.params) / 1e6,
+                                double(t.bytes) / 1e6,
+                                t.params ? 8.0 * double(t.bytes) / double(t.params) : 0.0);
   info.eos_token_ids = config.eos_token_ids();
   return info;
 }
@@ -38,7 +45,7 @@ void set_decode_work(ModelInfo& info, const WeightStore& weights, const Tensor& 
   size_t bytes = weights.taken_bytes();
   int64_t params = weights.taken_params();
   auto drop = [&](const Tensor& t, int64_t times) {
-    bytes -= size_t(times) * t.nbytes();
+    bytes -= size_t(times) * t.stored_bytes();
     params -= times * t.numel();
   };
   if (lm_head.data != embed.data) drop(embed, 1);

@@ -148,6 +148,9 @@ TEST_P(PackedWeights, RunAsTheirDequantizedDenseModel) {
   auto dense = load_model(dense_dir);
   auto packed = load_model(packed_dir);
   EXPECT_EQ(packed->info().n_params, dense->info().n_params);
+  const std::string format = "affine " + std::to_string(c.bits) + "-bit g32: ";
+  EXPECT_NE(packed->info().formats.find(format), std::string::npos) << packed->info().formats;
+  EXPECT_LT(packed->info().decode_bytes, dense->info().decode_bytes / 2);
   const size_t V = size_t(dense->info().n_vocab);
 
   // Prefill: every position's logits.
