@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "fixture.h"
+#include "loader/safetensors_writer.h"
 #include "loader/weight_store.h"
 #include "models/model.h"
 #include "quant/affine.h"
@@ -30,22 +31,13 @@ struct OutTensor {
   std::string bytes;
 };
 
-void write_safetensors(const fs::path& file, const std::map<std::string, OutTensor>& tensors) {
-  nlohmann::json header = {{"__metadata__", {{"format", "mlx"}}}};
-  size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype},
-                    {"shape", t.shape},
-                    {"data_offsets", {offset, offset + t.bytes.size()}}};
-    offset += t.bytes.size();
-  }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');
-  std::ofstream out(file, std::ios::binary);
-  const uint64_t n = h.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out << h;
-  for (const auto& [name, t] : tensors) out << t.bytes;
+void write_safetensors(const fs::path& dir, const std::map<std::string, OutTensor>& tensors) {
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& [name, t] : tensors)
+    entries.push_back({name, *dtype_from_name(t.dtype), t.shape});
+  SafetensorsWriter writer(dir, entries);
+  for (const auto& [name, t] : tensors) writer.write(name, t.bytes.data(), t.bytes.size());
+  writer.finish();
 }
 
 template <class T>
@@ -116,8 +108,8 @@ void write_pair(const std::string& src, const fs::path& packed_dir, const fs::pa
     packed[module + ".biases"] = {"BF16", {rows, groups}, bytes_of(biases_bf16)};
     dense[name] = {"F32", info.shape, bytes_of(decoded)};
   }
-  write_safetensors(packed_dir / "model.safetensors", packed);
-  write_safetensors(dense_dir / "model.safetensors", dense);
+  write_safetensors(packed_dir, packed);
+  write_safetensors(dense_dir, dense);
 }
 
 fs::path temp_dir(const std::string& what) {
