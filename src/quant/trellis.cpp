@@ -68,32 +68,32 @@ void trellis_pack_block(const uint8_t* sym, int k, uint32_t* words) {
   }
 }
 
+uint16_t trellis_row_scale(const float* row, int64_t cols, int64_t r, float* inv_scale) {
+  double sum_sq = 0;
+  for (int64_t c = 0; c < cols; ++c) sum_sq += double(row[c]) * row[c];
+  if (!std::isfinite(sum_sq))
+    fail("quantize_trellis_rows: row {} has a non-finite or too large value", r);
+  const double scale = std::sqrt(sum_sq / double(cols)) / trellis_1mad_rms();
+  if (scale > 65504.0)
+    fail("quantize_trellis_rows: row {} scale {} does not fit in fp16", r, scale);
+  // Scale 0 (all-zero rows, and rows too small for an fp16 scale) decodes to exact zeros,
+  // where scale 1 would decode a zero row to code noise of RMS ~0.1-0.3.
+  const uint16_t h = f32_to_f16(float(scale));
+  const float rounded = f16_to_f32(h);
+  *inv_scale = rounded > 0 ? 1.0f / rounded : 0.0f;
+  return h;
+}
+
 void quantize_trellis_rows(const float* w, int64_t rows, int64_t cols, int k, uint32_t* codes,
                            uint16_t* scales_f16, ThreadPool* pool) {
   trellis_check_bits(k, "quantize_trellis_rows");
   if (rows < 0 || cols <= 0 || cols % Spec::kBlock != 0)
     fail("quantize_trellis_rows: cols must be a positive multiple of {}, got [{}, {}]",
          Spec::kBlock, rows, cols);
-  const float code_rms = trellis_1mad_rms();
-
   // Scales first (cheap, serial), so every block of a row sees the same divisor.
   std::vector<float> inv_scale(size_t(rows), 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = w + r * cols;
-    double sum_sq = 0;
-    for (int64_t c = 0; c < cols; ++c) sum_sq += double(row[c]) * row[c];
-    if (!std::isfinite(sum_sq))
-      fail("quantize_trellis_rows: row {} has a non-finite or too large value", r);
-    const double scale = std::sqrt(sum_sq / double(cols)) / code_rms;
-    if (scale > 65504.0)
-      fail("quantize_trellis_rows: row {} scale {} does not fit in fp16", r, scale);
-    // Scale 0 (all-zero rows, and rows too small for an fp16 scale) decodes to exact zeros,
-    // where scale 1 would decode a zero row to code noise of RMS ~0.1-0.3.
-    const uint16_t h = f32_to_f16(float(scale));
-    const float rounded = f16_to_f32(h);
-    scales_f16[r] = h;
-    inv_scale[size_t(r)] = rounded > 0 ? 1.0f / rounded : 0.0f;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    scales_f16[r] = trellis_row_scale(w + r * cols, cols, r, &inv_scale[size_t(r)]);
 
   const int64_t blocks_per_row = cols / Spec::kBlock;
   const int64_t n_blocks = rows * blocks_per_row;

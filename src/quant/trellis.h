@@ -87,6 +87,11 @@ const char* trellis_encoder_isa();
 // Every family this CPU can run, best first (they agree up to f32 rounding of near-ties).
 std::vector<std::string> trellis_encoder_isas();
 
+// The row scale rule: returns fp16(RMS(row) / trellis_1mad_rms()) and sets *inv_scale to 1 / the
+// fp16-rounded scale (0 when it rounds to 0), the divisor a coder applies. Throws naming row r
+// when the row has a non-finite value or its scale does not fit in fp16.
+uint16_t trellis_row_scale(const float* row, int64_t cols, int64_t r, float* inv_scale);
+
 // Quantizes w [rows, cols] (f32, row-major) row by row: scales_f16[r] = fp16(RMS(row r) /
 // trellis_1mad_rms()), codes [rows, cols·k/32]. An all-zero row (or one too small for an fp16
 // scale) gets scale 0 so it decodes to exact zeros. For axis 0 pass Wᵀ. cols % 256 == 0.
