@@ -59,6 +59,34 @@ struct Ten {
   int64_t rows() const { return ndim == 0 ? 1 : numel() / cols(); }
 };
 
+// A packed weight (Tensor::packed) as plain data, for the launchers: the logical matrix is W
+// [out, in]. Affine: codes [out, in·bits/32], scales and biases [out, in/group] of param_dt.
+// Trellis (k = bits): axis 1, codes [out, in·k/32] and f16 scales [out]; axis 0 (stored
+// transposed), codes [in, out·k/32] and f16 scales [in].
+enum : int32_t { kPackedAffine = 1, kPackedTrellis = 2 };
+struct PackedTen {
+  const uint32_t* codes = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  int64_t out = 0, in = 0;
+  int32_t format = 0, bits = 0, axis = 1, group = 0, param_dt = 0, pad = 0;
+
+  PackedTen() = default;
+  explicit PackedTen(const Tensor& w)
+      : codes(static_cast<const uint32_t*>(w.data)),
+        scales(w.packed.scales),
+        biases(w.packed.biases),
+        out(w.ndim == 2 ? w.shape[0] : 0),
+        in(w.ndim == 2 ? w.shape[1] : 0),
+        format(w.packed.format == WeightFormat::Affine ? kPackedAffine : kPackedTrellis),
+        bits(w.packed.bits),
+        axis(w.packed.axis),
+        group(w.packed.group_size),
+        param_dt(int32_t(w.packed.param_dtype)) {}
+  // Rows of W decoded per stored row: the trellis axis 0 layout is Wᵀ.
+  bool transposed() const { return format == kPackedTrellis && axis == 0; }
+};
+
 // A KV view with its dynamic first position in device memory (graph replays read it there).
 struct KvDev {
   Ten k, v;
@@ -122,6 +150,26 @@ void gemv_residual(Ctx& ctx, const Ten& resid, float scale, const Ten& x, const 
 // y = act(x·gateᵀ + gate_bias) * (x·upᵀ + up_bias), x normalised first unless norm.w is empty.
 void gemv_glu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate, const Ten& gate_bias,
               const Ten& up, const Ten& up_bias, int32_t act, const GemvNorm& norm);
+// packed_gemv.cu: products with packed weights for n ≤ 8 input rows (decode), decoding the codes
+// in registers. packed_gemv_fits: the formats and shapes the kernels take (affine bits 2-8 with
+// groups of 32-128, trellis k 2-4 on either axis; bf16 input). A transposed trellis weight sums
+// per-slice partials: `partials` must hold packed_partials_bytes(ctx, w) (zero for the others).
+bool packed_gemv_fits(const Ten& x, const PackedTen& w);
+size_t packed_partials_bytes(const Ctx& ctx, const PackedTen& w);
+void packed_gemv(Ctx& ctx, const Ten& y, const Ten& x, const PackedTen& w, const Ten& bias,
+                 float* partials);
+// packed_dequant.cu: W's rows [r0, r1) as bf16 [r1 - r0, in] into dst; for a transposed trellis
+// weight, stored rows [r0, r1) of Wᵀ ([r1 - r0, out]). Values as the format's reference decoder
+// gives them, rounded to bf16 (the prefill GEMM's input).
+void packed_dequantize(Ctx& ctx, void* dst, const PackedTen& w, int64_t r0, int64_t r1);
+// y[t] = row ids[t] of a packed table [vocab, H] · scale.
+void packed_embedding(Ctx& ctx, const Ten& y, const PackedTen& table, const int32_t* ids,
+                      float scale);
+// linear.cu: y[:, col0 : col0 + rows] = x · Wᵀ for a bf16 W [rows, in] (or, transposed, its
+// Wᵀ [in, rows]) in device memory, y [n, y.cols()]; the prefill GEMM of packed weights.
+void linear_rows(Ctx& ctx, const Ten& y, const Ten& x, const void* w, int64_t rows, int64_t col0,
+                 bool transposed);
+void add_bias(Ctx& ctx, const Ten& y, const Ten& bias);  // y[n, out] += bias[out]
 // elementwise.cu
 void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, float scale);
 void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act);

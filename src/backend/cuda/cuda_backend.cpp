@@ -104,6 +104,8 @@ CudaBackend::~CudaBackend() {
   cudaFree(tmp_dev_);
   cudaFree(step_ws_);
   cudaFree(token_dev_);
+  cudaFree(packed_partials_);
+  cudaFree(dequant_);
   cudaFreeHost(out_host_);
   cudaFreeHost(dyn_host_);
   cudaFreeHost(moe_ids_host_);
@@ -127,7 +129,7 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
 void CudaBackend::linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) {
   bind();
   if (y.device == Device::CPU) return linear_to_host(y, x, w, bias);
-  submit<&cuda::linear>(Ten(y), Ten(x), Ten(w), Ten(bias));
+  submit_linear(Ten(y), x, w, bias);
 }
 
 void CudaBackend::linear_many(const Tensor& x, const LinearOut* outs, int n_outs,
@@ -209,6 +211,7 @@ void CudaBackend::qk_norm_rope_store(const Tensor& q, const Tensor& k, const Ten
 void CudaBackend::embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s) {
   bind();
   const int32_t* d_ids = upload_ints(ids, y.rows(), 0);
+  if (table.is_packed()) return submit<&cuda::packed_embedding>(Ten(y), PackedTen(table), d_ids, s);
   submit<&cuda::embedding>(Ten(y), Ten(table), d_ids, s);
 }
 

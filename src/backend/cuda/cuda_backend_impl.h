@@ -48,6 +48,7 @@ constexpr int kDynAreas = 3;                // host areas of recorded steps' val
 constexpr int kAheadSlots = 8;              // tokens picked ahead and not yet taken, at most
 constexpr size_t kLtWorkspace = 32u << 20;
 constexpr size_t kUploadChunk = 64u << 20;
+constexpr size_t kDequantBytes = 256u << 20;  // prefill's dequantized rows of a packed weight
 
 // A recorded op: its launcher and plain-data arguments, serialised into a step's blob.
 template <typename T>
@@ -275,6 +276,16 @@ class CudaBackend final : public Backend {
     return size_t((greedy ? 1 : 2) + (picked_input_ ? 2 : 0)) * kGraphTokens;
   }
 
+  // --- packed weights (cuda_backend_packed.cpp) ---
+
+  // Uploads the codes, scales and biases; sizes the scratch the weight's products need.
+  Tensor prepare_packed(const Tensor& host);
+  // y = x · Wᵀ (+ bias) for a packed W: the decode kernel for ≤ 8 rows, else W dequantized to
+  // bf16 in slices of rows of at most kDequantBytes, each through the GEMM.
+  void linear_packed(const Ten& y, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // Either product, by w's format.
+  void submit_linear(const Ten& y, const Tensor& x, const Tensor& w, const Tensor& bias);
+
   // --- host outputs (logits) ---
 
   void linear_to_host(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias);
@@ -361,6 +372,11 @@ class CudaBackend final : public Backend {
   void* tmp_dev_ = nullptr;
   size_t tmp_bytes_ = 0;
   void* token_dev_ = nullptr;  // pick_token's result
+  // Packed weights: the transposed-trellis products' partial sums, and prefill's bf16 rows.
+  void* packed_partials_ = nullptr;
+  size_t packed_partials_bytes_ = 0;
+  void* dequant_ = nullptr;
+  size_t dequant_bytes_ = 0;
 
   // MoE: per-layer expert address tables, the grouped path's host copy of the routing (pinned)
   // and its rows grouped by expert.

@@ -30,9 +30,7 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
 }
 
 Tensor CudaBackend::prepare_weight(const Tensor& host) {
-  if (host.is_packed())
-    fail("{}: quantized weights ({}) do not run on CUDA yet; load the model with --device cpu",
-         name_, host.describe());
+  if (host.is_packed()) return prepare_packed(host);
   bind();
   if (host.device == Device::CUDA) return host;
   const bool to_bf16 = host.dtype == DType::F16 && host.ndim == 2;
@@ -179,7 +177,10 @@ void CudaBackend::embedding_of_pick(const Tensor& y, const Tensor& table, float 
     return embedding(y, table, &last_pick_host_, scale);
   }
   if (recording_) picked_input_ = true;
-  submit<&cuda::embedding>(Ten(y), Ten(table), static_cast<const int32_t*>(token_dev_), scale);
+  const auto* ids = static_cast<const int32_t*>(token_dev_);
+  if (table.is_packed())
+    return submit<&cuda::packed_embedding>(Ten(y), PackedTen(table), ids, scale);
+  submit<&cuda::embedding>(Ten(y), Ten(table), ids, scale);
 }
 
 void CudaBackend::linear_to_host(const Tensor& y, const Tensor& x, const Tensor& w,
@@ -192,7 +193,7 @@ void CudaBackend::linear_to_host(const Tensor& y, const Tensor& x, const Tensor&
   Ten d(y);
   d.p = out_dev_;
   d.dtype = kF32;
-  submit<&cuda::linear>(d, Ten(x), Ten(w), Ten(bias));
+  submit_linear(d, x, w, bias);
   out_ = d;
   out_user_ = y.data;
   out_bytes_ = bytes;

@@ -69,7 +69,8 @@ struct Plan {
   bool ok = false;
 };
 
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int32_t, int>;
+// (n, out, in, y dtype, alignment, y's row stride, W stored transposed)
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int32_t, int, int64_t, bool>;
 std::mutex g_plans_mutex;
 std::map<PlanKey, Plan>& plans() {
   static std::map<PlanKey, Plan> p;
@@ -83,22 +84,29 @@ int alignment_of(const void* p) {
   return 2;
 }
 
-// Column-major view: D[out, n] = op(W)[out, in] · X[in, n], W stored as [in, out] col-major.
-const Plan& plan_for(Ctx& ctx, int64_t n, int64_t out, int64_t in, int32_t ydt, int align) {
+// Column-major view: D[out, n] = op(W)[out, in] · X[in, n], W stored as [in, out] col-major
+// (row-major [out, in]; op T), or transposed ([out, in] col-major, op N). D's columns are ldy
+// apart (y's row stride).
+const Plan& plan_for(Ctx& ctx, int64_t n, int64_t out, int64_t in, int32_t ydt, int align,
+                     int64_t ldy, bool transposed) {
   std::lock_guard<std::mutex> lock(g_plans_mutex);
-  Plan& p = plans()[{n, out, in, ydt, align}];
+  Plan& p = plans()[{n, out, in, ydt, align, ldy, transposed}];
   if (p.op) return p;
   const cudaDataType_t dt = ydt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   HEARTH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasOperation_t ta = transposed ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
   HEARTH_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   HEARTH_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  HEARTH_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(in), uint64_t(out), in));
+  if (transposed)
+    HEARTH_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(out), uint64_t(in), out));
+  else
+    HEARTH_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(in), uint64_t(out), in));
   HEARTH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(in), uint64_t(n), in));
-  HEARTH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, dt, uint64_t(out), uint64_t(n), out));
+  HEARTH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, dt, uint64_t(out), uint64_t(n), ldy));
   cublasLtMatmulPreference_t pref;
   HEARTH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = ctx.lt_workspace_bytes;
@@ -136,7 +144,7 @@ bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, floa
   const int64_t n = in.rows(), k = in.cols(), out = w.d[0];
   if (n <= 8 || in.dtype != kBF16 || w.dtype != kBF16 || x.dtype != kBF16) return false;
   const int align = std::min({alignment_of(x.p), alignment_of(in.p), alignment_of(w.p)});
-  const Plan& p = plan_for(ctx, n, out, k, x.dtype, align);
+  const Plan& p = plan_for(ctx, n, out, k, x.dtype, align, out, false);
   if (!p.ok) return false;
   // D = scale · (W·in) + 1 · C with C = D = x: the residual add rides in the GEMM's epilogue.
   // The product is added before rounding to bf16 (the composed form rounds it first).
@@ -204,7 +212,7 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
   }
   if (bf16 && (y.dtype == kBF16 || y.dtype == kF32)) {
     const int align = std::min({alignment_of(x.p), alignment_of(w.p), alignment_of(y.p)});
-    const Plan& p = plan_for(ctx, n, out, in, y.dtype, align);
+    const Plan& p = plan_for(ctx, n, out, in, y.dtype, align, out, false);
     if (p.ok) {
       const float alpha = 1.0f, beta = 0.0f;
       HEARTH_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, p.op, &alpha, w.p, p.a, x.p, p.b, &beta, y.p, p.c,
@@ -221,6 +229,28 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
   dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((n + kTile - 1) / kTile));
   gemm_tiled_kernel<<<grid, dim3(kTile, kTile), 0, ctx.stream>>>(
       y.p, y.dtype, x.p, x.dtype, w.p, w.dtype, bias.p, bias.dtype, n, out, in);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void linear_rows(Ctx& ctx, const Ten& y, const Ten& x, const void* w, int64_t rows, int64_t col0,
+                 bool transposed) {
+  const int64_t n = x.rows(), in = x.cols(), ldy = y.cols();
+  void* yp = static_cast<char*>(y.p) + col0 * (y.dtype == kF32 ? 4 : 2);
+  if (x.dtype != kBF16 || (y.dtype != kBF16 && y.dtype != kF32))
+    cuda_fail("linear_rows", "bf16 input and a bf16 or f32 output are needed", __FILE__, __LINE__);
+  const int align = std::min({alignment_of(x.p), alignment_of(w), alignment_of(yp)});
+  const Plan& p = plan_for(ctx, n, rows, in, y.dtype, align, ldy, transposed);
+  if (!p.ok) cuda_fail("cublasLtMatmulAlgoGetHeuristic", "no algorithm", __FILE__, __LINE__);
+  const float alpha = 1.0f, beta = 0.0f;
+  HEARTH_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, p.op, &alpha, w, p.a, x.p, p.b, &beta, yp, p.c, yp,
+                                     p.c, &p.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
+                                     ctx.stream));
+}
+
+void add_bias(Ctx& ctx, const Ten& y, const Ten& bias) {
+  const int64_t out = y.cols(), n = y.rows();
+  add_bias_kernel<<<grid_for(n * out, 256), 256, 0, ctx.stream>>>(y.p, y.dtype, bias.p, bias.dtype,
+                                                                  n, out);
   HEARTH_CUDA_LAUNCHED();
 }
 

@@ -1,0 +1,91 @@
+// The CUDA backend's packed weights (MLX affine, trellis): upload, and the product's choice
+// between the decode kernels (packed_gemv.cu) and dequantized rows through the bf16 GEMM
+// (packed_dequant.cu, linear.cu). Model code is format-blind: it calls linear() and embedding()
+// as for any weight. The one-kernel decode step and the fused GEMVs take bf16 weights only, so
+// a model with packed weights runs its decode through the per-op path (still one CUDA graph per
+// step).
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "core/error.h"
+
+namespace hearth::cuda {
+
+namespace {
+
+// A 2-D packed weight's PackedTen for the sizes of one matrix of a stacked [.., out, in] one.
+PackedTen matrix_view(const Tensor& w) {
+  Tensor m = w;
+  m.ndim = 2;
+  m.shape = {w.dim(-2), w.dim(-1), 0, 0};
+  return PackedTen(m);
+}
+
+}  // namespace
+
+Tensor CudaBackend::prepare_packed(const Tensor& host) {
+  bind();
+  if (host.device == Device::CUDA) return host;
+  const PackedWeight& pk = host.packed;
+  const bool affine = pk.format == WeightFormat::Affine;
+  if (!affine && pk.format != WeightFormat::Trellis)
+    fail("{}: packed weight {} has a format the CUDA backend does not read", name_,
+         host.describe());
+  // Scales and biases: what the weight stores beyond its codes, in equal parts for affine.
+  const size_t param_bytes = host.stored_bytes() - host.nbytes();
+  const size_t scale_bytes = affine ? param_bytes / 2 : param_bytes;
+  Tensor t = host;
+  t.device = Device::CUDA;
+  auto put = [&](const void* src, size_t bytes) -> void* {
+    DeviceBuffer buf = alloc(bytes);
+    upload(buf.data(), src, bytes);
+    void* p = buf.data();
+    weights_.push_back(std::move(buf));
+    return p;
+  };
+  t.data = put(host.data, host.nbytes());
+  t.packed.scales = put(pk.scales, scale_bytes);
+  t.packed.biases = affine ? put(pk.biases, scale_bytes) : nullptr;
+  const size_t partials = packed_partials_bytes(ctx_, matrix_view(t));
+  if (partials > packed_partials_bytes_)
+    regrow_device(&packed_partials_, packed_partials_bytes_, partials);
+  return t;
+}
+
+void CudaBackend::submit_linear(const Ten& y, const Tensor& x, const Tensor& w,
+                                const Tensor& bias) {
+  if (w.is_packed()) return linear_packed(y, x, w, bias);
+  submit<&cuda::linear>(y, Ten(x), Ten(w), Ten(bias));
+}
+
+void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
+                                const Tensor& bias) {
+  if (w.device != Device::CUDA || w.ndim != 2)
+    fail("{}: packed weight {} is not a prepared matrix", name_, w.describe());
+  const PackedTen p(w);
+  if (packed_gemv_fits(Ten(x), p)) {
+    const size_t need = packed_partials_bytes(ctx_, p);
+    if (need > packed_partials_bytes_)
+      regrow_device(&packed_partials_, packed_partials_bytes_, need);
+    return submit<&cuda::packed_gemv>(y, Ten(x), p, Ten(bias),
+                                      static_cast<float*>(packed_partials_));
+  }
+  // Stored rows (Wᵀ's for a transposed trellis weight, which go to the GEMM in one piece).
+  const int64_t rows = p.transposed() ? p.in : p.out, cols = p.transposed() ? p.out : p.in;
+  const int64_t per_slice =
+      p.transposed() ? rows : std::clamp<int64_t>(int64_t(kDequantBytes) / (cols * 2), 1, rows);
+  const size_t need = size_t(per_slice * cols) * 2;
+  if (need > dequant_bytes_) regrow_device(&dequant_, dequant_bytes_, need);
+  for (int64_t r0 = 0; r0 < rows; r0 += per_slice) {
+    const int64_t r1 = std::min(rows, r0 + per_slice);
+    submit<&cuda::packed_dequantize>(dequant_, p, r0, r1);
+    if (p.transposed())
+      submit<&cuda::linear_rows>(y, Ten(x), static_cast<const void*>(dequant_), p.out, int64_t(0),
+                                 true);
+    else
+      submit<&cuda::linear_rows>(y, Ten(x), static_cast<const void*>(dequant_), r1 - r0, r0, false);
+  }
+  if (!bias.empty()) submit<&cuda::add_bias>(y, Ten(bias));
+}
+
+}  // namespace hearth::cuda
