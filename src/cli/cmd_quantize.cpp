@@ -1,6 +1,7 @@
-// `hearth quantize`: writes a quantized copy of a float checkpoint in MLX's layout
-// (quant/quantize_checkpoint.h). This file is the command line around it: options, SIGINT (the
-// run stops at the next block of rows and removes its partial directory), progress and summary.
+// `hearth quantize`: writes a quantized copy of a float checkpoint, MLX affine or trellis, with
+// an optional offline rotation of the hidden dimension (quant/quantize_checkpoint.h). This file
+// is the command line around it: options and their per-format defaults, SIGINT (the run stops
+// at the next block of rows and removes its partial directory), progress and summary.
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "models/rotation_support.h"
 #include "quant/quantize_checkpoint.h"
 
 namespace hearth::cli {
@@ -19,10 +21,32 @@ struct QuantizeCliOptions {
   std::string in, out;
   std::string format = "affine";
   int bits = 4;
-  int group_size = 64;
+  int group_size = 0;  // 0: the format's (64 affine, 256 trellis)
   std::string module_bits;
+  std::string embedding_bits;  // empty: the format's default
+  bool rotate = false;
+  uint64_t seed = 0;
   int threads = 0;
 };
+
+// Trellis keeps the embedding and head in affine 6-bit (llama.cpp's mixes keep them at Q6_K or
+// better: they are a small share of a large model's weights and the head is sensitive).
+constexpr int kTrellisEmbeddingBits = 6;
+
+int parse_embedding_bits(const QuantizeCliOptions& o) {
+  if (o.embedding_bits.empty()) return o.format == "trellis" ? kTrellisEmbeddingBits : -1;
+  if (o.embedding_bits == "false") return 0;
+  size_t used = 0;
+  int bits = 0;
+  try {
+    bits = std::stoi(o.embedding_bits, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != o.embedding_bits.size() || bits <= 0)
+    fail("--embedding-bits must be a number of bits or false, got '{}'", o.embedding_bits);
+  return bits;
+}
 
 std::atomic<bool> g_cancel{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
@@ -96,10 +120,14 @@ class ProgressPrinter {
 
 int run_quantize(const QuantizeCliOptions& o) {
   if (o.threads < 0) fail("--threads must be >= 1, got {}", o.threads);
+  if (o.seed && !o.rotate) fail("--seed is the rotation's: give --rotate too");
   quant::QuantizeOptions q;
   q.spec.format = o.format;
-  q.spec.params = {o.bits, o.group_size};
+  const int default_group = o.format == "trellis" ? 256 : 64;
+  q.spec.params = {o.bits, o.group_size ? o.group_size : default_group};
   q.spec.overrides = quant::parse_module_bits(o.module_bits);
+  q.spec.embedding_bits = parse_embedding_bits(o);
+  if (o.rotate) q.spec.rotation = quant::RotationSpec{o.seed, rotation_norm_offset(o.in)};
   q.n_threads = o.threads;
   q.cancel = &g_cancel;
   q.on_plan = [](const quant::QuantizePlan& plan) {
@@ -124,9 +152,16 @@ int run_quantize(const QuantizeCliOptions& o) {
       r.quantized_params ? 8.0 * double(r.quantized_bytes) / double(r.quantized_params) : 0;
   const double bpw_all =
       r.total_params ? 8.0 * double(r.output_tensor_bytes) / double(r.total_params) : 0;
-  std::printf("wrote %s: %lld modules quantized (%s, %d bits, group %d), %zu file%s\n",
-              r.out.c_str(), (long long)r.n_quantized, o.format.c_str(), o.bits, o.group_size,
-              r.n_files, r.n_files == 1 ? "" : "s");
+  const std::string rotated = o.rotate ? fmt::format(", rotated (seed {})", o.seed) : "";
+  if (o.format == "none") {
+    std::printf("wrote %s: float checkpoint%s, %zu file%s\n", r.out.c_str(), rotated.c_str(),
+                r.n_files, r.n_files == 1 ? "" : "s");
+    std::printf("time: %s\n", human_duration(r.seconds).c_str());
+    return 0;
+  }
+  std::printf("wrote %s: %lld modules quantized (%s, %d bits, group %d%s), %zu file%s\n",
+              r.out.c_str(), (long long)r.n_quantized, o.format.c_str(), o.bits,
+              q.spec.params.group_size, rotated.c_str(), r.n_files, r.n_files == 1 ? "" : "s");
   std::printf(
       "bits per weight: %.3f in quantized modules (codes, scales, biases), %.3f overall "
       "(%lld params)\n",
@@ -140,16 +175,27 @@ int run_quantize(const QuantizeCliOptions& o) {
 }
 
 CommandRegistration reg(
-    "quantize", "write a quantized copy of a checkpoint (MLX affine layout)", [](CLI::App& sub) {
+    "quantize", "write a quantized copy of a checkpoint (MLX affine or trellis)",
+    [](CLI::App& sub) {
       auto o = std::make_shared<QuantizeCliOptions>();
       sub.add_option("-m,--model", o->in, "input checkpoint directory (F32, F16 or BF16)")
           ->required();
       sub.add_option("-o,--output", o->out, "output directory (must not exist)")->required();
-      sub.add_option("--format", o->format, "weight format: affine (MLX)")->capture_default_str();
-      sub.add_option("--bits", o->bits, "bits per weight: 2, 3, 4, 5, 6 or 8")
+      sub.add_option("--format", o->format,
+                     "weight format: affine (MLX), trellis, or none (a float copy, with --rotate)")
           ->capture_default_str();
-      sub.add_option("--group-size", o->group_size, "weights per scale and bias: 32, 64 or 128")
+      sub.add_option("--bits", o->bits, "bits per weight: affine 2, 3, 4, 5, 6 or 8; trellis 2-4")
           ->capture_default_str();
+      sub.add_option("--group-size", o->group_size,
+                     "weights per scale and bias: affine 32, 64 (default) or 128; trellis 256");
+      sub.add_option("--embedding-bits", o->embedding_bits,
+                     "embedding and output head in affine with these bits (group 64), or false "
+                     "to keep them in float (default: 6 for trellis, as the other modules for "
+                     "affine)");
+      sub.add_flag("--rotate", o->rotate,
+                   "fold a sign-Hadamard rotation into the hidden dimension first (no runtime "
+                   "cost; spreads outliers before coding)");
+      sub.add_option("--seed", o->seed, "seed of the rotation's signs")->capture_default_str();
       sub.add_option("--module-bits", o->module_bits,
                      "per-module bits by path suffix, e.g. 'mlp.down_proj=8,lm_head=false'");
       sub.add_option("-t,--threads", o->threads,

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "quant/affine.h"
 
 namespace hearth::quant {
 
@@ -104,14 +105,21 @@ std::vector<ModuleOverride> parse_module_bits(std::string_view text) {
 
 namespace {
 
-// The spec's format, after checking its parameters and those of every override.
+// The spec's format (nullptr for "none"), after checking its parameters and those of every
+// override.
 const QuantFormat* checked_format(const QuantizeSpec& spec) {
+  if (spec.embedding_bits > 0 && !affine_bits_supported(spec.embedding_bits))
+    fail("--embedding-bits must be 2, 3, 4, 5, 6 or 8 (affine) or false, got {}",
+         spec.embedding_bits);
+  if (spec.format == "none") {
+    if (!spec.rotation)
+      fail("--format none writes a float copy, which is only useful with --rotate");
+    if (!spec.overrides.empty()) fail("--module-bits needs a format that quantizes, not none");
+    return nullptr;
+  }
   const QuantFormat* format = quant_format_find(spec.format);
-  if (!format && spec.format == "trellis")
-    fail("--format trellis is not available in hearth quantize yet (available: {})",
-         quant_format_names());
   if (!format)
-    fail("--format: unknown format '{}' (available: {})", spec.format, quant_format_names());
+    fail("--format: unknown format '{}' (available: {}, none)", spec.format, quant_format_names());
   format->check(spec.params);
   for (const auto& o : spec.overrides) {
     if (o.bits == 0) continue;
@@ -122,6 +130,11 @@ const QuantFormat* checked_format(const QuantizeSpec& spec) {
     }
   }
   return format;
+}
+
+// The token embedding and the output head, which --embedding-bits sets apart.
+bool is_embedding_or_head(const std::string& module) {
+  return suffix_matches(module, "embed_tokens") || suffix_matches(module, "lm_head");
 }
 
 }  // namespace
@@ -137,15 +150,31 @@ QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
   };
   std::vector<Skipped> skipped;  // in order of first appearance
   std::vector<bool> override_used(spec.overrides.size(), false);
-  plan.quantization = plan.format->config_entry(spec.params);
+  if (plan.format) plan.quantization = plan.format->config_entry(spec.params);
 
-  for (const auto& name : store.names()) {
-    const TensorInfo* info = store.find(name);
+  // The tensors to write: the store's, or the rotated checkpoint's.
+  struct Source {
+    std::string name;
+    const TensorInfo* info;
+    const RotatedTensor* rotated;
+  };
+  std::vector<Source> sources;
+  if (spec.rotation) {
+    plan.rotation = rotation_plan(store);
+    plan.notices = plan.rotation->notices;
+    for (const auto& t : plan.rotation->tensors)
+      sources.push_back({t.name, t.source, t.role == RotationRole::Keep ? nullptr : &t});
+  } else {
+    for (const auto& name : store.names()) sources.push_back({name, store.find(name), nullptr});
+  }
+
+  for (const auto& [name, info, rotated] : sources) {
     plan.total_params += int64_t(info->nbytes / dtype_size(info->dtype));
     PlannedTensor t;
     t.input = info;
-    const bool linear_shaped = info->shape.size() == 2 && name.ends_with(".weight") &&
-                               name.find("norm") == std::string::npos;
+    t.rotated = rotated;
+    const bool linear_shaped = plan.format && info->shape.size() == 2 &&
+                               name.ends_with(".weight") && name.find("norm") == std::string::npos;
     if (linear_shaped) {
       const std::string module = name.substr(0, name.size() - 7);
       const ModuleOverride* over = nullptr;
@@ -155,20 +184,35 @@ QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
         override_used[i] = true;
         if (!over || o.suffix.size() > over->suffix.size()) over = &o;
       }
+      const QuantFormat* format = plan.format;
       QuantParams params = spec.params;
       if (over && over->bits) params.bits = over->bits;
       std::string why;
-      if (over && over->bits == 0)
+      if (over && over->bits == 0) {
         why = "--module-bits says false";
-      else if (in_encoder_tower(module))
+      } else if (in_encoder_tower(module)) {
         why = "vision/audio encoder, kept in float as mlx-vlm does";
-      else
-        why = plan.format->unfit(info->shape[0], info->shape[1], info->dtype, params);
+      } else if (spec.embedding_bits >= 0 && is_embedding_or_head(module)) {
+        if (over)
+          fail("--module-bits {}: the embedding and head are set by --embedding-bits",
+               over->suffix);
+        if (spec.embedding_bits == 0) why = "--embedding-bits false";
+        format = quant_format_find("affine");
+        params = {spec.embedding_bits, kEmbeddingGroupSize};
+      }
+      if (why.empty()) {
+        if (format->module_params) params = format->module_params(module, params);
+        why = format->unfit(info->shape[0], info->shape[1], info->dtype, params);
+      }
       if (why.empty()) {
         t.module = module;
+        t.format = format;
         t.params = params;
-        t.outputs = plan.format->outputs(module, *info, params);
-        if (over) plan.quantization[module] = plan.format->config_entry(params);
+        t.outputs = format->outputs(module, *info, params);
+        // An entry wherever the defaults do not describe the module (mlx-lm's convention).
+        auto entry = format->config_entry(params);
+        if (entry != plan.format->config_entry(spec.params))
+          plan.quantization[module] = std::move(entry);
         plan.n_quantized++;
         plan.quantized_params += info->shape[0] * info->shape[1];
         for (const auto& e : t.outputs) plan.quantized_bytes += e.nbytes();
@@ -212,6 +256,16 @@ QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
 }
 
 namespace {
+
+void store_in_dtype(const float* values, int64_t n, DType dtype, uint8_t* dst) {
+  if (dtype == DType::F32) {
+    std::memcpy(dst, values, size_t(n) * 4);
+    return;
+  }
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = dtype == DType::BF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+}
 
 // Removes the partial directory unless the run got as far as renaming it.
 struct PartialDir {
@@ -294,6 +348,9 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
       fail("{} is already quantized (config.json has \"{}\"); quantize a float checkpoint",
            in.string(), key);
 
+  if (options.spec.rotation && config.contains("rotation"))
+    fail("{} is already rotated (config.json has \"rotation\")", in.string());
+
   const WeightStore store = WeightStore::open(in);
   for (const auto& name : store.names())
     if (name.ends_with(".scales"))
@@ -318,21 +375,32 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
   for (const auto& t : plan.tensors)
     entries.insert(entries.end(), t.outputs.begin(), t.outputs.end());
   SafetensorsWriterOptions writer_options = options.writer;
-  writer_options.metadata = {{"format", "mlx"}};
+  writer_options.metadata = {{"format", plan.format ? "mlx" : "pt"}};
   SafetensorsWriter writer(partial.path, std::move(entries), writer_options);
 
   ThreadPool pool(options.n_threads);
+  std::optional<HiddenRotation> rotation;
+  if (plan.rotation) rotation.emplace(plan.rotation->hidden, options.spec.rotation->seed);
   std::vector<std::vector<uint8_t>> buffers;  // reused: the largest module's size at most
+  std::vector<uint8_t> rotated_bytes;
   QuantizeProgress progress{0, plan.n_quantized, 0, plan.quantized_params, 0};
   for (const auto& t : plan.tensors) {
     check_cancel();
+    TensorInfo input = *t.input;
+    if (t.rotated) {
+      // Stored in the input's dtype, so a rotated checkpoint is the size of the original.
+      auto values = rotated_tensor_f32(*t.rotated, *rotation, options.spec.rotation->norm_offset);
+      rotated_bytes.resize(input.nbytes);
+      store_in_dtype(values.data(), int64_t(values.size()), input.dtype, rotated_bytes.data());
+      input.data = rotated_bytes.data();
+    }
     if (!t.quantized()) {
-      writer.write(t.outputs[0].name, t.input->data, t.input->nbytes);
+      writer.write(t.outputs[0].name, input.data, input.nbytes);
       continue;
     }
     buffers.resize(t.outputs.size());
     for (size_t i = 0; i < t.outputs.size(); ++i) buffers[i].resize(t.outputs[i].nbytes());
-    plan.format->quantize(*t.input, t.params, pool, options.cancel, buffers);
+    t.format->quantize(input, t.params, pool, options.cancel, buffers);
     check_cancel();
     for (size_t i = 0; i < t.outputs.size(); ++i)
       writer.write(t.outputs[i].name, buffers[i].data(), buffers[i].size());
@@ -345,8 +413,19 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
   check_cancel();
 
   copy_side_files(in, partial.path);
-  config["quantization"] = plan.quantization;
-  config["quantization_config"] = plan.quantization;
+  if (plan.format) {
+    config["quantization"] = plan.quantization;
+    config["quantization_config"] = plan.quantization;
+  }
+  if (plan.rotation) {
+    config["rotation"] = {
+        {"kind", "sign_hadamard"}, {"block", rotation->block()}, {"seed", rotation->seed()}};
+    if (plan.rotation->untied) {
+      config["tie_word_embeddings"] = false;
+      if (config.contains("text_config") && config["text_config"].is_object())
+        config["text_config"]["tie_word_embeddings"] = false;
+    }
+  }
   // Last: a directory with config.json is a checkpoint, so it must only appear complete.
   write_file_durably(partial.path / "config.json", config.dump(4) + "\n");
   fsync_path(partial.path);

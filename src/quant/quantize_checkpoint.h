@@ -1,15 +1,18 @@
 // `hearth quantize`: converts a float checkpoint (F32, F16 or BF16 safetensors) into a quantized
-// one in MLX's layout, so that mlx-lm and hearth load it. Two steps: the plan (which tensor
-// becomes what, and config.json's "quantization" object), computed from names and shapes alone,
-// then the run, which streams tensor by tensor into OUT.partial-<pid> next to OUT and renames
-// that to OUT once config.json, written last, is on disk. OUT therefore either does not exist or
-// is a complete checkpoint; an error or a cancel removes the partial directory.
+// one in MLX's layout (affine, which mlx-lm and hearth load, or trellis), optionally rotating its
+// hidden dimension first (quant/rotation.h); format "none" writes the rotated float checkpoint. Two
+// steps: the plan (which tensor becomes what, and config.json's "quantization" object), computed
+// from names and shapes alone, then the run, which streams tensor by tensor into OUT.partial-<pid>
+// next to OUT and renames that to OUT once config.json, written last, is on disk. OUT therefore
+// either does not exist or is a complete checkpoint; an error or a cancel removes the partial
+// directory.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "loader/safetensors_writer.h"
 #include "loader/weight_store.h"
 #include "quant/quantize_format.h"
+#include "quant/rotation.h"
 
 namespace hearth::quant {
 
@@ -31,21 +35,32 @@ struct ModuleOverride {
 std::vector<ModuleOverride> parse_module_bits(std::string_view text);
 
 struct QuantizeSpec {
-  std::string format = "affine";
+  std::string format = "affine";  // a QuantFormat, or "none" (a float copy; needs rotation)
   QuantParams params;
   std::vector<ModuleOverride> overrides;
+  // The token embedding and the output head: < 0 coded like every other module; 0 kept in
+  // float; else affine with these bits and group 64 whatever the run's format (as llama.cpp's
+  // K-quant mixes keep them at Q6_K / Q8_0).
+  int embedding_bits = -1;
+  std::optional<RotationSpec> rotation;  // fold a sign-Hadamard rotation in first
 };
 
+// The group size of the embedding and head when --embedding-bits codes them in affine.
+inline constexpr int kEmbeddingGroupSize = 64;
+
 struct PlannedTensor {
-  const TensorInfo* input = nullptr;      // into the WeightStore
-  std::string module;                     // the weight's name without ".weight"; empty when copied
-  QuantParams params;                     // when quantized
-  std::vector<SafetensorsEntry> outputs;  // when copied: the input tensor as it is
+  const TensorInfo* input = nullptr;       // into the WeightStore (with rotation: its source)
+  std::string module;                      // the weight's name without ".weight"; empty when copied
+  const QuantFormat* format = nullptr;     // when quantized
+  QuantParams params;                      // when quantized
+  const RotatedTensor* rotated = nullptr;  // into QuantizePlan::rotation, unless kept as it is
+  std::vector<SafetensorsEntry> outputs;   // when copied: the input tensor as it is
   bool quantized() const { return !module.empty(); }
 };
 
 struct QuantizePlan {
-  const QuantFormat* format = nullptr;
+  const QuantFormat* format = nullptr;  // nullptr for "none"
+  std::optional<RotationPlan> rotation;
   std::vector<PlannedTensor> tensors;  // every input tensor, in name order
   // config.json's "quantization" (written as "quantization_config" too, as mlx-lm does): the
   // default parameters, then each overridden module's parameters, or false for every
@@ -61,7 +76,8 @@ struct QuantizePlan {
   size_t output_bytes = 0;     // every output tensor
 };
 
-// What becomes of each tensor of `store`. A tensor is quantized iff it is a 2-D NAME.weight
+// What becomes of each tensor of `store` (after the rotation, when the spec asks for one: an
+// untied head is added, the MTP head dropped). A tensor is quantized iff it is a 2-D NAME.weight
 // (a linear or embedding layer; not a norm, not in a vision or audio tower, which mlx-vlm keeps
 // in float too), the format can code its shape and dtype, and no override says false. Throws on
 // an unknown format, unsupported parameters, or an override that matches no module.
@@ -97,6 +113,8 @@ struct QuantizeResult {
 
 // Quantizes checkpoint `in` into the new directory `out`. Throws hearth::Error when `out`
 // exists, `in` is not a float checkpoint, or anything fails; nothing is left behind then.
+// With spec.rotation, config.json gets "rotation": {"kind": "sign_hadamard", "block", "seed"}
+// (and tie_word_embeddings false when the head was untied).
 QuantizeResult quantize_checkpoint(const std::filesystem::path& in,
                                    const std::filesystem::path& out,
                                    const QuantizeOptions& options);

@@ -1,11 +1,14 @@
-// The formats table and its MLX affine entry: a module becomes PATH.weight (U32 codes),
-// PATH.scales and PATH.biases (in the input weight's dtype), as mlx.core.quantize writes them.
+// The formats table. MLX affine: a module becomes PATH.weight (U32 codes), PATH.scales and
+// PATH.biases (in the input weight's dtype), as mlx.core.quantize writes them. Trellis:
+// PATH.weight (U32 codes of the stored rows) and PATH.scales (F16, one per stored row), the
+// stored matrix being W (axis 1) or Wᵀ (axis 0).
 #include "quant/quantize_format.h"
 
 #include <cstring>
 
 #include "core/error.h"
 #include "quant/affine.h"
+#include "quant/trellis.h"
 
 namespace hearth::quant {
 
@@ -91,11 +94,88 @@ nlohmann::ordered_json affine_config_entry(const QuantParams& p) {
   return {{"group_size", p.group_size}, {"bits", p.bits}, {"mode", "affine"}};
 }
 
+void trellis_check(const QuantParams& p) {
+  trellis_check_bits(p.bits, "--bits");
+  if (p.group_size != TrellisSpec::kBlock)
+    fail("--group-size must be {} for trellis (its block), got {}", TrellisSpec::kBlock,
+         p.group_size);
+}
+
+QuantParams trellis_module_params(const std::string& module, QuantParams p) {
+  p.axis = trellis_axis_for(module);
+  return p;
+}
+
+std::string trellis_unfit(int64_t rows, int64_t cols, DType dtype, const QuantParams& p) {
+  if (!is_float(dtype)) return fmt::format("dtype {} is not F32, F16 or BF16", dtype_name(dtype));
+  if (rows <= 0 || cols <= 0) return "empty";
+  const int64_t coded = p.axis == 1 ? cols : rows;
+  if (coded % TrellisSpec::kBlock != 0)
+    return fmt::format("{} dim {} not a multiple of {}", p.axis == 1 ? "input" : "output", coded,
+                       TrellisSpec::kBlock);
+  return {};
+}
+
+std::vector<SafetensorsEntry> trellis_outputs(const std::string& module, const TensorInfo& w,
+                                              const QuantParams& p) {
+  const int64_t rows = p.axis == 1 ? w.shape[0] : w.shape[1];
+  const int64_t cols = p.axis == 1 ? w.shape[1] : w.shape[0];
+  return {{module + ".weight", DType::U32, {rows, TrellisSpec::row_words(cols, p.bits)}},
+          {module + ".scales", DType::F16, {rows}}};
+}
+
+void trellis_quantize(const TensorInfo& w, const QuantParams& p, ThreadPool& pool,
+                      const std::atomic<bool>* cancel, std::vector<std::vector<uint8_t>>& out) {
+  const int64_t out_dim = w.shape[0], in_dim = w.shape[1];
+  std::vector<float> f(static_cast<size_t>(out_dim * in_dim));
+  affine_params_to_f32(static_cast<const uint8_t*>(w.data), w.dtype, out_dim * in_dim, f.data());
+  if (p.axis == 0) {  // store Wᵀ [in, out]
+    std::vector<float> t(f.size());
+    for (int64_t o = 0; o < out_dim; ++o)
+      for (int64_t i = 0; i < in_dim; ++i) t[size_t(i * out_dim + o)] = f[size_t(o * in_dim + i)];
+    f.swap(t);
+  }
+  const int64_t rows = p.axis == 1 ? out_dim : in_dim, cols = p.axis == 1 ? in_dim : out_dim;
+  const int64_t words = TrellisSpec::row_words(cols, p.bits);
+  auto* codes = reinterpret_cast<uint32_t*>(out[0].data());
+  auto* scales = reinterpret_cast<uint16_t*>(out[1].data());
+  // Chunks of ~2^18 weights (a fraction of a second) so a cancel is seen promptly; each chunk
+  // still has hundreds of blocks for the pool's threads.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 18) / cols);
+  for (int64_t r = 0; r < rows; r += chunk) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) return;
+    const int64_t n = std::min(chunk, rows - r);
+    quantize_trellis_rows(f.data() + r * cols, n, cols, p.bits, codes + r * words, scales + r,
+                          &pool);
+  }
+}
+
+nlohmann::ordered_json trellis_config_entry(const QuantParams& p) {
+  return {{"group_size", TrellisSpec::kBlock},
+          {"bits", p.bits},
+          {"mode", "trellis"},
+          {"trellis",
+           {{"L", TrellisSpec::kStateBits}, {"code", TrellisSpec::kCode}, {"axis", p.axis}}}};
+}
+
 const QuantFormat kFormats[] = {
-    {"affine", affine_check, affine_unfit, affine_outputs, affine_quantize, affine_config_entry},
+    {"affine", affine_check, nullptr, affine_unfit, affine_outputs, affine_quantize,
+     affine_config_entry},
+    {"trellis", trellis_check, trellis_module_params, trellis_unfit, trellis_outputs,
+     trellis_quantize, trellis_config_entry},
 };
 
 }  // namespace
+
+int trellis_axis_for(const std::string& module) {
+  // Down projections write the residual stream: coding them along the output dim makes their
+  // decode a scatter, and the coded dim is the hidden size (mlx-bun's choice; design-notes.md).
+  for (const char* down : {"mlp.down_proj", "shared_expert.down_proj"})
+    if (module.ends_with(down)) return 0;
+  const size_t experts = module.find("mlp.experts.");
+  if (experts != std::string::npos && module.ends_with(".down_proj")) return 0;
+  return 1;
+}
 
 const QuantFormat* quant_format_find(std::string_view name) {
   for (const auto& f : kFormats)

@@ -1,7 +1,7 @@
 // The weight formats `hearth quantize` can write, one QuantFormat each: which weights a format
 // can code, the tensors a coded module becomes, the per-tensor quantize step and the module's
 // entry in config.json. The checkpoint converter (quantize_checkpoint) only goes through this
-// table, so a second format (trellis) is one more entry here.
+// table: "affine" (MLX) and "trellis" (hearth's QTIP-style trellis, docs/QUANTIZATION.md).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -19,12 +19,16 @@ namespace hearth::quant {
 struct QuantParams {
   int bits = 4;
   int group_size = 64;
+  int axis = 1;  // trellis: 1 codes the rows of W [out, in]; 0 stores and codes Wᵀ
 };
 
 struct QuantFormat {
   std::string_view name;
   // Throws hearth::Error naming the option ("--bits", "--group-size") on unsupported values.
   void (*check)(const QuantParams& params);
+  // The parameters module `module` gets from the run's (trellis picks the coded axis by the
+  // module's role); nullptr: the run's as they are.
+  QuantParams (*module_params)(const std::string& module, QuantParams params);
   // Empty if a [rows, cols] weight of `dtype` can be coded, else why not, in a few words that
   // are the same for every module sharing the reason ("last dim 100 not a multiple of 64").
   std::string (*unfit)(int64_t rows, int64_t cols, DType dtype, const QuantParams& params);
@@ -38,6 +42,10 @@ struct QuantFormat {
   // The module's parameters as config.json's "quantization" object states them.
   nlohmann::ordered_json (*config_entry)(const QuantParams& params);
 };
+
+// Trellis axis policy: 0 (stored transposed, coded along the output dim, a scatter matvec) for
+// the MLP down projections (dense, routed and shared experts), 1 for every other module.
+int trellis_axis_for(const std::string& module);
 
 // nullptr when `name` is not a format the quantizer writes.
 const QuantFormat* quant_format_find(std::string_view name);
