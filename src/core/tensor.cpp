@@ -25,19 +25,18 @@ size_t Tensor::nbytes() const {
 
 namespace {
 
-// Scales (and biases) per outermost index of a packed weight with `inner` values per index.
-int64_t packed_params_per_outer(const Tensor& t, int64_t inner) {
-  if (t.packed.format == WeightFormat::Affine) return inner / t.packed.group_size;
-  // Trellis: one scale per coded row (an output row, or an input row when transposed).
-  return t.packed.axis == 1 ? inner / t.cols() : inner / t.dim(-2);
+// Scales (and biases) of a packed weight: one per affine group; for trellis one per coded row,
+// an output row, or an input row when stored transposed ([.., out, in] holds numel / out).
+int64_t packed_params(const Tensor& t) {
+  if (t.packed.format == WeightFormat::Affine) return t.numel() / t.packed.group_size;
+  return t.packed.axis == 1 ? t.numel() / t.cols() : t.numel() / t.dim(-2);
 }
 
 }  // namespace
 
 size_t Tensor::stored_bytes() const {
   if (!is_packed() || ndim == 0) return nbytes();
-  const int64_t outer = shape[0], inner = numel() / shape[0];
-  const size_t params = size_t(outer * packed_params_per_outer(*this, inner));
+  const size_t params = size_t(packed_params(*this));
   return nbytes() + params * dtype_size(packed.param_dtype) * (packed.biases ? 2 : 1);
 }
 
@@ -54,7 +53,7 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
          begin, end, describe());
   t.data = static_cast<char*>(data) + size_t(begin * row_elems) * packed.bits / 8;
   const size_t param_bytes =
-      size_t(begin * packed_params_per_outer(*this, row_elems)) * dtype_size(packed.param_dtype);
+      size_t(begin * (packed_params(*this) / shape[0])) * dtype_size(packed.param_dtype);
   t.packed.scales = static_cast<const char*>(packed.scales) + param_bytes;
   if (packed.biases) t.packed.biases = static_cast<const char*>(packed.biases) + param_bytes;
   return t;

@@ -234,7 +234,8 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
 
 void linear_rows(Ctx& ctx, const Ten& y, const Ten& x, const void* w, int64_t rows, int64_t col0,
                  bool transposed) {
-  const int64_t n = x.rows(), in = x.cols(), ldy = y.cols();
+  // y's row stride: all of a row's outputs (y may be shaped [n, heads, head_dim]).
+  const int64_t n = x.rows(), in = x.cols(), ldy = y.numel() / n;
   void* yp = static_cast<char*>(y.p) + col0 * (y.dtype == kF32 ? 4 : 2);
   if (x.dtype != kBF16 || (y.dtype != kBF16 && y.dtype != kF32))
     cuda_fail("linear_rows", "bf16 input and a bf16 or f32 output are needed", __FILE__, __LINE__);
