@@ -141,6 +141,9 @@ TEST_F(CudaPacked, AffineF16ParamsAndWideRows) {
   // Rows long enough for several warps per row, and f16 scales and biases.
   const auto p = random_affine(24, 4096 + 64, 4, 64, DType::F16, 5);
   check_products(p, "affine f16 params");
+  // Rows too long for one row's input to be staged in shared memory (the general kernels).
+  check_products(random_affine(9, 25600, 3, 128, DType::BF16, 6), "affine long rows");
+  check_products(random_trellis(5, 25600, 4, 1, 7), "trellis long rows");
 }
 
 TEST_F(CudaPacked, TrellisBothAxes) {

@@ -155,6 +155,7 @@ void gemv_glu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate, const Ten& 
 // groups of 32-128, trellis k 2-4 on either axis; bf16 input). A transposed trellis weight sums
 // per-slice partials: `partials` must hold packed_partials_bytes(ctx, w) (zero for the others).
 bool packed_gemv_fits(const Ten& x, const PackedTen& w);
+void packed_gemv_init();  // allows the kernels their shared memory (once, outside any capture)
 size_t packed_partials_bytes(const Ctx& ctx, const PackedTen& w);
 void packed_gemv(Ctx& ctx, const Ten& y, const Ten& x, const PackedTen& w, const Ten& bias,
                  float* partials);

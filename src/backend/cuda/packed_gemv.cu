@@ -198,6 +198,171 @@ __global__ void __launch_bounds__(kWarps * 32)
   finish_rows<N>(acc, n, split, row, live, mult, y, w.out, bias, bdt);
 }
 
+// One input row (the common decode case), its values staged once per block in shared memory as
+// f32 — xs[in], then per-chunk sums (affine) or the row's sum (trellis) — so the inner loops
+// read four inputs per shared load and convert nothing; the first weights are already in
+// flight while the block stages x. Needs in · 4 + in / 8 bytes of shared memory (kStageMax).
+constexpr size_t kStageMax = 96 * 1024;
+
+size_t stage_bytes(int64_t in) { return size_t(in) * 4 + size_t(in / 32) * 4 + 16; }
+
+// xs[i] = x[i] as f32; sums[c] = Σ of chunk c's 32 values (when chunk_sums), *total = Σ of all.
+__device__ __forceinline__ void stage_input(const __nv_bfloat16* x, int64_t in, float* xs,
+                                            float* sums, bool chunk_sums, float* total) {
+  float mine = 0.0f;
+  // Every thread runs the same passes (the shuffles need whole warps); past the end it adds 0.
+  for (int64_t base = 0; base < in; base += int64_t(blockDim.x) * 8) {
+    const int64_t i = base + int64_t(threadIdx.x) * 8;
+    float f[8] = {};
+    if (i < in) bf16x8_to_f32(*reinterpret_cast<const uint4*>(x + i), f);
+    float part = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) part += f[j];
+    if (i < in) {
+      reinterpret_cast<float4*>(xs + i)[0] = make_float4(f[0], f[1], f[2], f[3]);
+      reinterpret_cast<float4*>(xs + i)[1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+    // A chunk's 32 values are 4 consecutive threads' (in is a multiple of 32).
+    float chunk = part + __shfl_xor_sync(0xffffffffu, part, 1);
+    chunk += __shfl_xor_sync(0xffffffffu, chunk, 2);
+    if (chunk_sums && i < in && (threadIdx.x & 3) == 0) sums[i / 32] = chunk;
+    mine += part;
+  }
+  if (total) {
+    const float t = block_sum(mine);
+    if (threadIdx.x == 0) *total = t;
+  }
+  __syncthreads();
+}
+
+template <int BITS>
+__global__ void __launch_bounds__(kWarps * 32)
+    affine_gemv1_kernel(Ten y, const __nv_bfloat16* x, PackedTen w, const void* bias, int bdt,
+                        int split) {
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row = int64_t(blockIdx.x) * (kWarps / split) + warp / split;
+  const int part = warp % split;
+  const bool live = row < w.out;
+  const int64_t in = w.in, chunks = in / 32, groups = in / w.group;
+  float* sums = xs + in;
+  const int chunks_per_group = w.group / 32;
+  const int64_t stride = int64_t(split) * 32;
+  const uint32_t* codes = w.codes + (live ? row : 0) * (in * BITS / 32);
+  int64_t c = int64_t(part) * 32 + lane;
+  uint32_t cur[BITS];
+  if (live && c < chunks) load_chunk<BITS>(codes + c * BITS, cur);
+  stage_input(x, in, xs, sums, true, nullptr);
+  float acc = 0.0f;
+  if (live) {
+    for (; c < chunks; c += stride) {
+      uint32_t nxt[BITS];
+      if (c + stride < chunks) load_chunk<BITS>(codes + (c + stride) * BITS, nxt);
+      const int64_t g = row * groups + c / chunks_per_group;
+      const float sc = ld(w.scales, w.param_dt, g), bi = ld(w.biases, w.param_dt, g);
+      const float4* x4 = reinterpret_cast<const float4*>(xs + c * 32);
+      float sq = 0.0f;
+#pragma unroll
+      for (int q4 = 0; q4 < 8; ++q4) {
+        const float4 v = x4[q4];
+        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4)), v.x, sq);
+        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 1)), v.y, sq);
+        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 2)), v.z, sq);
+        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 3)), v.w, sq);
+      }
+      const float sx = sums[c];
+      acc += sc * (sq - 256.0f * sx) + bi * sx;
+#pragma unroll
+      for (int i = 0; i < BITS; ++i) cur[i] = nxt[i];
+    }
+  }
+  const float one[1] = {acc};
+  finish_rows<1>(one, 1, split, row, live, 1.0f, y, w.out, bias, bdt);
+}
+
+// 1024 + y_int + 510 of a state as an f32 (trellis_1mad without its final subtraction, which
+// the caller takes once per sum: 1534 · Σx).
+__device__ __forceinline__ float trellis_1mad_biased(uint32_t state) {
+  const uint32_t z = state * 34038481u + 76625530u;
+  return __uint_as_float(0x44800000u | (__dp4a(z, 0x01010101u, 0u) << 13));
+}
+
+template <int K>
+__device__ __forceinline__ void trellis_lane_biased(uint32_t word, int lane, float (&v)[8]) {
+  constexpr int kWords = kTrellisBlock * K / 32;
+  const int low = (kTrellisBlock - 8 - 8 * lane) * K;
+  const int w0 = low >> 5;
+  const uint32_t a = __shfl_sync(0xffffffffu, word, w0);
+  const uint32_t b = __shfl_sync(0xffffffffu, word, w0 + 1 == kWords ? 0 : w0 + 1);
+  const int base = low & 31;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int rel = base + (7 - j) * K;
+    const uint32_t lo = (K == 3 && rel >= 32) ? b : a;
+    v[j] = trellis_1mad_biased(__funnelshift_r(lo, b, uint32_t(rel)) & 0xFFFu);
+  }
+}
+
+template <int K>
+__global__ void __launch_bounds__(kWarps * 32)
+    trellis_rows1_kernel(Ten y, const __nv_bfloat16* x, PackedTen w, const void* bias, int bdt,
+                         int split) {
+  constexpr int kWords = kTrellisBlock * K / 32;
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row = int64_t(blockIdx.x) * (kWarps / split) + warp / split;
+  const int part = warp % split;
+  const bool live = row < w.out;
+  const int64_t in = w.in, blocks = in / kTrellisBlock;
+  float* total = xs + in;
+  const uint32_t* codes = w.codes + (live ? row : 0) * blocks * kWords;
+  const int64_t step = int64_t(split) * kTrellisUnroll;
+  auto load_batch = [&](int64_t b0, uint32_t(&words)[kTrellisUnroll]) {
+#pragma unroll
+    for (int u = 0; u < kTrellisUnroll; ++u) {
+      const int64_t b = b0 + int64_t(u) * split;
+      words[u] =
+          (live && lane < kWords && b < blocks) ? ld_stream_u32(codes + b * kWords + lane) : 0u;
+    }
+  };
+  uint32_t cur[kTrellisUnroll];
+  load_batch(part, cur);
+  stage_input(x, in, xs, nullptr, false, total);
+  float acc = 0.0f;
+  if (live) {
+    for (int64_t b0 = part; b0 < blocks; b0 += step) {
+      uint32_t nxt[kTrellisUnroll];
+      load_batch(b0 + step, nxt);
+#pragma unroll
+      for (int u = 0; u < kTrellisUnroll; ++u) {
+        const int64_t b = b0 + int64_t(u) * split;
+        if (b >= blocks) break;  // uniform across the warp
+        float v[8];
+        trellis_lane_biased<K>(cur[u], lane, v);
+        const float4* x4 = reinterpret_cast<const float4*>(xs + b * kTrellisBlock + lane * 8);
+        const float4 p = x4[0], q = x4[1];
+        acc = fmaf(v[0], p.x, acc);
+        acc = fmaf(v[1], p.y, acc);
+        acc = fmaf(v[2], p.z, acc);
+        acc = fmaf(v[3], p.w, acc);
+        acc = fmaf(v[4], q.x, acc);
+        acc = fmaf(v[5], q.y, acc);
+        acc = fmaf(v[6], q.z, acc);
+        acc = fmaf(v[7], q.w, acc);
+      }
+#pragma unroll
+      for (int u = 0; u < kTrellisUnroll; ++u) cur[u] = nxt[u];
+    }
+  }
+  // The row's first warp removes 1534 · Σx once: its parts together cover every block once.
+  if (part == 0 && lane == 0) acc -= 1534.0f * *total;
+  const float one[1] = {acc};
+  const float mult = live ? ld(w.scales, kF16, row) / kTrellis1madScale : 0.0f;
+  finish_rows<1>(one, 1, split, row, live, mult, y, w.out, bias, bdt);
+}
+
 // Block (output block ob, input slice s): partials[s][r][ob·256 + t] = Σ_{i in slice}
 // x[r, i]·scale[i] · y_int(i, ob·256 + t), before the 1/147.8.
 template <int K, int N>
@@ -280,6 +445,48 @@ int row_split(const Ctx& ctx, int64_t rows, int64_t units, int64_t per_pass) {
   return split;
 }
 
+// The single-row kernels' launch (their shared memory is allowed by packed_gemv_init).
+template <auto Kernel>
+void launch_staged(Ctx& ctx, const PackedTen& w, const Ten& y, const __nv_bfloat16* x,
+                   const Ten& bias, int split) {
+  const dim3 grid(unsigned((w.out + kWarps / split - 1) / (kWarps / split)));
+  Kernel<<<grid, kWarps * 32, stage_bytes(w.in), ctx.stream>>>(y, x, w, bias.p, bias.dtype, split);
+}
+
+template <auto Kernel>
+void allow_stage_smem() {
+  HEARTH_CUDA_CHECK(
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStageMax)));
+}
+
+void launch_single_row(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, const PackedTen& w,
+                       const Ten& bias, int split) {
+  if (w.format == kPackedAffine) {
+    switch (w.bits) {
+      case 2:
+        return launch_staged<affine_gemv1_kernel<2>>(ctx, w, y, x, bias, split);
+      case 3:
+        return launch_staged<affine_gemv1_kernel<3>>(ctx, w, y, x, bias, split);
+      case 4:
+        return launch_staged<affine_gemv1_kernel<4>>(ctx, w, y, x, bias, split);
+      case 5:
+        return launch_staged<affine_gemv1_kernel<5>>(ctx, w, y, x, bias, split);
+      case 6:
+        return launch_staged<affine_gemv1_kernel<6>>(ctx, w, y, x, bias, split);
+      default:
+        return launch_staged<affine_gemv1_kernel<8>>(ctx, w, y, x, bias, split);
+    }
+  }
+  switch (w.bits) {
+    case 2:
+      return launch_staged<trellis_rows1_kernel<2>>(ctx, w, y, x, bias, split);
+    case 3:
+      return launch_staged<trellis_rows1_kernel<3>>(ctx, w, y, x, bias, split);
+    default:
+      return launch_staged<trellis_rows1_kernel<4>>(ctx, w, y, x, bias, split);
+  }
+}
+
 template <int N>
 void launch_affine(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, int n, const PackedTen& w,
                    const Ten& bias, int split) {
@@ -354,6 +561,18 @@ void launch_trellis_cols(Ctx& ctx, const __nv_bfloat16* x, int n, const PackedTe
 
 }  // namespace
 
+void packed_gemv_init() {
+  allow_stage_smem<affine_gemv1_kernel<2>>();
+  allow_stage_smem<affine_gemv1_kernel<3>>();
+  allow_stage_smem<affine_gemv1_kernel<4>>();
+  allow_stage_smem<affine_gemv1_kernel<5>>();
+  allow_stage_smem<affine_gemv1_kernel<6>>();
+  allow_stage_smem<affine_gemv1_kernel<8>>();
+  allow_stage_smem<trellis_rows1_kernel<2>>();
+  allow_stage_smem<trellis_rows1_kernel<3>>();
+  allow_stage_smem<trellis_rows1_kernel<4>>();
+}
+
 bool packed_gemv_fits(const Ten& x, const PackedTen& w) {
   if (x.rows() > kMaxRows || x.dtype != kBF16 || x.cols() != w.in || w.in % 8 != 0 ||
       !aligned16(x.p) || !aligned16(w.codes))
@@ -391,7 +610,9 @@ void packed_gemv(Ctx& ctx, const Ten& y, const Ten& x, const PackedTen& w, const
   const bool affine = w.format == kPackedAffine;
   const int split = row_split(ctx, w.out, affine ? w.in / 32 : w.in / kTrellisBlock,
                               affine ? 32 : kTrellisUnroll);
-  if (affine) {
+  if (n == 1 && stage_bytes(w.in) <= kStageMax) {
+    launch_single_row(ctx, y, xp, w, bias, split);
+  } else if (affine) {
     if (n == 1)
       launch_affine<1>(ctx, y, xp, n, w, bias, split);
     else
