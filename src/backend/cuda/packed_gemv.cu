@@ -206,9 +206,23 @@ constexpr size_t kStageMax = 96 * 1024;
 
 size_t stage_bytes(int64_t in) { return size_t(in) * 4 + size_t(in / 32) * 4 + 16; }
 
-// xs[i] = x[i] as f32; sums[c] = Σ of chunk c's 32 values (when chunk_sums), *total = Σ of all.
+// Where float4 number p (x[4p .. 4p+3]) is staged, so that a warp's shared loads hit distinct
+// banks: affine lanes take consecutive 32-value chunks c, so quad q of every chunk lies together
+// (q · chunks + c); trellis lanes take 8 values each of a 256-value block, so a block's even
+// quads come first and its odd ones 32 later.
+enum StageLayout { kByChunk, kByBlock };
+__device__ __forceinline__ int64_t stage_slot(int64_t p, int64_t chunks, StageLayout layout) {
+  if (layout == kByChunk) return (p % 8) * chunks + p / 8;
+  return p / 64 * 64 + (p % 2) * 32 + p % 64 / 2;
+}
+
+// x as f32 in the layout above; sums[c] = Σ of chunk c's 32 values (when chunk_sums), *total =
+// Σ of all (when set).
 __device__ __forceinline__ void stage_input(const __nv_bfloat16* x, int64_t in, float* xs,
-                                            float* sums, bool chunk_sums, float* total) {
+                                            float* sums, bool chunk_sums, float* total,
+                                            StageLayout layout) {
+  float4* xs4 = reinterpret_cast<float4*>(xs);
+  const int64_t chunks = in / 32;
   float mine = 0.0f;
   // Every thread runs the same passes (the shuffles need whole warps); past the end it adds 0.
   for (int64_t base = 0; base < in; base += int64_t(blockDim.x) * 8) {
@@ -219,8 +233,8 @@ __device__ __forceinline__ void stage_input(const __nv_bfloat16* x, int64_t in, 
 #pragma unroll
     for (int j = 0; j < 8; ++j) part += f[j];
     if (i < in) {
-      reinterpret_cast<float4*>(xs + i)[0] = make_float4(f[0], f[1], f[2], f[3]);
-      reinterpret_cast<float4*>(xs + i)[1] = make_float4(f[4], f[5], f[6], f[7]);
+      xs4[stage_slot(i / 4, chunks, layout)] = make_float4(f[0], f[1], f[2], f[3]);
+      xs4[stage_slot(i / 4 + 1, chunks, layout)] = make_float4(f[4], f[5], f[6], f[7]);
     }
     // A chunk's 32 values are 4 consecutive threads' (in is a multiple of 32).
     float chunk = part + __shfl_xor_sync(0xffffffffu, part, 1);
@@ -253,7 +267,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   int64_t c = int64_t(part) * 32 + lane;
   uint32_t cur[BITS];
   if (live && c < chunks) load_chunk<BITS>(codes + c * BITS, cur);
-  stage_input(x, in, xs, sums, true, nullptr);
+  stage_input(x, in, xs, sums, true, nullptr, kByChunk);
   float acc = 0.0f;
   if (live) {
     for (; c < chunks; c += stride) {
@@ -261,11 +275,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (c + stride < chunks) load_chunk<BITS>(codes + (c + stride) * BITS, nxt);
       const int64_t g = row * groups + c / chunks_per_group;
       const float sc = ld(w.scales, w.param_dt, g), bi = ld(w.biases, w.param_dt, g);
-      const float4* x4 = reinterpret_cast<const float4*>(xs + c * 32);
+      const float4* x4 = reinterpret_cast<const float4*>(xs) + c;
       float sq = 0.0f;
 #pragma unroll
       for (int q4 = 0; q4 < 8; ++q4) {
-        const float4 v = x4[q4];
+        const float4 v = x4[q4 * chunks];
         sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4)), v.x, sq);
         sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 1)), v.y, sq);
         sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 2)), v.z, sq);
@@ -329,7 +343,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
   uint32_t cur[kTrellisUnroll];
   load_batch(part, cur);
-  stage_input(x, in, xs, nullptr, false, total);
+  stage_input(x, in, xs, nullptr, false, total, kByBlock);
   float acc = 0.0f;
   if (live) {
     for (int64_t b0 = part; b0 < blocks; b0 += step) {
@@ -341,8 +355,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (b >= blocks) break;  // uniform across the warp
         float v[8];
         trellis_lane_biased<K>(cur[u], lane, v);
-        const float4* x4 = reinterpret_cast<const float4*>(xs + b * kTrellisBlock + lane * 8);
-        const float4 p = x4[0], q = x4[1];
+        const float4* x4 = reinterpret_cast<const float4*>(xs) + b * 64 + lane;
+        const float4 p = x4[0], q = x4[32];
         acc = fmaf(v[0], p.x, acc);
         acc = fmaf(v[1], p.y, acc);
         acc = fmaf(v[2], p.z, acc);
