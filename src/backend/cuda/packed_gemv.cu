@@ -12,7 +12,7 @@
 //   i into its lanes' 8 outputs, the warps meet in shared memory, and the slices' partial sums
 //   are added in a fixed order by a second kernel (no atomics: the result does not depend on
 //   scheduling).
-// A row's work is split over 1-8 warps (gemv_split) so that small matrices still fill the GPU,
+// A row's work is split over 1-8 warps (row_split) so that small matrices still fill the GPU,
 // and each lane keeps several loads in flight.
 #include <algorithm>
 
@@ -198,33 +198,29 @@ __global__ void __launch_bounds__(kWarps * 32)
   finish_rows<N>(acc, n, split, row, live, mult, y, w.out, bias, bdt);
 }
 
-// One input row (the common decode case), its values staged once per block in shared memory as
-// f32 — xs[in], then per-chunk sums (affine) or the row's sum (trellis) — so the inner loops
-// read four inputs per shared load and convert nothing; the first weights are already in
-// flight while the block stages x. Needs in · 4 + in / 8 bytes of shared memory (kStageMax).
+// Trellis with one input row (the common decode case): the input is staged once per block in
+// shared memory as f32 with its sum, so the inner loop reads four inputs per shared load,
+// converts nothing, and subtracts the 1MAD offset once per row (1534 · Σx); the first weights
+// are already in flight while the block stages x. Needs in · 4 bytes of shared memory. (The
+// same staging for affine weights measured slower than reading x from L1: 203 against 223 t/s
+// on the 8B shape, docs/QUANTIZATION.md.)
 constexpr size_t kStageMax = 96 * 1024;
 
-size_t stage_bytes(int64_t in) { return size_t(in) * 4 + size_t(in / 32) * 4 + 16; }
+size_t stage_bytes(int64_t in) { return size_t(in) * 4 + 16; }
 
 // Where float4 number p (x[4p .. 4p+3]) is staged, so that a warp's shared loads hit distinct
-// banks: affine lanes take consecutive 32-value chunks c, so quad q of every chunk lies together
-// (q · chunks + c); trellis lanes take 8 values each of a 256-value block, so a block's even
-// quads come first and its odd ones 32 later.
-enum StageLayout { kByChunk, kByBlock };
-__device__ __forceinline__ int64_t stage_slot(int64_t p, int64_t chunks, StageLayout layout) {
-  if (layout == kByChunk) return (p % 8) * chunks + p / 8;
+// banks: lanes take 8 values each of a 256-value block, so a block's even quads come first and
+// its odd ones 32 later (lane l reads slots 64b + l and 64b + 32 + l).
+__device__ __forceinline__ int64_t stage_slot(int64_t p) {
   return p / 64 * 64 + (p % 2) * 32 + p % 64 / 2;
 }
 
-// x as f32 in the layout above; sums[c] = Σ of chunk c's 32 values (when chunk_sums), *total =
-// Σ of all (when set).
+// x as f32 in the layout above into xs, and *total = Σx.
 __device__ __forceinline__ void stage_input(const __nv_bfloat16* x, int64_t in, float* xs,
-                                            float* sums, bool chunk_sums, float* total,
-                                            StageLayout layout) {
+                                            float* total) {
   float4* xs4 = reinterpret_cast<float4*>(xs);
-  const int64_t chunks = in / 32;
   float mine = 0.0f;
-  // Every thread runs the same passes (the shuffles need whole warps); past the end it adds 0.
+  // Every thread runs the same passes (block_sum needs them all); past the end it adds 0.
   for (int64_t base = 0; base < in; base += int64_t(blockDim.x) * 8) {
     const int64_t i = base + int64_t(threadIdx.x) * 8;
     float f[8] = {};
@@ -233,66 +229,14 @@ __device__ __forceinline__ void stage_input(const __nv_bfloat16* x, int64_t in, 
 #pragma unroll
     for (int j = 0; j < 8; ++j) part += f[j];
     if (i < in) {
-      xs4[stage_slot(i / 4, chunks, layout)] = make_float4(f[0], f[1], f[2], f[3]);
-      xs4[stage_slot(i / 4 + 1, chunks, layout)] = make_float4(f[4], f[5], f[6], f[7]);
+      xs4[stage_slot(i / 4)] = make_float4(f[0], f[1], f[2], f[3]);
+      xs4[stage_slot(i / 4 + 1)] = make_float4(f[4], f[5], f[6], f[7]);
     }
-    // A chunk's 32 values are 4 consecutive threads' (in is a multiple of 32).
-    float chunk = part + __shfl_xor_sync(0xffffffffu, part, 1);
-    chunk += __shfl_xor_sync(0xffffffffu, chunk, 2);
-    if (chunk_sums && i < in && (threadIdx.x & 3) == 0) sums[i / 32] = chunk;
     mine += part;
   }
-  if (total) {
-    const float t = block_sum(mine);
-    if (threadIdx.x == 0) *total = t;
-  }
+  const float t = block_sum(mine);
+  if (threadIdx.x == 0) *total = t;
   __syncthreads();
-}
-
-template <int BITS>
-__global__ void __launch_bounds__(kWarps * 32)
-    affine_gemv1_kernel(Ten y, const __nv_bfloat16* x, PackedTen w, const void* bias, int bdt,
-                        int split) {
-  extern __shared__ float4 smem4[];
-  float* xs = reinterpret_cast<float*>(smem4);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row = int64_t(blockIdx.x) * (kWarps / split) + warp / split;
-  const int part = warp % split;
-  const bool live = row < w.out;
-  const int64_t in = w.in, chunks = in / 32, groups = in / w.group;
-  float* sums = xs + in;
-  const int chunks_per_group = w.group / 32;
-  const int64_t stride = int64_t(split) * 32;
-  const uint32_t* codes = w.codes + (live ? row : 0) * (in * BITS / 32);
-  int64_t c = int64_t(part) * 32 + lane;
-  uint32_t cur[BITS];
-  if (live && c < chunks) load_chunk<BITS>(codes + c * BITS, cur);
-  stage_input(x, in, xs, sums, true, nullptr, kByChunk);
-  float acc = 0.0f;
-  if (live) {
-    for (; c < chunks; c += stride) {
-      uint32_t nxt[BITS];
-      if (c + stride < chunks) load_chunk<BITS>(codes + (c + stride) * BITS, nxt);
-      const int64_t g = row * groups + c / chunks_per_group;
-      const float sc = ld(w.scales, w.param_dt, g), bi = ld(w.biases, w.param_dt, g);
-      const float4* x4 = reinterpret_cast<const float4*>(xs) + c;
-      float sq = 0.0f;
-#pragma unroll
-      for (int q4 = 0; q4 < 8; ++q4) {
-        const float4 v = x4[q4 * chunks];
-        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4)), v.x, sq);
-        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 1)), v.y, sq);
-        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 2)), v.z, sq);
-        sq = fmaf(f32_256_plus(chunk_code<BITS>(cur, q4 * 4 + 3)), v.w, sq);
-      }
-      const float sx = sums[c];
-      acc += sc * (sq - 256.0f * sx) + bi * sx;
-#pragma unroll
-      for (int i = 0; i < BITS; ++i) cur[i] = nxt[i];
-    }
-  }
-  const float one[1] = {acc};
-  finish_rows<1>(one, 1, split, row, live, 1.0f, y, w.out, bias, bdt);
 }
 
 // 1024 + y_int + 510 of a state as an f32 (trellis_1mad without its final subtraction, which
@@ -343,7 +287,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
   uint32_t cur[kTrellisUnroll];
   load_batch(part, cur);
-  stage_input(x, in, xs, nullptr, false, total, kByBlock);
+  stage_input(x, in, xs, total);
   float acc = 0.0f;
   if (live) {
     for (int64_t b0 = part; b0 < blocks; b0 += step) {
@@ -473,24 +417,8 @@ void allow_stage_smem() {
       cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStageMax)));
 }
 
-void launch_single_row(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, const PackedTen& w,
-                       const Ten& bias, int split) {
-  if (w.format == kPackedAffine) {
-    switch (w.bits) {
-      case 2:
-        return launch_staged<affine_gemv1_kernel<2>>(ctx, w, y, x, bias, split);
-      case 3:
-        return launch_staged<affine_gemv1_kernel<3>>(ctx, w, y, x, bias, split);
-      case 4:
-        return launch_staged<affine_gemv1_kernel<4>>(ctx, w, y, x, bias, split);
-      case 5:
-        return launch_staged<affine_gemv1_kernel<5>>(ctx, w, y, x, bias, split);
-      case 6:
-        return launch_staged<affine_gemv1_kernel<6>>(ctx, w, y, x, bias, split);
-      default:
-        return launch_staged<affine_gemv1_kernel<8>>(ctx, w, y, x, bias, split);
-    }
-  }
+void launch_trellis_row(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, const PackedTen& w,
+                        const Ten& bias, int split) {
   switch (w.bits) {
     case 2:
       return launch_staged<trellis_rows1_kernel<2>>(ctx, w, y, x, bias, split);
@@ -576,12 +504,6 @@ void launch_trellis_cols(Ctx& ctx, const __nv_bfloat16* x, int n, const PackedTe
 }  // namespace
 
 void packed_gemv_init() {
-  allow_stage_smem<affine_gemv1_kernel<2>>();
-  allow_stage_smem<affine_gemv1_kernel<3>>();
-  allow_stage_smem<affine_gemv1_kernel<4>>();
-  allow_stage_smem<affine_gemv1_kernel<5>>();
-  allow_stage_smem<affine_gemv1_kernel<6>>();
-  allow_stage_smem<affine_gemv1_kernel<8>>();
   allow_stage_smem<trellis_rows1_kernel<2>>();
   allow_stage_smem<trellis_rows1_kernel<3>>();
   allow_stage_smem<trellis_rows1_kernel<4>>();
@@ -624,8 +546,8 @@ void packed_gemv(Ctx& ctx, const Ten& y, const Ten& x, const PackedTen& w, const
   const bool affine = w.format == kPackedAffine;
   const int split = row_split(ctx, w.out, affine ? w.in / 32 : w.in / kTrellisBlock,
                               affine ? 32 : kTrellisUnroll);
-  if (n == 1 && stage_bytes(w.in) <= kStageMax) {
-    launch_single_row(ctx, y, xp, w, bias, split);
+  if (!affine && n == 1 && stage_bytes(w.in) <= kStageMax) {
+    launch_trellis_row(ctx, y, xp, w, bias, split);
   } else if (affine) {
     if (n == 1)
       launch_affine<1>(ctx, y, xp, n, w, bias, split);
