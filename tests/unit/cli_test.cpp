@@ -99,6 +99,28 @@ void expect_one_line_error(const std::string& args, const std::string& needle) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
+// perplexity --kl-base: the bundled model against its own saved distributions, then a run on
+// another context length, which the base file refuses.
+TEST(Cli, PerplexityKlBaseOfTheSameModelIsZero) {
+  const std::string model = std::string(HEARTH_SOURCE_DIR) + "/models/default";
+  const std::string base =
+      (std::filesystem::temp_directory_path() / "hearth_cli_kl_base.bin").string();
+  const std::string common =
+      "perplexity -m " + model + " -f " + model + "/heldout.txt --chunks 2 --kl-base " + base;
+  auto saved = run(common + " --ctx 64 --save-logits");
+  ASSERT_EQ(saved.status, 0) << saved.out;
+  auto same = run(common + " --ctx 64");
+  ASSERT_EQ(same.status, 0) << same.out;
+  EXPECT_NE(same.out.find("Mean    KLD:   0.000000 +/- 0.000000"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("Same top p : 100.000"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("Mean PPL(Q)/PPL(base)     :   1.000000"), std::string::npos) << same.out;
+  auto other_ctx = run(common + " --ctx 32");
+  EXPECT_NE(other_ctx.status, 0);
+  EXPECT_NE(other_ctx.out.find("written with --ctx 64, this run uses 32"), std::string::npos)
+      << other_ctx.out;
+  std::filesystem::remove(base);
+}
+
 TEST(Cli, BadArgumentsGiveOneLineErrors) {
   expect_one_line_error("generate -m " + kModel + " --no-such-flag", "no-such-flag");
   expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1,99999 -n 2", "99999");
@@ -110,6 +132,8 @@ TEST(Cli, BadArgumentsGiveOneLineErrors) {
                         "/nonexistent/dir/x.npy");
   expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1 --device cuda:7", "cuda");
   expect_one_line_error("perplexity -m " + kModel + " -f /nonexistent.txt", "/nonexistent.txt");
+  expect_one_line_error("perplexity -m " + kModel + " -f /nonexistent.txt --save-logits",
+                        "--kl-base");
 }
 
 }  // namespace
