@@ -79,6 +79,7 @@ WeightStore WeightStore::open_files(const std::vector<std::filesystem::path>& fi
         fail("tensor '{}' appears in two files of {}: {} and {}", t.name, dir.string(),
              it->second.info.file, path.string());
       it->second.info = TensorInfo{t.name, t.dtype, t.shape, t.data, t.nbytes, path.string()};
+      it->second.file_name = t.name;
     }
     store.files_.push_back(std::move(file));
   }
@@ -126,6 +127,26 @@ WeightStore WeightStore::open(const std::filesystem::path& dir) {
   if (files.size() > 1)
     log(LogLevel::Info, "{}: no index, loading {} .safetensors files", dir.string(), files.size());
   return open_files(files, dir);
+}
+
+void WeightStore::note_copy(const void* copy, size_t nbytes, const void* source) {
+  const char* begin = static_cast<const char*>(copy);
+  copies_.push_back({begin, begin + nbytes, source});
+}
+
+std::string WeightStore::checkpoint_name_of(const void* p) const {
+  const char* c = static_cast<const char*>(p);
+  for (const Copy& copy : copies_)
+    if (c >= copy.begin && c < copy.end) {
+      c = static_cast<const char*>(copy.source);
+      break;
+    }
+  // A linear scan: a tool asks once per weight, and a checkpoint has thousands of tensors at most.
+  for (const auto& [name, entry] : entries_) {
+    const char* begin = static_cast<const char*>(entry.info.data);
+    if (c >= begin && c < begin + entry.info.nbytes) return entry.file_name;
+  }
+  return {};
 }
 
 bool WeightStore::contains(const std::string& name) const { return entries_.count(name) != 0; }

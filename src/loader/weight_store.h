@@ -78,6 +78,15 @@ class WeightStore {
   // Names neither taken nor ignored, sorted.
   std::vector<std::string> unused() const;
 
+  // A loader's copy of (rows of) a checkpoint tensor: [copy, copy + nbytes) holds data of the
+  // tensor whose data contains `source` (re-laid fused projections). Lets checkpoint_name_of
+  // trace the copy back.
+  void note_copy(const void* copy, size_t nbytes, const void* source);
+  // The name, as in the checkpoint's files (before any rename), of the tensor whose data holds
+  // address p, following noted copies; empty when p is in none. For tools that watch a model run
+  // and must name the weights its ops receive (calibration).
+  std::string checkpoint_name_of(const void* p) const;
+
   size_t total_bytes() const;
   std::map<DType, size_t> bytes_by_dtype() const;
   // Per storage format ("BF16", "affine 4-bit g64", ...): weights and the bytes that hold them
@@ -97,8 +106,14 @@ class WeightStore {
   struct Entry {
     TensorInfo info;
     State state = State::Unused;
-    int64_t params = -1;  // set when taken as part of a packed weight: its share of the weights
-    std::string format;   // a packed weight's format ("affine 4-bit g64"); empty: the dtype
+    int64_t params = -1;    // set when taken as part of a packed weight: its share of the weights
+    std::string format;     // a packed weight's format ("affine 4-bit g64"); empty: the dtype
+    std::string file_name;  // the name in the checkpoint's files (kept across renames)
+  };
+  struct Copy {
+    const char* begin;
+    const char* end;
+    const void* source;
   };
   WeightStore() = default;
   Tensor take_entry(Entry& entry, const std::vector<int64_t>& expected_shape,
@@ -111,6 +126,7 @@ class WeightStore {
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep the mappings alive
   std::map<std::string, Entry> entries_;  // node-based: TensorInfo pointers survive moves/renames
   QuantizationConfig quantization_;
+  std::vector<Copy> copies_;
 };
 
 }  // namespace hearth

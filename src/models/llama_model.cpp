@@ -56,6 +56,7 @@ class LlamaModel final : public StepModel {
   }
 
   const ModelInfo& info() const override { return info_; }
+  const WeightStore* weight_store() const override { return &weights_; }
 
   std::unique_ptr<SequenceState> new_sequence() const override {
     return std::make_unique<LlamaSequence>(*backend_, d_);

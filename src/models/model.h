@@ -17,6 +17,8 @@
 
 namespace hearth {
 
+class WeightStore;
+
 struct ModelInfo {
   std::string model_type;
   std::string architecture;  // e.g. "llama-family decoder (qwen3)"
@@ -69,6 +71,9 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
+  // The checkpoint the weights come from (names and provenance of the views the backend gets),
+  // or nullptr.
+  virtual const WeightStore* weight_store() const { return nullptr; }
   virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
   // Runs `tokens` at positions n_past().. of `state` and appends them to it. Writes logits for
   // the requested rows into logits ([n_rows, n_vocab] f32). Token ids must be < n_vocab.
@@ -134,6 +139,10 @@ struct LoadOptions {
 // Loads config.json + safetensors from dir; throws hearth::Error naming what is wrong.
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
                                   const LoadOptions& options = {});
+// The same on a given backend (options.device is not used): e.g. a decorator that watches the
+// ops of a CPU backend (calibration).
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
+                                  std::unique_ptr<Backend> backend, const LoadOptions& options);
 
 // model_types load_model accepts, sorted.
 std::vector<std::string> supported_model_types();

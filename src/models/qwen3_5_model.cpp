@@ -49,6 +49,7 @@ class Qwen35Model final : public StepModel {
   }
 
   const ModelInfo& info() const override { return info_; }
+  const WeightStore* weight_store() const override { return &store_; }
   std::unique_ptr<SequenceState> new_sequence() const override {
     return std::make_unique<Qwen35Sequence>(*backend_, d_);
   }

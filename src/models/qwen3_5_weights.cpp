@@ -125,6 +125,8 @@ class Loader {
       }
       L.q.w = copy_rows(qg.w, query, w_.owned);
       L.gate.w = copy_rows(qg.w, gate, w_.owned);
+      s_.note_copy(L.q.w.data, L.q.w.nbytes(), qg.w.data);
+      s_.note_copy(L.gate.w.data, L.gate.w.nbytes(), qg.w.data);
       if (bias) {
         const Tensor b2 = qg.bias.reshaped({2 * nq, 1});
         L.q.bias = copy_rows(b2, query, w_.owned).reshaped({nq});
@@ -155,6 +157,7 @@ class Loader {
           order.emplace_back(at + off[part], at + off[part] + len);
         }
       const Tensor all = copy_rows(qkvz, order, w_.owned);
+      s_.note_copy(all.data, all.nbytes(), qkvz.data);
       L.in_qkv = all.slice_rows(0, C);
       L.in_z = all.slice_rows(C, C + Hv * Dv);
       const Tensor ba = take(p + "in_proj_ba.weight", {2 * Hv, H}, cfg);
@@ -163,6 +166,7 @@ class Loader {
         for (int64_t kh = 0; kh < Hk; ++kh)
           ba_order.emplace_back(kh * 2 * g + part * g, kh * 2 * g + part * g + g);
       const Tensor ba2 = copy_rows(ba, ba_order, w_.owned);
+      s_.note_copy(ba2.data, ba2.nbytes(), ba.data);
       L.in_b = ba2.slice_rows(0, Hv);
       L.in_a = ba2.slice_rows(Hv, 2 * Hv);
     } else {

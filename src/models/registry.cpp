@@ -63,6 +63,11 @@ std::vector<std::string> supported_model_types() {
 }
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  return load_model(dir, nullptr, options);
+}
+
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
+                                  std::unique_ptr<Backend> backend, const LoadOptions& options) {
   ModelConfig config = ModelConfig::load(dir);
   auto it = factories().find(config.model_type());
   if (it == factories().end()) {
@@ -71,7 +76,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOp
     fail("{}: model_type '{}' is not supported; supported: {}", config.source(),
          config.model_type(), list);
   }
-  auto backend = make_backend(options.device, options.mmap);
+  if (!backend) backend = make_backend(options.device, options.mmap);
   const bool gpu = backend->device() == Device::CUDA;
   WeightStore weights = WeightStore::open(dir);
   weights.set_quantization(QuantizationConfig::from_json(config.raw(), config.source()));
