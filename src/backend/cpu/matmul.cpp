@@ -92,6 +92,10 @@ float* scratch_floats(size_t count) {
 // nothing); above it AMX tiles do. Measured with bench_matmul on Sapphire Rapids.
 constexpr int64_t kAmxMinRows = 16;
 
+// From this many rows of x the AVX-512 GEMM (matmul_avx512_gemm.cpp) beats the row kernels,
+// which run out of registers past 4 rows.
+constexpr int64_t kGemmMinRows = 12;
+
 // Splits [0, total) into n_parts ranges whose boundaries are multiples of `align`.
 inline std::pair<int64_t, int64_t> split(int64_t total, int part, int n_parts, int64_t align) {
   int64_t units = (total + align - 1) / align;
@@ -232,6 +236,13 @@ void matmul_with(MatmulIsa isa, const Tensor& y, const Tensor& x, const Tensor& 
     return;
   }
   if (isa == MatmulIsa::Amx) isa = MatmulIsa::Avx512;
+  if (isa == MatmulIsa::Avx512 && a.n >= kGemmMinRows) {
+    pool.run([&](int t, int nt) {
+      auto [o0, o1] = split(a.out, t, nt, 64);
+      if (o0 < o1) matmul_cols_avx512_gemm(a, o0, o1);
+    });
+    return;
+  }
 
   void (*kernel)(const MatmulArgs&, int64_t, int64_t) = matmul_rows_generic;
   int chunk = 0;

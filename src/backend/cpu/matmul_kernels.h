@@ -48,6 +48,9 @@ void pack_x(float* xp, const float* x, int64_t k, int64_t kpad, int64_t r_begin,
 void matmul_rows_generic(const MatmulArgs& a, int64_t o_begin, int64_t o_end);
 void matmul_rows_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end);    // chunk 16
 void matmul_rows_avx512(const MatmulArgs& a, int64_t o_begin, int64_t o_end);  // chunk 32
+// Register-blocked GEMM over packed 64-column panels (matmul_avx512_gemm.cpp): reads a.x
+// directly (no pack_x). Columns [o_begin, o_end), all n rows.
+void matmul_cols_avx512_gemm(const MatmulArgs& a, int64_t o_begin, int64_t o_end);
 
 // AMX-BF16 (BF16 weights only). amx_request_permission() asks Linux for tile state once per
 // process; false means the kernel must not be used.
