@@ -7,12 +7,15 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "cli/command.h"
 #include "core/error.h"
 #include "models/rotation_support.h"
 #include "quant/quantize_checkpoint.h"
+#include "runtime/calibration.h"
 
 namespace hearth::cli {
 namespace {
@@ -27,6 +30,10 @@ struct QuantizeCliOptions {
   bool rotate = false;
   uint64_t seed = 0;
   int threads = 0;
+  std::string calib;  // calibration text: LDLQ under the Hessians it gives
+  int64_t calib_tokens = 8192;
+  int64_t calib_ctx = 512;
+  double calib_memory_gib = 4;
 };
 
 // Trellis keeps the embedding and head in affine 6-bit (llama.cpp's mixes keep them at Q6_K or
@@ -118,6 +125,60 @@ class ProgressPrinter {
   int last_decile_ = 0;
 };
 
+// --calib: H = Σ x·xᵀ per module, captured by running the float model over the text, for trellis
+// LDLQ. With --rotate they must be in the rotated basis: the rotated float checkpoint is written
+// first (OUT.rotated-<pid>, removed at the end), captured on and quantized without rotating again.
+struct Calibration {
+  std::filesystem::path rotated_dir;
+  std::optional<CalibrationHessians> hessians;
+  Calibration() = default;
+  Calibration(const Calibration&) = delete;
+  Calibration& operator=(const Calibration&) = delete;
+  ~Calibration() {
+    std::error_code ec;
+    if (!rotated_dir.empty()) std::filesystem::remove_all(rotated_dir, ec);
+  }
+};
+
+// Fills `calib` and points q at its Hessians; returns the checkpoint to quantize.
+std::string calibrate(const QuantizeCliOptions& o, quant::QuantizeOptions& q, Calibration& calib) {
+  if (o.format != "trellis") fail("--calib needs --format trellis (its Hessians drive LDLQ)");
+  if (!(o.calib_memory_gib >= 0)) fail("--calib-memory must be >= 0, got {}", o.calib_memory_gib);
+  std::string input = o.in;
+  if (q.spec.rotation) {
+    quant::QuantizeOptions rotate = q;
+    rotate.spec.format = "none";
+    rotate.spec.overrides.clear();
+    rotate.spec.embedding_bits = -1;
+    rotate.on_plan = nullptr;
+    rotate.on_progress = nullptr;
+    calib.rotated_dir = o.out + ".rotated-" + std::to_string(::getpid());
+    quant::quantize_checkpoint(o.in, calib.rotated_dir, rotate);
+    input = calib.rotated_dir.string();
+    q.spec.rotation.reset();  // the input now is the rotated checkpoint
+  }
+  CalibrationOptions c;
+  c.n_tokens = o.calib_tokens;
+  c.seq_len = o.calib_ctx;
+  c.memory_budget = size_t(o.calib_memory_gib * double(size_t(1) << 30));
+  c.cancel = &g_cancel;
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  c.on_progress = [tty](int64_t done, int64_t total) {
+    std::fprintf(stderr,
+                 tty ? "\rcalibration: %lld/%lld tokens\x1b[K" : "calibration: %lld/%lld tokens\n",
+                 (long long)done, (long long)total);
+    if (tty && done == total) std::fputc('\n', stderr);
+  };
+  calib.hessians = capture_hessians(input, o.calib, c);
+  const CalibrationHessians& h = *calib.hessians;
+  std::fprintf(stderr,
+               "calibration: %lld tokens, %zu modules, %s of Hessians (%s spilled to disk), %s\n",
+               (long long)h.tokens, h.size(), human_bytes(double(h.bytes)).c_str(),
+               human_bytes(double(h.spilled_bytes)).c_str(), human_duration(h.seconds).c_str());
+  q.hessian = [&h](const std::string& module, int64_t n) { return h.find(module, n); };
+  return input;
+}
+
 int run_quantize(const QuantizeCliOptions& o) {
   if (o.threads < 0) fail("--threads must be >= 1, got {}", o.threads);
   if (o.seed && !o.rotate) fail("--seed is the rotation's: give --rotate too");
@@ -139,8 +200,10 @@ int run_quantize(const QuantizeCliOptions& o) {
   g_cancel.store(false);
   CancelOnSignal signals;
   quant::QuantizeResult r;
+  Calibration calib;
   try {
-    r = quant::quantize_checkpoint(o.in, o.out, q);
+    const std::string input = o.calib.empty() ? o.in : calibrate(o, q, calib);
+    r = quant::quantize_checkpoint(input, o.out, q);
   } catch (const Error& e) {
     if (!g_cancel.load()) throw;
     printer.interrupted();
@@ -198,6 +261,16 @@ CommandRegistration reg(
       sub.add_option("--seed", o->seed, "seed of the rotation's signs")->capture_default_str();
       sub.add_option("--module-bits", o->module_bits,
                      "per-module bits by path suffix, e.g. 'mlp.down_proj=8,lm_head=false'");
+      sub.add_option("--calib", o->calib,
+                     "calibration text (UTF-8): trellis modules are coded by block LDLQ under "
+                     "the Hessians of their inputs on it");
+      sub.add_option("--calib-tokens", o->calib_tokens, "calibration tokens used (the first)")
+          ->capture_default_str();
+      sub.add_option("--calib-ctx", o->calib_ctx, "tokens per calibration sequence")
+          ->capture_default_str();
+      sub.add_option("--calib-memory", o->calib_memory_gib,
+                     "GiB of Hessians kept in RAM during calibration; the rest spill to $TMPDIR")
+          ->capture_default_str();
       sub.add_option("-t,--threads", o->threads,
                      "CPU threads (default: the CPUs this process may use)");
       return [o] { return run_quantize(*o); };

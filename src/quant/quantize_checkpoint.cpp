@@ -400,7 +400,9 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
     }
     buffers.resize(t.outputs.size());
     for (size_t i = 0; i < t.outputs.size(); ++i) buffers[i].resize(t.outputs[i].nbytes());
-    t.format->quantize(input, t.params, pool, options.cancel, buffers);
+    QuantParams params = t.params;
+    if (options.hessian) params.hessian = options.hessian(t.module, t.input->shape[1]);
+    t.format->quantize(input, params, pool, options.cancel, buffers);
     check_cancel();
     for (size_t i = 0; i < t.outputs.size(); ++i)
       writer.write(t.outputs[i].name, buffers[i].data(), buffers[i].size());

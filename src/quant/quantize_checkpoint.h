@@ -98,6 +98,9 @@ struct QuantizeOptions {
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(const QuantizePlan&)> on_plan;          // before the first tensor
   std::function<void(const QuantizeProgress&)> on_progress;  // after each quantized module
+  // A module's input Hessian ([in, in] f32; in = the weight's last dim) for the formats that use
+  // one (trellis: block LDLQ), or nullptr. Unset: none. (runtime/calibration.h captures them.)
+  std::function<const float*(const std::string& module, int64_t in_features)> hessian;
 };
 
 struct QuantizeResult {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "quant/affine.h"
+#include "quant/ldlq.h"
 #include "quant/trellis.h"
 
 namespace hearth::quant {
@@ -139,6 +140,13 @@ void trellis_quantize(const TensorInfo& w, const QuantParams& p, ThreadPool& poo
   const int64_t words = TrellisSpec::row_words(cols, p.bits);
   auto* codes = reinterpret_cast<uint32_t*>(out[0].data());
   auto* scales = reinterpret_cast<uint16_t*>(out[1].data());
+  if (p.hessian) {
+    // LDLQ's feedback runs across the whole matrix (axis 0: across all stored rows), so it is
+    // one call; it checks the cancel flag between rows.
+    quantize_trellis_rows_ldlq(f.data(), rows, cols, p.bits, p.hessian, p.axis, codes, scales,
+                               &pool, cancel);
+    return;
+  }
   // Chunks of ~2^18 weights (a fraction of a second) so a cancel is seen promptly; each chunk
   // still has hundreds of blocks for the pool's threads.
   const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 18) / cols);

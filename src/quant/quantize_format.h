@@ -20,6 +20,9 @@ struct QuantParams {
   int bits = 4;
   int group_size = 64;
   int axis = 1;  // trellis: 1 codes the rows of W [out, in]; 0 stores and codes Wᵀ
+  // trellis: the module's input Hessian [in, in] from calibration, for block LDLQ (quant/ldlq.h);
+  // nullptr: plain Viterbi. Set per module for the quantize call, not part of the plan.
+  const float* hessian = nullptr;
 };
 
 struct QuantFormat {
