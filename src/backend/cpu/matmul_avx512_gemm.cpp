@@ -32,11 +32,81 @@ constexpr int kNB = 4;             // 16-column vectors per tile
 constexpr int64_t kNC = kNB * 16;  // output columns per panel
 constexpr int64_t kKC = 512;       // inputs per panel: 128 KiB of f32, resident in L2
 
+// r[i] lane j → r[j] lane i for 16 vectors of 16 floats (32-bit, then 64-bit interleaves within
+// 128-bit lanes, then a 4×4 transpose of the 128-bit lanes).
+inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4g + m], 128-bit lane q: rows 4g..4g+3 at column 4q + m.
+  __m512 u[16];
+  for (int g = 0; g < 4; ++g) {
+    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xdd);
+    r[m] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[8 + m] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
+    r[4 + m] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + m] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
+  }
+}
+
+// 16 bf16 weight rows × 32 inputs into the panel (dst = panel + kk·64 + c): each row's 32 values
+// split into even and odd inputs as f32 (a bf16 is an f32's top half), and both 16×16 blocks
+// transposed so that each input's 16 columns are one store.
+inline void pack_bf16_16x32(const uint16_t* const (&rows)[16], float* dst) {
+  __m512 even[16], odd[16];
+  for (int i = 0; i < 16; ++i) {
+    const __m512i v = _mm512_loadu_si512(rows[i]);
+    even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    odd[i] = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u))));
+  }
+  transpose16(even);
+  transpose16(odd);
+  for (int l = 0; l < 16; ++l) {
+    _mm512_store_ps(dst + 2 * l * kNC, even[l]);
+    _mm512_store_ps(dst + (2 * l + 1) * kNC, odd[l]);
+  }
+}
+
 // panel[kk·64 + c] = W[o0 + c, k0 + kk] as f32 for kk < kc; columns at or past o_end are 0.
 template <DType WT>
 void pack_panel(const MatmulArgs& a, int64_t o0, int64_t o_end, int64_t k0, int64_t kc,
                 float* panel) {
-  for (int64_t c = 0; c < kNC; ++c) {
+  int64_t c_done = 0, kk_done = 0;
+  if constexpr (WT == DType::BF16) {
+    // Whole groups of 16 columns and 32 inputs through registers; the rest below.
+    const int64_t groups = std::min<int64_t>(kNC, o_end - o0) / 16, kfull = kc / 32 * 32;
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint16_t* rows[16];
+      for (int i = 0; i < 16; ++i)
+        rows[i] = static_cast<const uint16_t*>(a.w) + (o0 + g * 16 + i) * a.k + k0;
+      for (int64_t kk = 0; kk < kfull; kk += 32) {
+        const uint16_t* at[16];
+        for (int i = 0; i < 16; ++i) at[i] = rows[i] + kk;
+        pack_bf16_16x32(at, panel + kk * kNC + g * 16);
+      }
+    }
+    c_done = groups * 16;
+    kk_done = kfull;
+    // The vector part's columns past kfull.
+    for (int64_t c = 0; c < c_done; ++c) {
+      const uint16_t* row = static_cast<const uint16_t*>(a.w) + (o0 + c) * a.k + k0;
+      for (int64_t kk = kk_done; kk < kc; ++kk) panel[kk * kNC + c] = bf16_to_f32(row[kk]);
+    }
+  }
+  for (int64_t c = c_done; c < kNC; ++c) {
     const int64_t o = o0 + c;
     if (o >= o_end) {
       for (int64_t kk = 0; kk < kc; ++kk) panel[kk * kNC + c] = 0.0f;
