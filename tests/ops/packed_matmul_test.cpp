@@ -1,16 +1,20 @@
 // cpu::packed_matmul (the CPU backend's linear for packed weights) against a plain product with
 // the weights its format decodes to, at awkward sizes: every affine bits value and group size,
 // trellis axis 1 and 0, 1-9 input rows (codes read directly) and 17-40 (dequantized blocks, more
-// than one block of output rows), biases, and rows of a packed weight cut with slice_rows.
+// than one block of output rows), biases, and rows of a packed weight cut with slice_rows; the
+// affine decode kernels of every ISA family this CPU has at 1-8 input rows.
 #include "backend/cpu/packed_matmul.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/affine_matvec.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "quant/affine.h"
@@ -77,8 +81,11 @@ Packed make_trellis(int64_t out, int64_t in, int k, int axis, std::mt19937& rng)
   return p;
 }
 
-// y = x · denseᵀ + bias in f64, compared with packed_matmul.
-void check(const Packed& p, int64_t out, int64_t in, int64_t n, bool with_bias, std::mt19937& rng) {
+using Product = std::function<void(const Tensor& y, const Tensor& x, const Tensor& bias)>;
+
+// y = x · denseᵀ + bias in f64, compared with `product` (packed_matmul unless given).
+void check(const Packed& p, int64_t out, int64_t in, int64_t n, bool with_bias, std::mt19937& rng,
+           Product product = {}) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(n * in)), bias(static_cast<size_t>(out));
   for (auto& v : x) v = normal(rng);
@@ -86,7 +93,10 @@ void check(const Packed& p, int64_t out, int64_t in, int64_t n, bool with_bias, 
   std::vector<float> y(static_cast<size_t>(n * out), std::nanf(""));
   Tensor xt(x.data(), DType::F32, {n, in}), yt(y.data(), DType::F32, {n, out});
   Tensor bt = with_bias ? Tensor(bias.data(), DType::F32, {out}) : Tensor();
-  cpu::packed_matmul(yt, xt, p.w, bt, ThreadPool::global());
+  if (product)
+    product(yt, xt, bt);
+  else
+    cpu::packed_matmul(yt, xt, p.w, bt, ThreadPool::global());
   float max_w = 0;
   for (float v : p.dense) max_w = std::max(max_w, std::fabs(v));
   for (int64_t t = 0; t < n; ++t) {
@@ -114,6 +124,36 @@ TEST(PackedMatmul, AffineMatchesItsDecodedWeights) {
         Packed p = make_affine(out, in, bits, group, rng);
         for (int64_t n : {1, 2, 7, 9, 17}) check(p, out, in, n, n % 2 == 1, rng);
       }
+}
+
+// The affine decode kernels of every family this CPU runs, at every bits value and group size,
+// 1-8 input rows (one pass over W), row counts that split unevenly across threads, and rows of
+// 1-5 groups.
+TEST(PackedMatmul, AffineDecodeKernelsOfEveryIsa) {
+  std::mt19937 rng(5);
+  for (const std::string& isa : cpu::detail::affine_matvec_isas())
+    for (int bits : {2, 3, 4, 5, 6, 8})
+      for (int group : {32, 64, 128})
+        for (int64_t out : {1, 13, 67}) {
+          SCOPED_TRACE(isa);
+          const int64_t in = group * (out % 5 + 1);
+          Packed p = make_affine(out, in, bits, group, rng);
+          for (int64_t n = 1; n <= 8; ++n)
+            check(p, out, in, n, false, rng, [&](const Tensor& y, const Tensor& x, const Tensor&) {
+              cpu::detail::affine_matvec_with(isa, y, x, p.w, ThreadPool::global());
+            });
+        }
+}
+
+TEST(PackedMatmul, AffineDecodeRefusesBadArguments) {
+  std::mt19937 rng(9);
+  Packed p = make_affine(4, 64, 4, 32, rng);
+  std::vector<float> x(64), y(4);
+  Tensor xt(x.data(), DType::F32, {1, 64}), yt(y.data(), DType::F32, {1, 4});
+  EXPECT_THROW(cpu::detail::affine_matvec_with("no-such-isa", yt, xt, p.w, ThreadPool::global()),
+               Error);
+  p.w.packed.bits = 7;
+  EXPECT_THROW(cpu::affine_matvec(yt, xt, p.w, ThreadPool::global()), Error);
 }
 
 TEST(PackedMatmul, TrellisMatchesItsDecodedWeights) {
