@@ -161,6 +161,7 @@ QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
   std::vector<Source> sources;
   if (spec.rotation) {
     plan.rotation = rotation_plan(store);
+    (void)HiddenRotation(plan.rotation->hidden, spec.rotation->seed);  // refuses an unfit size
     plan.notices = plan.rotation->notices;
     for (const auto& t : plan.rotation->tensors)
       sources.push_back({t.name, t.source, t.role == RotationRole::Keep ? nullptr : &t});

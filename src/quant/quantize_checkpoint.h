@@ -42,7 +42,7 @@ struct QuantizeSpec {
   // float; else affine with these bits and group 64 whatever the run's format (as llama.cpp's
   // K-quant mixes keep them at Q6_K / Q8_0).
   int embedding_bits = -1;
-  std::optional<RotationSpec> rotation;  // fold a sign-Hadamard rotation in first
+  std::optional<RotationSpec> rotation = std::nullopt;  // fold a sign-Hadamard rotation in first
 };
 
 // The group size of the embedding and head when --embedding-bits codes them in affine.

@@ -284,8 +284,8 @@ TEST(QuantizePlan, RejectsBadParametersAndOverrides) {
   EXPECT_THAT(plan_error("affine", 7, 64, ""), HasSubstr("--bits must be 2, 3, 4, 5, 6 or 8"));
   EXPECT_THAT(plan_error("affine", 4, 16, ""), HasSubstr("--group-size must be 32, 64 or 128"));
   EXPECT_THAT(plan_error("gguf", 4, 64, ""),
-              HasSubstr("unknown format 'gguf' (available: affine)"));
-  EXPECT_THAT(plan_error("trellis", 4, 64, ""), HasSubstr("trellis is not available"));
+              HasSubstr("unknown format 'gguf' (available: affine, trellis, none)"));
+  EXPECT_THAT(plan_error("trellis", 4, 64, ""), HasSubstr("--group-size must be 256 for trellis"));
   EXPECT_THAT(plan_error("affine", 4, 64, "q_proj=7"), HasSubstr("--module-bits q_proj=7"));
   for (const char* bad : {"q_proj", "q_proj=", "q_proj=four", "=4", "q_proj=4,,k_proj=4",
                           "q_proj.weight=4", "q_proj=4,q_proj=8", ".q_proj=4"})
@@ -591,7 +591,10 @@ TEST(QuantizeCli, QuantizesAndReportsOrFailsInOneLine) {
            {"-o " + out, "already exists"},
            {"-o " + out + "x --bits 7", "--bits must be 2, 3, 4, 5, 6 or 8"},
            {"-o " + out + "x --group-size 48", "--group-size must be 32, 64 or 128"},
-           {"-o " + out + "x --format trellis", "trellis is not available"},
+           {"-o " + out + "x --format trellis --group-size 64", "--group-size must be 256"},
+           {"-o " + out + "x --format trellis --embedding-bits 7", "--embedding-bits must be"},
+           {"-o " + out + "x --format none", "only useful with --rotate"},
+           {"-o " + out + "x --seed 3", "give --rotate too"},
            {"-o " + out + "x --format q4_k", "unknown format 'q4_k'"},
            {"-o " + out + "x --module-bits mlp.down_proj", "expected MODULE=BITS"},
        }) {
