@@ -4,17 +4,9 @@
 
 #include <algorithm>
 
-namespace hearth::chat {
+#include "chat/stream_text.h"
 
-namespace {
-// Length of the longest suffix of `s` that is a proper prefix of `tag`.
-size_t partial_suffix(std::string_view s, std::string_view tag) {
-  for (size_t len = std::min(s.size(), tag.size() - 1); len > 0; --len)
-    if (s.substr(s.size() - len) == tag.substr(0, len)) return len;
-  return 0;
-}
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-}  // namespace
+namespace hearth::chat {
 
 ReasoningParser::ReasoningParser(bool start_in_reasoning, std::string open_tag,
                                  std::string close_tag)

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "chat/stream_text.h"
 #include "core/json_bounded.h"
 
 namespace hearth::chat {
@@ -19,18 +20,10 @@ constexpr std::string_view kToolCallClose = "</tool_call>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
 std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-size_t partial_suffix(std::string_view s, std::string_view tag) {
-  for (size_t len = std::min(s.size(), tag.size() - 1); len > 0; --len)
-    if (s.substr(s.size() - len) == tag.substr(0, len)) return len;
-  return 0;
 }
 
 std::string_view open_tag(ToolCallFormat f) {

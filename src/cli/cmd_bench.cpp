@@ -130,7 +130,7 @@ int run_bench(BenchOptions& o) {
   return 0;
 }
 
-CommandRegistration reg(
+CommandRegistration bench_command(
     "bench", "measure prefill and decode throughput (llama-bench style)", [](CLI::App& sub) {
       auto o = std::make_shared<BenchOptions>();
       add_model_options(sub, o->model);

@@ -77,19 +77,21 @@ int run_generate(GenerateOptions& o) {
   return 0;
 }
 
-CommandRegistration reg("generate", "generate text or tokens from a prompt", [](CLI::App& sub) {
-  auto o = std::make_shared<GenerateOptions>();
-  add_model_options(sub, o->model);
-  add_sampling_options(sub, o->sampling);
-  sub.add_option("--prompt-tokens", o->prompt_tokens, "prompt as token ids: 1,2,3");
-  sub.add_option("-p,--prompt", o->prompt, "prompt text");
-  sub.add_flag("--chat", o->chat, "render the prompt as a user message through the chat template");
-  sub.add_option("-n,--n-predict,--max-tokens", o->n_predict, "tokens to generate")
-      ->capture_default_str();
-  sub.add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
-  sub.add_flag("--json", o->json, "print one JSON line with tokens, text and timings");
-  return [o] { return run_generate(*o); };
-});
+CommandRegistration generate_command(
+    "generate", "generate text or tokens from a prompt", [](CLI::App& sub) {
+      auto o = std::make_shared<GenerateOptions>();
+      add_model_options(sub, o->model);
+      add_sampling_options(sub, o->sampling);
+      sub.add_option("--prompt-tokens", o->prompt_tokens, "prompt as token ids: 1,2,3");
+      sub.add_option("-p,--prompt", o->prompt, "prompt text");
+      sub.add_flag("--chat", o->chat,
+                   "render the prompt as a user message through the chat template");
+      sub.add_option("-n,--n-predict,--max-tokens", o->n_predict, "tokens to generate")
+          ->capture_default_str();
+      sub.add_flag("--ignore-eos", o->ignore_eos, "do not stop at end-of-sequence tokens");
+      sub.add_flag("--json", o->json, "print one JSON line with tokens, text and timings");
+      return [o] { return run_generate(*o); };
+    });
 
 }  // namespace
 }  // namespace hearth::cli

@@ -29,7 +29,7 @@ int run_info(ModelOptions& o) {
   return 0;
 }
 
-CommandRegistration reg("info", "describe a model checkpoint", [](CLI::App& sub) {
+CommandRegistration info_command("info", "describe a model checkpoint", [](CLI::App& sub) {
   auto o = std::make_shared<ModelOptions>();
   add_model_options(sub, *o);
   return [o] { return run_info(*o); };

@@ -29,14 +29,14 @@ int run_logits(LogitsOptions& o) {
   return 0;
 }
 
-CommandRegistration reg("logits", "write the logits of one prefill as a .npy file",
-                        [](CLI::App& sub) {
-                          auto o = std::make_shared<LogitsOptions>();
-                          add_model_options(sub, o->model);
-                          sub.add_option("--tokens", o->tokens, "token ids: 1,2,3")->required();
-                          sub.add_option("-o,--output", o->output, "output .npy path")->required();
-                          return [o] { return run_logits(*o); };
-                        });
+CommandRegistration logits_command(
+    "logits", "write the logits of one prefill as a .npy file", [](CLI::App& sub) {
+      auto o = std::make_shared<LogitsOptions>();
+      add_model_options(sub, o->model);
+      sub.add_option("--tokens", o->tokens, "token ids: 1,2,3")->required();
+      sub.add_option("-o,--output", o->output, "output .npy path")->required();
+      return [o] { return run_logits(*o); };
+    });
 
 }  // namespace
 }  // namespace hearth::cli

@@ -139,7 +139,7 @@ int run_perplexity(PerplexityOptions& o) {
   return 0;
 }
 
-CommandRegistration reg(
+CommandRegistration perplexity_command(
     "perplexity", "perplexity of a text file (llama-perplexity method)", [](CLI::App& sub) {
       auto o = std::make_shared<PerplexityOptions>();
       add_model_options(sub, o->model);

@@ -237,7 +237,7 @@ int run_quantize(const QuantizeCliOptions& o) {
   return 0;
 }
 
-CommandRegistration reg(
+CommandRegistration quantize_command(
     "quantize", "write a quantized copy of a checkpoint (MLX affine or trellis)",
     [](CLI::App& sub) {
       auto o = std::make_shared<QuantizeCliOptions>();

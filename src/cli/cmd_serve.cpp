@@ -139,7 +139,7 @@ int run_serve(ServeOptions& o) {
   return 0;
 }
 
-CommandRegistration reg(
+CommandRegistration serve_command(
     "serve", "serve OpenAI- and Anthropic-compatible HTTP APIs and a chat page", [](CLI::App& sub) {
       auto o = std::make_shared<ServeOptions>();
       add_model_options(sub, o->model);

@@ -69,7 +69,7 @@ int run_template(const TemplateOptions& o) {
   return 0;
 }
 
-CommandRegistration registration(
+CommandRegistration template_command(
     "template", "render a chat template for a conversation", [](CLI::App& sub) {
       auto o = std::make_shared<TemplateOptions>();
       sub.add_option("-m,--model", o->model_dir,

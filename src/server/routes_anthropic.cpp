@@ -25,7 +25,7 @@ std::string stop_reason(const GenerationResult& r, size_t n_calls) {
   return "end_turn";
 }
 
-json usage_json(const GenerationUsage& u) {
+json anthropic_usage(const GenerationUsage& u) {
   return {{"input_tokens", u.prompt_tokens - u.cached_tokens},
           {"output_tokens", u.completion_tokens},
           {"cache_creation_input_tokens", 0},
@@ -136,7 +136,7 @@ void messages(ServerState& s, const ojson& body, const http::Request& req, http:
                {"content", content},
                {"stop_reason", stop_reason(result, calls.size())},
                {"stop_sequence", result.stop_string.empty() ? json() : json(result.stop_string)},
-               {"usage", usage_json(result.usage)}});
+               {"usage", anthropic_usage(result.usage)}});
     return;
   }
 
@@ -182,7 +182,7 @@ void messages(ServerState& s, const ojson& body, const http::Request& req, http:
            {"delta",
             {{"stop_reason", stop_reason(result, n_calls)},
              {"stop_sequence", result.stop_string.empty() ? json() : json(result.stop_string)}}},
-           {"usage", usage_json(result.usage)}});
+           {"usage", anthropic_usage(result.usage)}});
       w.write("message_stop", {{"type", "message_stop"}});
     }
   });

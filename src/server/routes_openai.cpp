@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-json usage_json(const GenerationUsage& u) {
+json openai_usage(const GenerationUsage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
@@ -45,7 +45,7 @@ json usage_body(const std::string& id, const char* object, int64_t created,
           {"created", created},
           {"model", model},
           {"choices", std::move(choices)},
-          {"usage", usage_json(result.usage)},
+          {"usage", openai_usage(result.usage)},
           {"timings", timings_json(result.timings)}};
 }
 
