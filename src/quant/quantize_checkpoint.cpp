@@ -220,8 +220,10 @@ QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
       } else {
         // Explicit, so a loader that trusts config.json alone does not look for its scales.
         plan.quantization[module] = false;
+        // A plain copy: clang before 16 cannot capture a structured binding.
+        const DType dtype = info->dtype;
         auto it = std::find_if(skipped.begin(), skipped.end(), [&](const Skipped& s) {
-          return s.reason == why && s.dtype == info->dtype;
+          return s.reason == why && s.dtype == dtype;
         });
         if (it == skipped.end()) {
           skipped.push_back({why, info->dtype, {}});
