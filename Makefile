@@ -36,8 +36,13 @@ asan-build: deps
 	  -DHEARTH_CUDA=OFF
 	cmake --build build-asan -j $(JOBS) --target test_unit test_ops fuzz_all
 
+# Tests that code whole models with the trellis Viterbi encoder take minutes at -O1 under the
+# sanitizers; the release suite (make test's first part) runs them.
+ASAN_SLOW_TESTS = QuantizeTrellis.LlamaEndToEndWithAndWithoutRotation
+
 asan: asan-build
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_unit
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_unit \
+	  --gtest_filter=-$(ASAN_SLOW_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_ops
 	scripts/fetch-test-assets.sh
 	scripts/run-fuzz.sh build-asan $(FUZZ_SECONDS)
