@@ -429,76 +429,59 @@ void launch_trellis_row(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, const Pa
   }
 }
 
+// The kernels for a weight's bits (checked by packed_gemv_fits), and their launches.
 template <int N>
-void launch_affine(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, int n, const PackedTen& w,
-                   const Ten& bias, int split) {
-  const dim3 grid(unsigned((w.out + kWarps / split - 1) / (kWarps / split)));
-  const dim3 block(kWarps * 32);
+auto rows_kernel(const PackedTen& w) {
+  if (w.format == kPackedAffine) {
+    switch (w.bits) {
+      case 2:
+        return affine_gemv_kernel<2, N>;
+      case 3:
+        return affine_gemv_kernel<3, N>;
+      case 4:
+        return affine_gemv_kernel<4, N>;
+      case 5:
+        return affine_gemv_kernel<5, N>;
+      case 6:
+        return affine_gemv_kernel<6, N>;
+      default:
+        return affine_gemv_kernel<8, N>;
+    }
+  }
   switch (w.bits) {
     case 2:
-      affine_gemv_kernel<2, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
+      return trellis_rows_kernel<2, N>;
     case 3:
-      affine_gemv_kernel<3, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
-    case 4:
-      affine_gemv_kernel<4, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
-    case 5:
-      affine_gemv_kernel<5, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
-    case 6:
-      affine_gemv_kernel<6, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
+      return trellis_rows_kernel<3, N>;
     default:
-      affine_gemv_kernel<8, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
+      return trellis_rows_kernel<4, N>;
   }
 }
 
 template <int N>
-void launch_trellis_rows(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, int n, const PackedTen& w,
-                         const Ten& bias, int split) {
-  const dim3 grid(unsigned((w.out + kWarps / split - 1) / (kWarps / split)));
-  const dim3 block(kWarps * 32);
+auto cols_kernel(const PackedTen& w) {
   switch (w.bits) {
     case 2:
-      trellis_rows_kernel<2, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
+      return trellis_cols_kernel<2, N>;
     case 3:
-      trellis_rows_kernel<3, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
+      return trellis_cols_kernel<3, N>;
     default:
-      trellis_rows_kernel<4, N>
-          <<<grid, block, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
-      break;
+      return trellis_cols_kernel<4, N>;
   }
 }
 
 template <int N>
-void launch_trellis_cols(Ctx& ctx, const __nv_bfloat16* x, int n, const PackedTen& w,
-                         float* partials, int slices) {
+void launch_rows(Ctx& ctx, const Ten& y, const __nv_bfloat16* x, int n, const PackedTen& w,
+                 const Ten& bias, int split) {
+  const dim3 grid(unsigned((w.out + kWarps / split - 1) / (kWarps / split)));
+  rows_kernel<N>(w)<<<grid, kWarps * 32, 0, ctx.stream>>>(y, x, n, w, bias.p, bias.dtype, split);
+}
+
+template <int N>
+void launch_cols(Ctx& ctx, const __nv_bfloat16* x, int n, const PackedTen& w, float* partials,
+                 int slices) {
   const dim3 grid(unsigned(w.out / kTrellisBlock), unsigned(slices));
-  const dim3 block(kWarps * 32);
-  switch (w.bits) {
-    case 2:
-      trellis_cols_kernel<2, N><<<grid, block, 0, ctx.stream>>>(x, n, w, partials, slices);
-      break;
-    case 3:
-      trellis_cols_kernel<3, N><<<grid, block, 0, ctx.stream>>>(x, n, w, partials, slices);
-      break;
-    default:
-      trellis_cols_kernel<4, N><<<grid, block, 0, ctx.stream>>>(x, n, w, partials, slices);
-      break;
-  }
+  cols_kernel<N>(w)<<<grid, kWarps * 32, 0, ctx.stream>>>(x, n, w, partials, slices);
 }
 
 }  // namespace
@@ -532,9 +515,9 @@ void packed_gemv(Ctx& ctx, const Ten& y, const Ten& x, const PackedTen& w, const
   if (w.transposed()) {
     const int slices = cols_slices(ctx, w);
     if (n == 1)
-      launch_trellis_cols<1>(ctx, xp, n, w, partials, slices);
+      launch_cols<1>(ctx, xp, n, w, partials, slices);
     else
-      launch_trellis_cols<kMaxRows>(ctx, xp, n, w, partials, slices);
+      launch_cols<kMaxRows>(ctx, xp, n, w, partials, slices);
     HEARTH_CUDA_LAUNCHED();
     partials_sum_kernel<<<grid_for(int64_t(n) * w.out, 256), 256, 0, ctx.stream>>>(
         y, partials, slices, n, w.out, bias.p, bias.dtype);
@@ -548,16 +531,10 @@ void packed_gemv(Ctx& ctx, const Ten& y, const Ten& x, const PackedTen& w, const
                               affine ? 32 : kTrellisUnroll);
   if (!affine && n == 1 && stage_bytes(w.in) <= kStageMax) {
     launch_trellis_row(ctx, y, xp, w, bias, split);
-  } else if (affine) {
-    if (n == 1)
-      launch_affine<1>(ctx, y, xp, n, w, bias, split);
-    else
-      launch_affine<kMaxRows>(ctx, y, xp, n, w, bias, split);
+  } else if (n == 1) {
+    launch_rows<1>(ctx, y, xp, n, w, bias, split);
   } else {
-    if (n == 1)
-      launch_trellis_rows<1>(ctx, y, xp, n, w, bias, split);
-    else
-      launch_trellis_rows<kMaxRows>(ctx, y, xp, n, w, bias, split);
+    launch_rows<kMaxRows>(ctx, y, xp, n, w, bias, split);
   }
   HEARTH_CUDA_LAUNCHED();
 }
