@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/kernel_family.h"
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "quant/affine.h"
@@ -24,8 +25,7 @@ void dequantize_generic(const Args& a, int64_t begin, int64_t end, float* out) {
 
 namespace {
 
-enum class Family { Avx512, Avx2, Generic };
-constexpr const char* kFamilyNames[] = {"avx512", "avx2", "generic"};
+using Family = KernelFamily;
 
 bool family_supported(Family f) {
   using detail::MatmulIsa;
@@ -38,11 +38,7 @@ bool family_supported(Family f) {
 }
 
 Family best_family() {
-  static const Family best = [] {
-    for (Family f : {Family::Avx512, Family::Avx2})
-      if (family_supported(f)) return f;
-    return Family::Generic;
-  }();
+  static const Family best = best_kernel_family(family_supported);
   return best;
 }
 
@@ -149,24 +145,15 @@ void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool
   run(best_family(), y, x, w, pool);
 }
 
-std::string affine_matvec_isa() { return kFamilyNames[int(best_family())]; }
+std::string affine_matvec_isa() { return kernel_family_name(best_family()); }
 
 namespace detail {
 
-std::vector<std::string> affine_matvec_isas() {
-  std::vector<std::string> out;
-  for (Family f : {Family::Avx512, Family::Avx2, Family::Generic})
-    if (family_supported(f)) out.push_back(kFamilyNames[int(f)]);
-  return out;
-}
+std::vector<std::string> affine_matvec_isas() { return kernel_family_names(family_supported); }
 
 void affine_matvec_with(std::string_view isa, const Tensor& y, const Tensor& x, const Tensor& w,
                         ThreadPool& pool) {
-  int i = 0;
-  while (i < 3 && isa != kFamilyNames[i]) ++i;
-  if (i == 3 || !family_supported(Family(i)))
-    fail("affine_matvec: kernel family '{}' is unknown or not supported by this CPU", isa);
-  run(Family(i), y, x, w, pool);
+  run(kernel_family_named(isa, family_supported, "affine_matvec"), y, x, w, pool);
 }
 
 }  // namespace detail

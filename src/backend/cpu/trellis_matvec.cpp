@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/kernel_family.h"
 #include "backend/cpu/matmul.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -34,9 +35,7 @@ namespace {
 
 constexpr int kT = quant::TrellisSpec::kBlock;
 
-// Kernel families, best first.
-enum class Family { Avx512, Avx2, Generic };
-constexpr const char* kFamilyNames[] = {"avx512", "avx2", "generic"};
+using Family = KernelFamily;
 
 bool family_supported(Family f) {
   using detail::MatmulIsa;
@@ -50,11 +49,7 @@ bool family_supported(Family f) {
 }
 
 Family best_family() {
-  static const Family best = [] {
-    for (Family f : {Family::Avx512, Family::Avx2})
-      if (family_supported(f)) return f;
-    return Family::Generic;
-  }();
+  static const Family best = best_kernel_family(family_supported);
   return best;
 }
 
@@ -112,7 +107,7 @@ void run(Family f, const uint32_t* codes, const uint16_t* scales_f16, int64_t ro
 
 }  // namespace
 
-std::string trellis_matvec_isa() { return kFamilyNames[int(best_family())]; }
+std::string trellis_matvec_isa() { return kernel_family_name(best_family()); }
 
 void trellis_matvec(const uint32_t* codes, const uint16_t* scales_f16, int64_t rows, int64_t cols,
                     int k, int axis, const float* x, int64_t n, float* y, ThreadPool& pool) {
@@ -121,21 +116,13 @@ void trellis_matvec(const uint32_t* codes, const uint16_t* scales_f16, int64_t r
 
 namespace detail {
 
-std::vector<std::string> trellis_matvec_isas() {
-  std::vector<std::string> out;
-  for (Family f : {Family::Avx512, Family::Avx2, Family::Generic})
-    if (family_supported(f)) out.push_back(kFamilyNames[int(f)]);
-  return out;
-}
+std::vector<std::string> trellis_matvec_isas() { return kernel_family_names(family_supported); }
 
 void trellis_matvec_with(std::string_view isa, const uint32_t* codes, const uint16_t* scales_f16,
                          int64_t rows, int64_t cols, int k, int axis, const float* x, int64_t n,
                          float* y, ThreadPool& pool) {
-  int i = 0;
-  while (i < 3 && isa != kFamilyNames[i]) ++i;
-  if (i == 3 || !family_supported(Family(i)))
-    fail("trellis_matvec: kernel family '{}' is unknown or not supported by this CPU", isa);
-  run(Family(i), codes, scales_f16, rows, cols, k, axis, x, n, y, pool);
+  run(kernel_family_named(isa, family_supported, "trellis_matvec"), codes, scales_f16, rows, cols,
+      k, axis, x, n, y, pool);
 }
 
 }  // namespace detail
