@@ -28,23 +28,18 @@ __device__ __forceinline__ float f32_256_plus(uint32_t q) {
 // The 1MAD code's integer y ∈ [−510, 510] as an exact f32, for a 12-bit trellis state: an LCG
 // step, the sum of its four bytes (one dp4a against 0x01010101), and the sum placed in the
 // mantissa of 1024.0 (unit 2^-13), minus 1024 + 510. Bit-identical to trellis_1mad_int.
-__device__ __forceinline__ float trellis_1mad(uint32_t state) {
+// trellis_1mad_biased is the same before the subtraction (1024 + y + 510), for sums that take
+// it once (1534 · Σx) instead of once per weight.
+__device__ __forceinline__ float trellis_1mad_biased(uint32_t state) {
   const uint32_t z = state * 34038481u + 76625530u;
-  const uint32_t s = __dp4a(z, 0x01010101u, 0u);
-  return __uint_as_float(0x44800000u | (s << 13)) - 1534.0f;
+  return __uint_as_float(0x44800000u | (__dp4a(z, 0x01010101u, 0u) << 13));
+}
+__device__ __forceinline__ float trellis_1mad(uint32_t state) {
+  return trellis_1mad_biased(state) - 1534.0f;
 }
 
 // The 12-bit state of symbol t of a trellis block (8k words at `block`): the window starting at
 // bit (255 − t)·k read upward, wrapping to the block's first word.
-template <int K>
-__device__ __forceinline__ uint32_t trellis_state(const uint32_t* block, int t) {
-  constexpr int kWords = kTrellisBlock * K / 32;
-  const int bit = (kTrellisBlock - 1 - t) * K;
-  const int w = bit >> 5;
-  const uint32_t lo = block[w], hi = block[w + 1 == kWords ? 0 : w + 1];
-  return __funnelshift_r(lo, hi, uint32_t(bit)) & 0xFFFu;
-}
-
 __device__ __forceinline__ uint32_t trellis_state_k(const uint32_t* block, int k, int t) {
   const int words = kTrellisBlock * k / 32;
   const int bit = (kTrellisBlock - 1 - t) * k;

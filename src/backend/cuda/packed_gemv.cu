@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // The 1MAD values of lane l's symbols 8l..8l+7 of a block whose word `lane` is `word` (lanes
 // ≥ 8k hold nothing). Symbol 8l+7 has the lowest bit offset; the lane's windows span at most
-// 7k + 12 + 24 < 64 bits, so two words hold them all.
-template <int K>
+// 7k + 12 + 24 < 64 bits, so two words hold them all. kBiased: trellis_1mad_biased's values.
+template <int K, bool kBiased = false>
 __device__ __forceinline__ void trellis_lane_values(uint32_t word, int lane, float (&v)[8]) {
   constexpr int kWords = kTrellisBlock * K / 32;
   const int low = (kTrellisBlock - 8 - 8 * lane) * K;
@@ -152,7 +152,8 @@ __device__ __forceinline__ void trellis_lane_values(uint32_t word, int lane, flo
   for (int j = 0; j < 8; ++j) {
     const int rel = base + (7 - j) * K;  // < 32 always for k = 2 and 4
     const uint32_t lo = (K == 3 && rel >= 32) ? b : a;
-    v[j] = trellis_1mad(__funnelshift_r(lo, b, uint32_t(rel)) & 0xFFFu);
+    const uint32_t state = __funnelshift_r(lo, b, uint32_t(rel)) & 0xFFFu;
+    v[j] = kBiased ? trellis_1mad_biased(state) : trellis_1mad(state);
   }
 }
 
@@ -239,29 +240,6 @@ __device__ __forceinline__ void stage_input(const __nv_bfloat16* x, int64_t in, 
   __syncthreads();
 }
 
-// 1024 + y_int + 510 of a state as an f32 (trellis_1mad without its final subtraction, which
-// the caller takes once per sum: 1534 · Σx).
-__device__ __forceinline__ float trellis_1mad_biased(uint32_t state) {
-  const uint32_t z = state * 34038481u + 76625530u;
-  return __uint_as_float(0x44800000u | (__dp4a(z, 0x01010101u, 0u) << 13));
-}
-
-template <int K>
-__device__ __forceinline__ void trellis_lane_biased(uint32_t word, int lane, float (&v)[8]) {
-  constexpr int kWords = kTrellisBlock * K / 32;
-  const int low = (kTrellisBlock - 8 - 8 * lane) * K;
-  const int w0 = low >> 5;
-  const uint32_t a = __shfl_sync(0xffffffffu, word, w0);
-  const uint32_t b = __shfl_sync(0xffffffffu, word, w0 + 1 == kWords ? 0 : w0 + 1);
-  const int base = low & 31;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int rel = base + (7 - j) * K;
-    const uint32_t lo = (K == 3 && rel >= 32) ? b : a;
-    v[j] = trellis_1mad_biased(__funnelshift_r(lo, b, uint32_t(rel)) & 0xFFFu);
-  }
-}
-
 template <int K>
 __global__ void __launch_bounds__(kWarps * 32)
     trellis_rows1_kernel(Ten y, const __nv_bfloat16* x, PackedTen w, const void* bias, int bdt,
@@ -298,7 +276,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t b = b0 + int64_t(u) * split;
         if (b >= blocks) break;  // uniform across the warp
         float v[8];
-        trellis_lane_biased<K>(cur[u], lane, v);
+        trellis_lane_values<K, true>(cur[u], lane, v);
         const float4* x4 = reinterpret_cast<const float4*>(xs) + b * 64 + lane;
         const float4 p = x4[0], q = x4[32];
         acc = fmaf(v[0], p.x, acc);
