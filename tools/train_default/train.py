@@ -18,6 +18,9 @@ Evaluation is transformers in float32 (TF32 off, eager attention) on the reloade
 heldout.txt is tokenized whole, cut into non-overlapping chunks of --ctx tokens (whole chunks only;
 this tokenizer adds no BOS), and every position 0..ctx-2 of a chunk is scored against the next
 token -- what `hearth perplexity -f heldout.txt -c 512 --score-all` computes.
+
+`--arch qwen3` trains a dense Qwen3 model on the same data and tokenizer instead (the quantization
+comparison's model, docs/QUANTIZATION.md); it writes no model card.
 """
 import argparse
 import gzip
@@ -106,6 +109,16 @@ def check_tokenizer_with_transformers(out):
 def model_config(args, vocab_size, ids):
     from transformers import AutoConfig
 
+    if args.arch == "qwen3":
+        # Dense Qwen3 (q/k RMSNorm, GQA, full RoPE): the shape the quantization comparison needs,
+        # every width a multiple of 256.
+        return AutoConfig.for_model(
+            "qwen3", vocab_size=vocab_size, hidden_size=args.hidden, intermediate_size=args.intermediate,
+            num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+            head_dim=args.head_dim, hidden_act="silu", max_position_embeddings=2048, rms_norm_eps=1e-6,
+            tie_word_embeddings=True, attention_bias=False, attention_dropout=0.0, initializer_range=0.02,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            bos_token_id=None, eos_token_id=ids["<|endoftext|>"], pad_token_id=ids["<|endoftext|>"], use_cache=True)
     n = args.layers
     layer_types = ["full_attention" if (i + 1) % args.full_every == 0 else "linear_attention" for i in range(n)]
     rot = int(args.head_dim * 0.25) // 2  # rotary frequencies; text-only M-RoPE equals plain RoPE
@@ -126,6 +139,8 @@ def model_config(args, vocab_size, ids):
 
 def model_class(cfg):
     import transformers
+    if cfg.model_type == "qwen3":
+        return transformers.Qwen3ForCausalLM
     try:
         import transformers.models.qwen3_5 as q
         log(f"transformers.models.qwen3_5: {[n for n in dir(q) if n.startswith('Qwen3_5')]}")
@@ -156,6 +171,8 @@ def token_stream(tok, docs, eot):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", choices=["qwen3_5", "qwen3"], default="qwen3_5",
+                    help="qwen3_5: the default model's hybrid; qwen3: a dense model (no DeltaNet flags apply)")
     ap.add_argument("--data", default=".device/train")
     ap.add_argument("--out", default="/tmp/default")
     ap.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of the training loop")
@@ -183,6 +200,7 @@ def main():
     ap.add_argument("--intermediate", type=int, default=576)
     ap.add_argument("--ctx", type=int, default=512, help="evaluation context")
     ap.add_argument("--max-bytes", type=int, default=30_000_000)
+    ap.add_argument("--shard-size", default="", help="save_pretrained's max_shard_size, e.g. 15MB (default: one file)")
     args = ap.parse_args()
     command = "python3 tools/train_default/train.py " + " ".join(sys.argv[1:])
 
@@ -234,7 +252,7 @@ def main():
     cls = model_class(cfg)
     model = cls(cfg).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"config: {type(cfg).__name__} model_type={cfg.model_type} layer_types={cfg.layer_types}")
+    log(f"config: {type(cfg).__name__} model_type={cfg.model_type} layer_types={getattr(cfg, 'layer_types', None)}")
     log(f"parameters: {n_params:,} (embeddings {model.get_input_embeddings().weight.numel():,}, tied head)")
     metrics.update(model_class=f"{cls.__module__}.{cls.__name__}", parameters=int(n_params))
 
@@ -385,7 +403,7 @@ def main():
             model.config.dtype = torch.bfloat16
         except Exception as e:
             log(f"note: could not set config.dtype: {e!r}")
-        model.save_pretrained(out)
+        model.save_pretrained(out, **({"max_shard_size": args.shard_size} if args.shard_size else {}))
         gc = GenerationConfig(bos_token_id=None, eos_token_id=[ids["<|endoftext|>"], ids["<|im_end|>"]],
                               pad_token_id=ids["<|endoftext|>"], do_sample=True, temperature=0.7, top_k=40,
                               top_p=0.9, repetition_penalty=1.1)
@@ -409,7 +427,8 @@ def main():
         traceback.print_exc()
     write_metrics(out, metrics)
     try:
-        write_readme(out, metrics, manifest, args)
+        if args.arch == "qwen3_5":  # the model card describes the default model; metrics.json has the rest
+            write_readme(out, metrics, manifest, args)
     except Exception:
         log("ERROR writing README:")
         traceback.print_exc()
