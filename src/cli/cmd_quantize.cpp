@@ -30,6 +30,7 @@ struct QuantizeCliOptions {
   bool rotate = false;
   uint64_t seed = 0;
   int threads = 0;
+  std::string device = "auto";
   std::string calib;  // calibration text: LDLQ under the Hessians it gives
   int64_t calib_tokens = 8192;
   int64_t calib_ctx = 512;
@@ -190,6 +191,7 @@ int run_quantize(const QuantizeCliOptions& o) {
   q.spec.embedding_bits = parse_embedding_bits(o);
   if (o.rotate) q.spec.rotation = quant::RotationSpec{o.seed, rotation_norm_offset(o.in)};
   q.n_threads = o.threads;
+  q.device = o.device;
   q.cancel = &g_cancel;
   q.on_plan = [](const quant::QuantizePlan& plan) {
     for (const auto& n : plan.notices) std::fprintf(stderr, "quantize: %s\n", n.c_str());
@@ -232,8 +234,9 @@ int run_quantize(const QuantizeCliOptions& o) {
   std::printf("size: %s -> %s (%.2fx smaller)\n", human_bytes(double(r.input_bytes)).c_str(),
               human_bytes(double(r.output_bytes)).c_str(),
               r.output_bytes ? double(r.input_bytes) / double(r.output_bytes) : 0.0);
-  std::printf("time: %s (%.1f M weights/s quantized)\n", human_duration(r.seconds).c_str(),
-              r.seconds > 0 ? double(r.quantized_params) / r.seconds / 1e6 : 0.0);
+  const std::string coded_on = r.coder_device.empty() ? "" : ", trellis coded on " + r.coder_device;
+  std::printf("time: %s (%.1f M weights/s quantized%s)\n", human_duration(r.seconds).c_str(),
+              r.seconds > 0 ? double(r.quantized_params) / r.seconds / 1e6 : 0.0, coded_on.c_str());
   return 0;
 }
 
@@ -273,6 +276,10 @@ CommandRegistration quantize_command(
           ->capture_default_str();
       sub.add_option("-t,--threads", o->threads,
                      "CPU threads (default: the CPUs this process may use)");
+      sub.add_option("--device", o->device,
+                     "where trellis blocks are coded: cpu, cuda, cuda:N or auto (a GPU when "
+                     "present)")
+          ->capture_default_str();
       return [o] { return run_quantize(*o); };
     });
 

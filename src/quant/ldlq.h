@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "quant/trellis.h"
 
 namespace hearth::quant {
 
@@ -49,10 +50,13 @@ struct TrellisLdlqResult {
 //   which is exactly the Viterbi coder's objective. Row scale: the RMS rule of that target.
 // H is regularised first (σ = 1e-2 · mean diag). Guard (as mlx-bun's): plain Viterbi is run too
 // and kept when its proxy loss is not higher, so LDLQ never makes a module worse under H.
-// Multithreaded on `pool`; returns early (codes unspecified) once *cancel is set.
+// Multithreaded on `pool`; the blocks are coded by `coder` (nullptr: the CPU's, on `pool`), a
+// batch per 256-column block (axis 1) or per stored row (axis 0). Returns early (codes
+// unspecified) once *cancel is set.
 TrellisLdlqResult quantize_trellis_rows_ldlq(const float* w, int64_t rows, int64_t cols, int k,
                                              const float* h, int axis, uint32_t* codes,
                                              uint16_t* scales_f16, ThreadPool* pool,
-                                             const std::atomic<bool>* cancel = nullptr);
+                                             const std::atomic<bool>* cancel = nullptr,
+                                             TrellisBlockCoder* coder = nullptr);
 
 }  // namespace hearth::quant

@@ -360,6 +360,11 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
       fail("{} is already quantized (it has tensor '{}'); quantize a float checkpoint", in.string(),
            name);
   const QuantizePlan plan = quantize_plan(store, options.spec);
+  ThreadPool pool(options.n_threads);
+  // Who codes the trellis blocks; an unavailable device fails here, before any file is touched.
+  std::unique_ptr<TrellisBlockCoder> coder;
+  if (plan.format && plan.format->name == "trellis")
+    coder = make_trellis_coder(options.device, &pool);
   if (options.on_plan) options.on_plan(plan);
 
   PartialDir partial;
@@ -381,7 +386,6 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
   writer_options.metadata = {{"format", plan.format ? "mlx" : "pt"}};
   SafetensorsWriter writer(partial.path, std::move(entries), writer_options);
 
-  ThreadPool pool(options.n_threads);
   std::optional<HiddenRotation> rotation;
   if (plan.rotation) rotation.emplace(plan.rotation->hidden, options.spec.rotation->seed);
   std::vector<std::vector<uint8_t>> buffers;  // reused: the largest module's size at most
@@ -405,6 +409,7 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
     for (size_t i = 0; i < t.outputs.size(); ++i) buffers[i].resize(t.outputs[i].nbytes());
     QuantParams params = t.params;
     if (options.hessian) params.hessian = options.hessian(t.module, t.input->shape[1]);
+    params.coder = coder.get();
     t.format->quantize(input, params, pool, options.cancel, buffers);
     check_cancel();
     for (size_t i = 0; i < t.outputs.size(); ++i)
@@ -450,6 +455,7 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
   r.output_tensor_bytes = writer.data_bytes();
   r.n_files = writer.n_files();
   r.seconds = elapsed();
+  if (coder) r.coder_device = coder->device();
   return r;
 }
 

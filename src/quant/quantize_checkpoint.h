@@ -21,6 +21,7 @@
 #include "loader/weight_store.h"
 #include "quant/quantize_format.h"
 #include "quant/rotation.h"
+#include "quant/trellis_coder.h"
 
 namespace hearth::quant {
 
@@ -91,7 +92,10 @@ struct QuantizeProgress {
 
 struct QuantizeOptions {
   QuantizeSpec spec;
-  int n_threads = 0;                // <= 0: the CPUs this process may use
+  int n_threads = 0;  // <= 0: the CPUs this process may use
+  // Who codes trellis blocks: cpu, cuda, cuda:N or auto (a GPU when the build has CUDA and one
+  // is present; quant/trellis_coder.h).
+  std::string device = "auto";
   SafetensorsWriterOptions writer;  // shard size; its metadata is set to {"format": "mlx"}
   // Set from another thread or a signal handler to stop: the run removes the partial
   // directory and throws hearth::Error("interrupted").
@@ -112,6 +116,7 @@ struct QuantizeResult {
   size_t output_tensor_bytes = 0;  // their tensors' bytes (without headers)
   size_t n_files = 0;              // .safetensors files written
   double seconds = 0;
+  std::string coder_device;  // who coded the trellis blocks ("cpu", "cuda:0"); empty: none
 };
 
 // Quantizes checkpoint `in` into the new directory `out`. Throws hearth::Error when `out`

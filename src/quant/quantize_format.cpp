@@ -144,17 +144,17 @@ void trellis_quantize(const TensorInfo& w, const QuantParams& p, ThreadPool& poo
     // LDLQ's feedback runs across the whole matrix (axis 0: across all stored rows), so it is
     // one call; it checks the cancel flag between rows.
     quantize_trellis_rows_ldlq(f.data(), rows, cols, p.bits, p.hessian, p.axis, codes, scales,
-                               &pool, cancel);
+                               &pool, cancel, p.coder);
     return;
   }
-  // Chunks of ~2^18 weights (a fraction of a second) so a cancel is seen promptly; each chunk
-  // still has hundreds of blocks for the pool's threads.
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 18) / cols);
+  // Chunks of ~2^20 weights (about a second on two cores) so a cancel is seen promptly; each
+  // chunk still has thousands of blocks for the pool's threads or a GPU's SMs.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / cols);
   for (int64_t r = 0; r < rows; r += chunk) {
     if (cancel && cancel->load(std::memory_order_relaxed)) return;
     const int64_t n = std::min(chunk, rows - r);
     quantize_trellis_rows(f.data() + r * cols, n, cols, p.bits, codes + r * words, scales + r,
-                          &pool);
+                          &pool, p.coder);
   }
 }
 
@@ -178,7 +178,7 @@ const QuantFormat kFormats[] = {
 int trellis_axis_for(const std::string& module) {
   // Down projections write the residual stream: coding them along the output dim makes their
   // decode a scatter, and the coded dim is the hidden size (mlx-bun's choice; design-notes.md).
-  for (const char* down : {"mlp.down_proj", "shared_expert.down_proj"})
+  for (const char* down : {"mlp.down_proj", "shared_expert.down_proj", "mlp.switch_mlp.down_proj"})
     if (module.ends_with(down)) return 0;
   const size_t experts = module.find("mlp.experts.");
   if (experts != std::string::npos && module.ends_with(".down_proj")) return 0;

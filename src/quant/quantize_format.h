@@ -16,6 +16,8 @@
 
 namespace hearth::quant {
 
+class TrellisBlockCoder;
+
 struct QuantParams {
   int bits = 4;
   int group_size = 64;
@@ -23,6 +25,9 @@ struct QuantParams {
   // trellis: the module's input Hessian [in, in] from calibration, for block LDLQ (quant/ldlq.h);
   // nullptr: plain Viterbi. Set per module for the quantize call, not part of the plan.
   const float* hessian = nullptr;
+  // trellis: who codes the blocks (trellis_coder.h); nullptr: the CPU, on the run's pool. Set
+  // per run, not part of the plan.
+  TrellisBlockCoder* coder = nullptr;
 };
 
 struct QuantFormat {
@@ -47,7 +52,8 @@ struct QuantFormat {
 };
 
 // Trellis axis policy: 0 (stored transposed, coded along the output dim, a scatter matvec) for
-// the MLP down projections (dense, routed and shared experts), 1 for every other module.
+// the MLP down projections (dense, routed experts per expert or stacked in switch_mlp, shared
+// experts), 1 for every other module.
 int trellis_axis_for(const std::string& module);
 
 // nullptr when `name` is not a format the quantizer writes.

@@ -3,10 +3,12 @@
 #include "quant/trellis.h"
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "quant/trellis_coder.h"
 
 namespace hearth::quant {
 
@@ -85,36 +87,22 @@ uint16_t trellis_row_scale(const float* row, int64_t cols, int64_t r, float* inv
 }
 
 void quantize_trellis_rows(const float* w, int64_t rows, int64_t cols, int k, uint32_t* codes,
-                           uint16_t* scales_f16, ThreadPool* pool) {
+                           uint16_t* scales_f16, ThreadPool* pool, TrellisBlockCoder* coder) {
   trellis_check_bits(k, "quantize_trellis_rows");
   if (rows < 0 || cols <= 0 || cols % Spec::kBlock != 0)
     fail("quantize_trellis_rows: cols must be a positive multiple of {}, got [{}, {}]",
          Spec::kBlock, rows, cols);
-  // Scales first (cheap, serial), so every block of a row sees the same divisor.
-  std::vector<float> inv_scale(size_t(rows), 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    scales_f16[r] = trellis_row_scale(w + r * cols, cols, r, &inv_scale[size_t(r)]);
-
-  const int64_t blocks_per_row = cols / Spec::kBlock;
-  const int64_t n_blocks = rows * blocks_per_row;
-  const int words = Spec::block_words(k);
-  auto body = [&](int64_t begin, int64_t end) {
-    TrellisEncoder encoder(k);
-    float x[Spec::kBlock];
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t r = b / blocks_per_row;
-      // Divide by the rounded scale: the decoder multiplies by exactly that value.
-      const float inv = inv_scale[size_t(r)];
-      const float* src = w + b * Spec::kBlock;  // row r, block b % blocks_per_row
-      for (int t = 0; t < Spec::kBlock; ++t) x[t] = src[t] * inv;
-      encoder.encode_block(x, codes + b * words);
-    }
-  };
-  // A block costs ~1 ms; a grain of 4 keeps the per-chunk encoder setup negligible.
-  if (pool)
-    pool->parallel_for(n_blocks, 4, body);
-  else
-    body(0, n_blocks);
+  // Every block of a row is divided by the same rounded scale: the decoder multiplies by
+  // exactly that value.
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    float inv = 0;
+    scales_f16[r] = trellis_row_scale(w + r * cols, cols, r, &inv);
+    for (int64_t c = 0; c < cols; ++c) x[size_t(r * cols + c)] = w[r * cols + c] * inv;
+  }
+  std::unique_ptr<TrellisBlockCoder> own;
+  if (!coder) coder = (own = make_cpu_trellis_coder(pool)).get();
+  coder->encode(x.data(), rows * cols / Spec::kBlock, k, codes);
 }
 
 void dequantize_trellis_rows(const uint32_t* codes, const uint16_t* scales_f16, int64_t rows,

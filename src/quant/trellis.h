@@ -92,12 +92,16 @@ std::vector<std::string> trellis_encoder_isas();
 // when the row has a non-finite value or its scale does not fit in fp16.
 uint16_t trellis_row_scale(const float* row, int64_t cols, int64_t r, float* inv_scale);
 
+class TrellisBlockCoder;  // trellis_coder.h
+
 // Quantizes w [rows, cols] (f32, row-major) row by row: scales_f16[r] = fp16(RMS(row r) /
 // trellis_1mad_rms()), codes [rows, cols·k/32]. An all-zero row (or one too small for an fp16
 // scale) gets scale 0 so it decodes to exact zeros. For axis 0 pass Wᵀ. cols % 256 == 0.
-// Multithreaded over blocks on `pool` (nullptr: the calling thread only).
+// The blocks are coded by `coder` (nullptr: TrellisEncoder on `pool`'s threads, or on the
+// calling thread when pool is nullptr too).
 void quantize_trellis_rows(const float* w, int64_t rows, int64_t cols, int k, uint32_t* codes,
-                           uint16_t* scales_f16, ThreadPool* pool);
+                           uint16_t* scales_f16, ThreadPool* pool,
+                           TrellisBlockCoder* coder = nullptr);
 
 // Reference decoder: out [rows, cols] f32 = code value · scale, the stored (row) layout.
 void dequantize_trellis_rows(const uint32_t* codes, const uint16_t* scales_f16, int64_t rows,

@@ -5,13 +5,16 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/ldlq.h"
 #include "quant/trellis.h"
+#include "quant/trellis_coder.h"
 
 namespace hearth::quant {
 namespace {
@@ -176,6 +179,46 @@ TEST(TrellisLdlq, IdentityHessianGivesPlainViterbi) {
     EXPECT_FALSE(c.result.used_ldlq);  // a tie keeps plain
     EXPECT_EQ(c.codes, plain);
     EXPECT_EQ(c.scales, plain_scales);
+  }
+}
+
+// The coder a GPU run passes: LDLQ hands it the plain pass in one batch, then one batch per
+// 256-column block (axis 1: every row's block j) or per stored row (axis 0), and the result is
+// the CPU default's.
+class RecordingCoder final : public TrellisBlockCoder {
+ public:
+  std::string device() const override { return "recording"; }
+  void encode(const float* x, int64_t n, int k, uint32_t* words) override {
+    batches.push_back(n);
+    cpu_->encode(x, n, k, words);
+  }
+  std::vector<int64_t> batches;
+
+ private:
+  std::unique_ptr<TrellisBlockCoder> cpu_ = make_cpu_trellis_coder(nullptr);
+};
+
+TEST(TrellisLdlq, BatchesGoToTheGivenCoder) {
+  ThreadPool pool(2);
+  for (int axis : {1, 0}) {
+    const int64_t rows = axis == 1 ? 6 : 12, cols = 768, n = axis == 1 ? cols : rows;
+    const std::vector<float> w = normal(size_t(rows * cols), 31, 0.02f);
+    const std::vector<float> h = correlated_hessian(n, 8, 48, 6);
+    const Coded want = code_ldlq(w, rows, cols, 2, h, axis, &pool);
+    Coded got;
+    got.codes.resize(want.codes.size());
+    got.scales.resize(want.scales.size());
+    RecordingCoder coder;
+    got.result =
+        quantize_trellis_rows_ldlq(w.data(), rows, cols, 2, h.data(), axis, got.codes.data(),
+                                   got.scales.data(), &pool, nullptr, &coder);
+    std::vector<int64_t> batches{rows * cols / 256};  // the plain pass
+    batches.insert(batches.end(), size_t(axis == 1 ? cols / 256 : rows), axis == 1 ? rows : 3);
+    EXPECT_EQ(coder.batches, batches) << "axis " << axis;
+    EXPECT_TRUE(want.result.used_ldlq) << "axis " << axis;
+    EXPECT_EQ(got.result.proxy_ldlq, want.result.proxy_ldlq) << "axis " << axis;
+    EXPECT_EQ(got.codes, want.codes) << "axis " << axis;
+    EXPECT_EQ(got.scales, want.scales) << "axis " << axis;
   }
 }
 

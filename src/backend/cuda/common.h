@@ -244,4 +244,9 @@ void gated_delta_mixer_init();
 bool gated_delta_mixer_fits(const GdnMixerArgs& a);
 void gated_delta_mixer(Ctx& ctx, const GdnMixerArgs& a);
 
+// trellis_viterbi.cu: the quantizer's Viterbi search (quant/trellis_coder.h) for n blocks of
+// 256 weights x [n, 256] f32 (divided by their row scales) into words [n, 8k], k = 2, 3 or 4.
+// Not a model op: it takes a bare stream, and its kernel allocates no memory.
+void launch_trellis_viterbi(const float* x, int64_t n, int k, uint32_t* words, cudaStream_t stream);
+
 }  // namespace hearth::cuda
