@@ -25,36 +25,62 @@ namespace {
 
 struct Packed {
   std::vector<uint32_t> codes;
-  std::vector<uint16_t> scales, biases;
-  std::vector<float> dense;  // [out, in], the decoded values
+  std::vector<uint16_t> scales, biases;   // bf16 or f16 parameters
+  std::vector<float> scales32, biases32;  // f32 parameters
+  std::vector<float> dense;               // [out, in], the decoded values
+  std::vector<float> bias;  // affine: [out, in], each value's group bias (dense − bias = s·q)
+  int group = 0;
   Tensor w;
 };
 
-Packed make_affine(int64_t out, int64_t in, int bits, int group, std::mt19937& rng) {
+// Scales and biases stored in `param` (BF16, F16 or F32); dense holds what they decode to.
+Packed make_affine(int64_t out, int64_t in, int bits, int group, std::mt19937& rng,
+                   DType param = DType::BF16) {
   Packed p;
   std::normal_distribution<float> normal(0.0f, 0.5f);
   const int64_t groups = in / group, words = quant::affine_words_per_row(in, bits);
   p.codes.resize(static_cast<size_t>(out * words));
   p.scales.resize(static_cast<size_t>(out * groups));
   p.biases.resize(p.scales.size());
+  p.scales32.resize(p.scales.size());
+  p.biases32.resize(p.scales.size());
   p.dense.resize(static_cast<size_t>(out * in));
+  p.bias.resize(p.dense.size());
+  p.group = group;
   std::vector<float> row(static_cast<size_t>(in)), s(static_cast<size_t>(groups)), b(s.size());
   for (int64_t r = 0; r < out; ++r) {
     for (auto& v : row) v = normal(rng);
     uint32_t* rc = p.codes.data() + r * words;
     quant::affine_quantize_row(row.data(), in, bits, group, rc, s.data(), b.data());
     for (int64_t g = 0; g < groups; ++g) {
-      p.scales[size_t(r * groups + g)] = f32_to_bf16(s[size_t(g)]);
-      p.biases[size_t(r * groups + g)] = f32_to_bf16(b[size_t(g)]);
-      s[size_t(g)] = bf16_to_f32(p.scales[size_t(r * groups + g)]);
-      b[size_t(g)] = bf16_to_f32(p.biases[size_t(r * groups + g)]);
+      const size_t at = size_t(r * groups + g);
+      if (param == DType::F16) {
+        p.scales[at] = f32_to_f16(s[size_t(g)]);
+        p.biases[at] = f32_to_f16(b[size_t(g)]);
+        s[size_t(g)] = f16_to_f32(p.scales[at]);
+        b[size_t(g)] = f16_to_f32(p.biases[at]);
+      } else if (param == DType::BF16) {
+        p.scales[at] = f32_to_bf16(s[size_t(g)]);
+        p.biases[at] = f32_to_bf16(b[size_t(g)]);
+        s[size_t(g)] = bf16_to_f32(p.scales[at]);
+        b[size_t(g)] = bf16_to_f32(p.biases[at]);
+      }
+      p.scales32[at] = s[size_t(g)];
+      p.biases32[at] = b[size_t(g)];
     }
     quant::affine_requantize_row(row.data(), in, bits, group, s.data(), b.data(), rc);
     quant::affine_dequantize_row(rc, s.data(), b.data(), in, bits, group, p.dense.data() + r * in);
+    for (int64_t i = 0; i < in; ++i) p.bias[size_t(r * in + i)] = b[size_t(i / group)];
   }
   p.w = Tensor(p.codes.data(), DType::U32, {out, in});
-  p.w.packed = {WeightFormat::Affine, uint8_t(bits),  1, uint16_t(group), DType::BF16,
-                p.scales.data(),      p.biases.data()};
+  const bool f32 = param == DType::F32;
+  p.w.packed = {WeightFormat::Affine,
+                uint8_t(bits),
+                1,
+                uint16_t(group),
+                param,
+                f32 ? static_cast<const void*>(p.scales32.data()) : p.scales.data(),
+                f32 ? static_cast<const void*>(p.biases32.data()) : p.biases.data()};
   return p;
 }
 
@@ -83,12 +109,30 @@ Packed make_trellis(int64_t out, int64_t in, int k, int axis, std::mt19937& rng)
 
 using Product = std::function<void(const Tensor& y, const Tensor& x, const Tensor& bias)>;
 
-// y = x · denseᵀ + bias in f64, compared with `product` (packed_matmul unless given).
+// The error int8 activations may add to output o of input row t (affine_matvec.h): x rounded to
+// dx = max|x| / 127 per 32 inputs moves each product by at most |s·q| · dx / 2 (a little more
+// for the f32 rounding of x / dx).
+double int8_activation_bound(const Packed& p, const float* x, int64_t in, int64_t o) {
+  double bound = 0;
+  for (int64_t b = 0; b < in / 32; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    for (int i = 0; i < 32; ++i) {
+      const size_t at = size_t(o * in + b * 32 + i);
+      bound += std::fabs(double(p.dense[at]) - p.bias[at]) * (amax / 127.0) * 0.5001;
+    }
+  }
+  return bound;
+}
+
+// y = x · denseᵀ + bias in f64, compared with `product` (packed_matmul unless given); with
+// int8_bound, allowing for int8 activations (affine only). A block of x is zero in some rows.
 void check(const Packed& p, int64_t out, int64_t in, int64_t n, bool with_bias, std::mt19937& rng,
-           Product product = {}) {
+           Product product = {}, bool int8_bound = false) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(n * in)), bias(static_cast<size_t>(out));
   for (auto& v : x) v = normal(rng);
+  for (int64_t t = 1; t < n; t += 3) std::fill_n(x.begin() + t * in, 32, 0.0f);
   for (auto& v : bias) v = normal(rng);
   std::vector<float> y(static_cast<size_t>(n * out), std::nanf(""));
   Tensor xt(x.data(), DType::F32, {n, in}), yt(y.data(), DType::F32, {n, out});
@@ -106,10 +150,12 @@ void check(const Packed& p, int64_t out, int64_t in, int64_t n, bool with_bias, 
     for (int64_t i = 0; i < in; ++i) x_abs += std::fabs(x[size_t(t * in + i)]);
     const double tol = 1e-5 * x_abs * max_w + 1e-6;
     for (int64_t o = 0; o < out; ++o) {
+      const double act =
+          int8_bound ? int8_activation_bound(p, x.data() + t * in, in, o) * (1 + 1e-6) : 0.0;
       double want = with_bias ? bias[size_t(o)] : 0.0;
       for (int64_t i = 0; i < in; ++i)
         want += double(x[size_t(t * in + i)]) * p.dense[size_t(o * in + i)];
-      ASSERT_NEAR(y[size_t(t * out + o)], want, tol)
+      ASSERT_NEAR(y[size_t(t * out + o)], want, tol + act)
           << "row " << t << " output " << o << " of " << p.w.describe() << ", n " << n;
     }
   }
@@ -122,8 +168,40 @@ TEST(PackedMatmul, AffineMatchesItsDecodedWeights) {
       for (int64_t out : {1, 17, 33, 600}) {
         const int64_t in = group * (out % 2 ? 3 : 2);
         Packed p = make_affine(out, in, bits, group, rng);
-        for (int64_t n : {1, 2, 7, 9, 17}) check(p, out, in, n, n % 2 == 1, rng);
+        // 4 and 8 bits may take the int8-activation kernels.
+        for (int64_t n : {1, 2, 7, 9, 17})
+          check(p, out, in, n, n % 2 == 1, rng, {}, bits == 4 || bits == 8);
       }
+}
+
+// The int8-activation kernels this CPU runs, against the f64 product within the bound of x's
+// rounding: 4 and 8 bits, every group size (group 32: two scales in one step), rows of 1-3
+// 64-input pairs beyond the group, 1-8 input rows and 9 and 17 (several passes), zero blocks.
+TEST(PackedMatmul, AffineInt8KernelsOfEveryIsa) {
+  std::mt19937 rng(6);
+  for (int bits : {4, 8})
+    for (const std::string& isa : cpu::detail::affine_int8_isas(bits))
+      for (int group : {32, 64, 128})
+        for (int64_t out : {1, 13, 67}) {
+          SCOPED_TRACE(isa + " bits " + std::to_string(bits));
+          const int64_t in = std::max<int64_t>(group, 64) * (out % 3 + 1);
+          const DType param = out == 1 ? DType::F32 : out == 13 ? DType::F16 : DType::BF16;
+          Packed p = make_affine(out, in, bits, group, rng, param);
+          for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17})
+            check(
+                p, out, in, n, false, rng,
+                [&](const Tensor& y, const Tensor& x, const Tensor&) {
+                  cpu::detail::affine_matvec_int8_with(isa, y, x, p.w, ThreadPool::global());
+                },
+                true);
+        }
+  std::vector<float> x(96), y(1);
+  Packed p = make_affine(1, 96, 4, 32, rng);  // 96 inputs: not whole 64-input pairs
+  for (const std::string& isa : cpu::detail::affine_int8_isas(4))
+    EXPECT_THROW(cpu::detail::affine_matvec_int8_with(isa, Tensor(y.data(), DType::F32, {1, 1}),
+                                                      Tensor(x.data(), DType::F32, {1, 96}), p.w,
+                                                      ThreadPool::global()),
+                 Error);
 }
 
 // The affine decode kernels of every family this CPU runs, at every bits value and group size,

@@ -1,17 +1,24 @@
 // Affine decode dispatcher: converts the scales and biases of the whole matrix to f32 once per
-// call (so the kernels never convert per weight), lays x out for the kernels (4-bit: each
-// 32-chunk as [even | odd] codes' inputs) and splits the output rows across the pool. The
-// kernels are in affine_matvec_kernels.h, built for baseline x86-64 here and for AVX2 /
-// AVX-512 in their own files.
+// call (so the kernels never convert per weight), lays x out for the kernels and splits the
+// output rows across the pool. 4 and 8-bit weights with rows of whole 64-input pairs run on
+// int8 activations (affine_int8_kernels.h) where the CPU has AVX2; everything else runs the f32
+// kernels of affine_matvec_kernels.h (4-bit: x's 32-chunks as [even | odd] codes' inputs), built
+// for baseline x86-64 here and for AVX2 / AVX-512 in their own files.
 #include "backend/cpu/affine_matvec.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cpu/kernel_family.h"
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "quant/affine.h"
 // Last: its templates compile for this file's (baseline) ISA.
+#include "backend/cpu/affine_int8_kernels.h"
 #include "backend/cpu/affine_matvec_kernels.h"
 
 namespace hearth::cpu {
@@ -44,6 +51,111 @@ Family best_family() {
 
 using RowsFn = void (*)(const affine::Args&, int64_t, int64_t);
 
+// The int8-activation kernels, best first; None: the f32 kernels.
+enum class Int8Kernel { Avx512Vnni, AvxVnni, Avx2, None };
+constexpr const char* kInt8Names[] = {"avx512vnni", "avxvnni", "avx2"};
+
+bool has_avx_vnni() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;  // CPUID.(EAX=7, ECX=1):EAX bit 4
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+#else
+  return false;
+#endif
+}
+
+bool int8_supported(Int8Kernel k, int bits) {
+  using detail::MatmulIsa;
+  if (bits != 4 && bits != 8) return false;
+#if defined(__x86_64__)
+  if (!detail::matmul_isa_supported(MatmulIsa::Avx2)) return false;  // AVX2 and FMA, OS-enabled
+  if (k == Int8Kernel::Avx512Vnni)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+  if (k == Int8Kernel::AvxVnni) return has_avx_vnni();
+  if (k == Int8Kernel::Avx2) return bits == 4;  // 8-bit codes would saturate vpmaddubsw
+#endif
+  (void)k;
+  return false;
+}
+
+Int8Kernel best_int8(int bits) {
+  static const Int8Kernel best[2] = {
+      [] {
+        for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2})
+          if (int8_supported(k, 4)) return k;
+        return Int8Kernel::None;
+      }(),
+      [] {
+        for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni})
+          if (int8_supported(k, 8)) return k;
+        return Int8Kernel::None;
+      }()};
+  return bits == 4 ? best[0] : bits == 8 ? best[1] : Int8Kernel::None;
+}
+
+using Int8RowsFn = void (*)(const affine_int8::Args&, int64_t, int64_t);
+
+affine_int8::ParamType int8_param_type(DType d) {
+  if (d == DType::F32) return affine_int8::ParamType::F32;
+  if (d == DType::BF16) return affine_int8::ParamType::BF16;
+  if (d == DType::F16) return affine_int8::ParamType::F16;
+  fail("affine scales and biases must be F32, F16 or BF16, got {}", dtype_name(d));
+}
+
+Int8RowsFn pick_int8(Int8Kernel k) {
+  switch (k) {
+    case Int8Kernel::Avx512Vnni:
+      return affine_int8::rows_avx512vnni;
+    case Int8Kernel::AvxVnni:
+      return affine_int8::rows_avxvnni;
+    default:
+      return affine_int8::rows_avx2;
+  }
+}
+
+// x [n, cols] as the int8 kernels read it (affine_int8_kernels.h): per 32 inputs,
+// dx = max|x| / 127 and xq = round(x / dx) (|xq| ≤ 127; an all-zero block gives dx = 0, xq = 0);
+// the 4-bit layout pairs blocks; Σ x per group from f32 x.
+struct Int8Activations {
+  std::vector<int8_t> xq;
+  std::vector<float> xdx, gsum;
+};
+
+void quantize_activations(const float* x, int64_t n, int64_t cols, int bits, int group,
+                          Int8Activations& q) {
+  const int64_t blocks = cols / 32, pairs = cols / 64, groups = cols / group;
+  q.xq.resize(size_t(n * cols));
+  q.xdx.resize(size_t(bits == 4 ? n * pairs * 8 : n * blocks));
+  q.gsum.resize(size_t(n * groups));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + t * cols + b * 32;
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float dx = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+      int8_t* dst = q.xq.data() + t * cols + b * 32;
+      if (bits == 4) {
+        const int64_t p = b / 2, half = b % 2;
+        dst = q.xq.data() + t * cols + p * 64 + half * 16;
+        for (int j = 0; j < 16; ++j) {
+          dst[j] = int8_t(std::nearbyint(xb[2 * j] * inv));
+          dst[32 + j] = int8_t(std::nearbyint(xb[2 * j + 1] * inv));
+        }
+        std::fill_n(q.xdx.data() + (t * pairs + p) * 8 + half * 4, 4, dx);
+      } else {
+        for (int i = 0; i < 32; ++i) dst[i] = int8_t(std::nearbyint(xb[i] * inv));
+        q.xdx[size_t(t * blocks + b)] = dx;
+      }
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      float sum = 0;
+      for (int64_t i = 0; i < group; ++i) sum += x[t * cols + g * group + i];
+      q.gsum[size_t(t * groups + g)] = sum;
+    }
+  }
+}
+
 RowsFn pick(Family f) {
   switch (f) {
     case Family::Avx512:
@@ -65,7 +177,8 @@ void check_format(const Tensor& w) {
         w.describe(), bits, group);
 }
 
-void run(Family f, const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool) {
+void run(Family f, Int8Kernel k8, const Tensor& y, const Tensor& x, const Tensor& w,
+         ThreadPool& pool) {
   check_format(w);
   const int64_t n = x.rows(), in = w.cols(), out = w.rows();
   const int bits = w.packed.bits, group = w.packed.group_size;
@@ -73,6 +186,29 @@ void run(Family f, const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool
     fail("affine matvec shapes: y {} = x {} · w {}ᵀ", y.describe(), x.describe(), w.describe());
   if (n <= 0) return;
 
+  // ~32 KiB of codes per task at least, so small matrices stay on one thread.
+  const int64_t grain = std::max<int64_t>(1, (32 << 10) / (in * bits / 8));
+  // The int8 kernels read the scales and biases in their stored dtype.
+  if (k8 != Int8Kernel::None && int8_supported(k8, bits) && in % 64 == 0) {
+    thread_local Int8Activations q;
+    quantize_activations(x.as<const float>(), n, in, bits, group, q);
+    const affine_int8::Args args{reinterpret_cast<const uint8_t*>(w.data),
+                                 w.packed.scales,
+                                 w.packed.biases,
+                                 int8_param_type(w.packed.param_dtype),
+                                 out,
+                                 in,
+                                 bits,
+                                 group,
+                                 n,
+                                 q.xq.data(),
+                                 q.xdx.data(),
+                                 q.gsum.data(),
+                                 y.as<float>()};
+    const Int8RowsFn fn = pick_int8(k8);
+    pool.parallel_for(out, grain, [&](int64_t b, int64_t e) { fn(args, b, e); });
+    return;
+  }
   // Per calling thread, grown once: f32 scales and biases, and x in the kernels' order.
   thread_local std::vector<float> scales, biases, xs;
   const int64_t params = out * (in / group);
@@ -101,8 +237,6 @@ void run(Family f, const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool
   const affine::Args args{
       w.as<const uint32_t>(), scales_f32, biases_f32, out, in, bits, group, n, xp, y.as<float>()};
   const RowsFn fn = pick(f);
-  // ~32 KiB of codes per task at least, so small matrices stay on one thread.
-  const int64_t grain = std::max<int64_t>(1, (32 << 10) / (in * bits / 8));
   pool.parallel_for(out, grain, [&](int64_t b, int64_t e) { fn(args, b, e); });
 }
 
@@ -142,7 +276,7 @@ void affine_dequantize_rows(const Tensor& w, int64_t r0, int64_t r1, float* out)
 }
 
 void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool) {
-  run(best_family(), y, x, w, pool);
+  run(best_family(), best_int8(w.packed.bits), y, x, w, pool);
 }
 
 std::string affine_matvec_isa() { return kernel_family_name(best_family()); }
@@ -153,7 +287,26 @@ std::vector<std::string> affine_matvec_isas() { return kernel_family_names(famil
 
 void affine_matvec_with(std::string_view isa, const Tensor& y, const Tensor& x, const Tensor& w,
                         ThreadPool& pool) {
-  run(kernel_family_named(isa, family_supported, "affine_matvec"), y, x, w, pool);
+  run(kernel_family_named(isa, family_supported, "affine_matvec"), Int8Kernel::None, y, x, w, pool);
+}
+
+std::vector<std::string> affine_int8_isas(int bits) {
+  std::vector<std::string> out;
+  for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2})
+    if (int8_supported(k, bits)) out.push_back(kInt8Names[int(k)]);
+  return out;
+}
+
+void affine_matvec_int8_with(std::string_view isa, const Tensor& y, const Tensor& x,
+                             const Tensor& w, ThreadPool& pool) {
+  for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2})
+    if (isa == kInt8Names[int(k)] && int8_supported(k, w.packed.bits)) {
+      if (w.cols() % 64 != 0)
+        fail("affine_matvec_int8: rows of {} are not 64-input pairs", w.cols());
+      return run(best_family(), k, y, x, w, pool);
+    }
+  fail("affine_matvec_int8: kernel '{}' is unknown or not supported here for {} bits", isa,
+       w.packed.bits);
 }
 
 }  // namespace detail

@@ -1,9 +1,14 @@
 // CPU decode product for MLX-affine weights (src/quant/affine.h): y[n, out] = x[n, in] · Wᵀ for a
-// few input rows, reading the packed codes directly (W is never materialised) and dequantizing
-// them in registers exactly as the reference decoder does (scale · q + bias, f32), so results
-// equal a dense f32 product with the decoded weights to f32 rounding. Kernel families: AVX-512,
-// AVX2 (both with BMI2), generic; picked once from CPUID. Multithreaded over output rows.
-// Any n works; 1..8 is the target (every code is read once per 8 input rows).
+// few input rows, reading the packed codes directly (W is never materialised). Any n works;
+// 1..8 is the target (every code is read once per 8 input rows). Multithreaded over output rows.
+// - 4 and 8-bit weights whose rows are whole 64-input pairs run on int8 activations, as
+//   llama.cpp's Q4/Q8 kernels do: x is quantized per 32 inputs (dx = max|x| / 127) and codes
+//   multiply activation bytes in integer dot products (VNNI, or AVX2's pair sums for 4 bits);
+//   the biases multiply the exact f32 sums of x. The error against the f32 product is at most
+//   Σ |s·q| · dx / 2 over the row, the rounding of x (docs/design-notes.md, "Int8 activations").
+// - Other weights, and CPUs without AVX2, dequantize in registers exactly as the reference
+//   decoder does (scale · q + bias, f32), so results equal a dense f32 product with the decoded
+//   weights to f32 rounding. Kernel families: AVX-512, AVX2 (both with BMI2), generic.
 #pragma once
 #include <string>
 #include <string_view>
@@ -28,9 +33,17 @@ namespace detail {
 
 // Every family this CPU can run, best first.
 std::vector<std::string> affine_matvec_isas();
-// affine_matvec on one family (tests and benchmarks); isa from affine_matvec_isas().
+// affine_matvec on one family of the f32 kernels (tests and benchmarks); isa from
+// affine_matvec_isas().
 void affine_matvec_with(std::string_view isa, const Tensor& y, const Tensor& x, const Tensor& w,
                         ThreadPool& pool);
+// The int8-activation kernels this CPU runs for `bits`, best first ("avx512vnni", "avxvnni",
+// "avx2"); empty when none (other bits, no AVX2).
+std::vector<std::string> affine_int8_isas(int bits);
+// affine_matvec on one int8 kernel; throws unless it runs here for w's bits and w's rows are
+// whole 64-input pairs.
+void affine_matvec_int8_with(std::string_view isa, const Tensor& y, const Tensor& x,
+                             const Tensor& w, ThreadPool& pool);
 
 }  // namespace detail
 }  // namespace hearth::cpu
