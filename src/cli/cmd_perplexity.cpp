@@ -11,6 +11,10 @@
 // positions (runtime/kl_divergence.h: top-k log-probs + the rest's mass); then `--kl-base FILE`
 // with another model (a quantized copy) on the same text and --ctx prints the KL statistics, the
 // top-1 agreement and the perplexity ratio.
+// -b/--batch N evaluates each chunk N tokens per forward (as llama-perplexity's -b): with a few
+// tokens per step the products run the decode kernels, so the figures are those of generation
+// (the CPU's 4 and 8-bit affine decode uses int8 activations; prefill does not).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +38,7 @@ struct PerplexityOptions {
   std::string file;
   int64_t ctx = 512;
   int64_t max_chunks = 0;
+  int64_t batch = 0;  // tokens per forward; 0: the whole chunk
   bool score_all = false;
   std::string kl_base;
   bool save_logits = false;
@@ -57,6 +62,7 @@ void print_kl_summary(const KlSummary& s) {
 
 int run_perplexity(PerplexityOptions& o) {
   if (o.ctx < 4) fail("--ctx must be at least 4, got {}", o.ctx);
+  if (o.batch < 0) fail("--batch must be >= 1 (or 0 for the whole chunk), got {}", o.batch);
   if (o.save_logits && o.kl_base.empty()) fail("--save-logits needs --kl-base FILE to write to");
   std::ifstream in(o.file, std::ios::binary);
   if (!in) fail("cannot read text file '{}'", o.file);
@@ -98,7 +104,12 @@ int run_perplexity(PerplexityOptions& o) {
   for (int64_t c = 0; c < n_chunks; ++c) {
     std::vector<int32_t> chunk(evaluated.begin() + c * o.ctx, evaluated.begin() + (c + 1) * o.ctx);
     auto state = model->new_sequence();
-    model->forward(*state, chunk, LogitsRows::All, logits.data());
+    const int64_t step = o.batch > 0 ? o.batch : o.ctx;
+    for (int64_t i = 0; i < o.ctx; i += step) {
+      const int64_t len = std::min(step, o.ctx - i);
+      model->forward(*state, std::span<const int32_t>(chunk).subspan(size_t(i), size_t(len)),
+                     LogitsRows::All, logits.data() + i * n_vocab);
+    }
     std::vector<KlBasePosition> base;
     if (kl_reader) base = kl_reader->read_chunk();
     if (kl_writer) base.reserve(size_t(shape.scored_per_chunk()));
@@ -146,6 +157,10 @@ CommandRegistration perplexity_command(
       sub.add_option("-f,--file", o->file, "text file")->required();
       sub.add_option("-c,--ctx", o->ctx, "tokens per chunk")->capture_default_str();
       sub.add_option("--chunks", o->max_chunks, "evaluate at most N chunks (0 = all)");
+      sub.add_option("-b,--batch", o->batch,
+                     "tokens per forward within a chunk (0 = the whole chunk; 1 scores what "
+                     "generation computes)")
+          ->capture_default_str();
       sub.add_flag("--score-all", o->score_all,
                    "score every position, not only the second half of each chunk");
       sub.add_option("--kl-base", o->kl_base,

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -114,6 +115,13 @@ TEST(Cli, PerplexityKlBaseOfTheSameModelIsZero) {
   EXPECT_NE(same.out.find("Mean    KLD:   0.000000 +/- 0.000000"), std::string::npos) << same.out;
   EXPECT_NE(same.out.find("Same top p : 100.000"), std::string::npos) << same.out;
   EXPECT_NE(same.out.find("Mean PPL(Q)/PPL(base)     :   1.000000"), std::string::npos) << same.out;
+  // Five tokens per forward (the decode kernels, pieces that do not divide the chunk): the
+  // same distributions up to f32 rounding.
+  auto pieces = run(common + " --ctx 64 -b 5");
+  ASSERT_EQ(pieces.status, 0) << pieces.out;
+  const size_t at = pieces.out.find("Mean    KLD:");
+  ASSERT_NE(at, std::string::npos) << pieces.out;
+  EXPECT_LT(std::fabs(std::stod(pieces.out.substr(at + 12))), 1e-6) << pieces.out;
   auto other_ctx = run(common + " --ctx 32");
   EXPECT_NE(other_ctx.status, 0);
   EXPECT_NE(other_ctx.out.find("written with --ctx 64, this run uses 32"), std::string::npos)
@@ -134,6 +142,7 @@ TEST(Cli, BadArgumentsGiveOneLineErrors) {
   expect_one_line_error("perplexity -m " + kModel + " -f /nonexistent.txt", "/nonexistent.txt");
   expect_one_line_error("perplexity -m " + kModel + " -f /nonexistent.txt --save-logits",
                         "--kl-base");
+  expect_one_line_error("perplexity -m " + kModel + " -f /nonexistent.txt -b -1", "--batch");
 }
 
 }  // namespace
