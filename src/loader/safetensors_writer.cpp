@@ -109,7 +109,7 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir,
       pwrite_all(file.fd, text.data(), text.size(), 8, file.path.string());
       size_t at = 8 + text.size();
       for (const auto* e : shard) {
-        slots_[e->name] = Slot{s, at, e->nbytes(), false};
+        slots_[e->name] = Slot{s, at, e->nbytes(), 0, false};
         at += e->nbytes();
       }
     }
@@ -127,21 +127,34 @@ SafetensorsWriter::~SafetensorsWriter() {
 void SafetensorsWriter::write(const std::string& name, const void* data, size_t nbytes) {
   auto it = slots_.find(name);
   if (it == slots_.end()) fail("safetensors writer: tensor '{}' is not in the layout", name);
-  Slot& slot = it->second;
-  if (slot.written) fail("safetensors writer: tensor '{}' is written twice", name);
+  const Slot& slot = it->second;
+  if (slot.started) fail("safetensors writer: tensor '{}' is written twice", name);
   if (nbytes != slot.nbytes)
     fail("safetensors writer: tensor '{}' has {} bytes, the layout says {}", name, nbytes,
          slot.nbytes);
+  write_part(name, data, nbytes);
+}
+
+void SafetensorsWriter::write_part(const std::string& name, const void* data, size_t nbytes) {
+  auto it = slots_.find(name);
+  if (it == slots_.end()) fail("safetensors writer: tensor '{}' is not in the layout", name);
+  Slot& slot = it->second;
+  if (nbytes > slot.nbytes - slot.written)
+    fail("safetensors writer: tensor '{}' gets {} more bytes after {}, the layout says {} in all",
+         name, nbytes, slot.written, slot.nbytes);
   const File& file = files_[slot.file];
-  pwrite_all(file.fd, data, nbytes, slot.offset,
+  pwrite_all(file.fd, data, nbytes, slot.offset + slot.written,
              fmt::format("tensor '{}' to {}", name, file.path.string()));
-  slot.written = true;
+  slot.written += nbytes;
+  slot.started = true;
 }
 
 std::vector<std::filesystem::path> SafetensorsWriter::finish() {
   if (finished_) fail("safetensors writer: finish() called twice");
   for (const auto& [name, slot] : slots_)
-    if (!slot.written) fail("safetensors writer: tensor '{}' was never written", name);
+    if (!slot.started || slot.written != slot.nbytes)
+      fail("safetensors writer: tensor '{}' was {} ({} of {} bytes)", name,
+           slot.started ? "written in part" : "never written", slot.written, slot.nbytes);
   std::vector<std::filesystem::path> paths;
   for (auto& f : files_) {
     fsync_fd(f.fd, f.path);

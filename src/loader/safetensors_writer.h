@@ -46,6 +46,10 @@ class SafetensorsWriter {
 
   // Writes tensor `name`'s data (exactly its nbytes). Each tensor once, in any order.
   void write(const std::string& name, const void* data, size_t nbytes);
+  // Writes the next `nbytes` of tensor `name`, after the parts written so far: a tensor may be
+  // written in consecutive parts (a stacked MoE tensor expert by expert), tensors in any order.
+  // The tensor is complete once its parts add up to its nbytes; more is an error.
+  void write_part(const std::string& name, const void* data, size_t nbytes);
   // Checks that every tensor was written, writes the index and flushes everything to disk
   // (fsync). Returns the paths written, the index last.
   std::vector<std::filesystem::path> finish();
@@ -59,7 +63,8 @@ class SafetensorsWriter {
     size_t file = 0;
     size_t offset = 0;  // from the start of the file
     size_t nbytes = 0;
-    bool written = false;
+    size_t written = 0;    // bytes written so far, from the start of the tensor
+    bool started = false;  // a part was written (an empty tensor too)
   };
   struct File {
     std::filesystem::path path;

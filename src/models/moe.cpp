@@ -1,7 +1,8 @@
-// MoE block: loading the three expert layouts as views, and the forward: router logits (f32),
-// then the backend's moe_experts (routing: softmax, top-k, renormalisation; the routed experts),
-// then the shared expert. The CPU composes moe_experts from plain ops with host routing; the
-// CUDA backend routes on the device so a decode step needs no host round trip.
+// MoE block: loading the three expert layouts as views (float or packed: an expert of a stacked
+// quantized tensor is a 2-D packed view with its own codes, scales and biases), and the forward:
+// router logits (f32), then the backend's moe_experts (routing: softmax, top-k, renormalisation;
+// the routed experts), then the shared expert. The CPU composes moe_experts from plain ops with
+// host routing; the CUDA backend routes on the device so a decode step needs no host round trip.
 #include "models/moe.h"
 
 #include <algorithm>
@@ -16,6 +17,21 @@ void check_linear_dtype(const Tensor& t, const std::string& name) {
   if (!t.is_packed() && t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
     fail("tensor {} has dtype {}; expert weights must be F32, F16 or BF16", name,
          dtype_name(t.dtype));
+}
+
+// A stacked expert tensor [E, rows, cols], float or packed (MLX affine, trellis).
+Tensor take_stacked(WeightStore& store, const std::string& name, std::vector<int64_t> shape,
+                    const std::string& cfg) {
+  const Tensor t = store.take(name, std::move(shape), cfg);
+  check_linear_dtype(t, name);
+  return t;
+}
+
+// Expert e's [rows, cols] matrix of a stacked [E, rows, cols] weight, as a view. Sliced along the
+// experts first, so a packed weight's codes, scales and biases follow in every format (the rows
+// of a transposed trellis matrix could not be sliced after flattening to [E·rows, cols]).
+Tensor expert_matrix(const Tensor& stacked, int64_t e) {
+  return stacked.slice_rows(e, e + 1).reshaped({stacked.dim(1), stacked.dim(2)});
 }
 
 // The first of `names` present in the store, or "".
@@ -44,30 +60,23 @@ MoeWeights moe_take_weights(WeightStore& store, const std::string& p, const MoeS
     if (fused_down.empty())
       fail("checkpoint {}: {} is present but {}experts.down_proj is missing", store.dir().string(),
            fused_gu, p);
-    const Tensor gu = store.take(fused_gu, {E, 2 * I, H}, cfg).reshaped({E * 2 * I, H});
-    const Tensor dn = store.take(fused_down, {E, H, I}, cfg).reshaped({E * H, I});
-    check_linear_dtype(gu, fused_gu);
-    check_linear_dtype(dn, fused_down);
+    const Tensor gu = take_stacked(store, fused_gu, {E, 2 * I, H}, cfg);
+    const Tensor dn = take_stacked(store, fused_down, {E, H, I}, cfg);
     for (int64_t e = 0; e < E; ++e) {
-      w.gate[size_t(e)] = gu.slice_rows(e * 2 * I, e * 2 * I + I);
-      w.up[size_t(e)] = gu.slice_rows(e * 2 * I + I, (e + 1) * 2 * I);
-      w.down[size_t(e)] = dn.slice_rows(e * H, (e + 1) * H);
+      const Tensor gate_up = expert_matrix(gu, e);  // [2I, H], gate rows first
+      w.gate[size_t(e)] = gate_up.slice_rows(0, I);
+      w.up[size_t(e)] = gate_up.slice_rows(I, 2 * I);
+      w.down[size_t(e)] = expert_matrix(dn, e);
     }
   } else if (store.contains(p + "switch_mlp.gate_proj.weight")) {
     w.layout = "switch_mlp";
-    const Tensor g =
-        store.take(p + "switch_mlp.gate_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
-    const Tensor u =
-        store.take(p + "switch_mlp.up_proj.weight", {E, I, H}, cfg).reshaped({E * I, H});
-    const Tensor d =
-        store.take(p + "switch_mlp.down_proj.weight", {E, H, I}, cfg).reshaped({E * H, I});
-    check_linear_dtype(g, p + "switch_mlp.gate_proj.weight");
-    check_linear_dtype(u, p + "switch_mlp.up_proj.weight");
-    check_linear_dtype(d, p + "switch_mlp.down_proj.weight");
+    const Tensor g = take_stacked(store, p + "switch_mlp.gate_proj.weight", {E, I, H}, cfg);
+    const Tensor u = take_stacked(store, p + "switch_mlp.up_proj.weight", {E, I, H}, cfg);
+    const Tensor d = take_stacked(store, p + "switch_mlp.down_proj.weight", {E, H, I}, cfg);
     for (int64_t e = 0; e < E; ++e) {
-      w.gate[size_t(e)] = g.slice_rows(e * I, (e + 1) * I);
-      w.up[size_t(e)] = u.slice_rows(e * I, (e + 1) * I);
-      w.down[size_t(e)] = d.slice_rows(e * H, (e + 1) * H);
+      w.gate[size_t(e)] = expert_matrix(g, e);
+      w.up[size_t(e)] = expert_matrix(u, e);
+      w.down[size_t(e)] = expert_matrix(d, e);
     }
   } else {
     w.layout = "per-expert";

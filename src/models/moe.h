@@ -8,6 +8,8 @@
 //   per expert   experts.{e}.{gate,up,down}_proj.weight        [I, H] / [H, I]
 //   fused        experts.gate_up_proj [E, 2I, H] (gate rows first) + experts.down_proj [E, H, I]
 //   MLX stacked  switch_mlp.{gate,up,down}_proj.weight         [E, I, H] / [E, H, I]
+// Stacked tensors may be packed (mlx-community's quantized MoE checkpoints: codes [E, out, ..],
+// scales and biases [E, out, in / group]; trellis too): each expert is then a 2-D packed slice.
 #pragma once
 #include <cstdint>
 #include <string>

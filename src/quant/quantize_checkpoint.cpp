@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "quant/affine.h"
@@ -139,26 +141,159 @@ bool is_embedding_or_head(const std::string& module) {
 
 }  // namespace
 
-QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
-  QuantizePlan plan;
-  plan.format = checked_format(spec);
+namespace {
 
+// Builds a QuantizePlan module by module: the override that applies, the format and parameters,
+// the outputs, config.json's entry, and the notices for modules left in float.
+class PlanBuilder {
+ public:
+  PlanBuilder(const QuantizeSpec& spec, QuantizePlan& plan)
+      : spec_(spec), plan_(plan), override_used_(spec.overrides.size(), false) {}
+
+  // An input tensor written under its own name: quantized when it is a linear-shaped 2-D
+  // NAME.weight (no "norm" in its name) that fits, else copied as it is.
+  void add_tensor(const PlanSource& s) {
+    PlannedTensor t;
+    t.parts = {input_matrix_whole(s)};
+    const TensorInfo& info = *s.info;
+    const bool linear_shaped = plan_.format && info.shape.size() == 2 &&
+                               s.name.ends_with(".weight") &&
+                               s.name.find("norm") == std::string::npos;
+    if (!linear_shaped || !plan_module(t, s.name.substr(0, s.name.size() - 7), info.shape[0],
+                                       info.shape[1], info.dtype, 0))
+      t.outputs = {{s.name, info.dtype, info.shape}};
+    add(std::move(t));
+  }
+
+  // MoE experts written as one stack, STACK.weight [E, out, in]: quantized, or in float.
+  void add_stack(const StackedExperts& stack) {
+    PlannedTensor t;
+    t.parts = stack.experts;
+    const InputMatrix& first = stack.experts.front();
+    const DType dtype = first.source.info->dtype;
+    const int64_t n_expert = int64_t(stack.experts.size());
+    if (!plan_module(t, stack.module, first.rows, first.cols, dtype, n_expert))
+      t.outputs = {{stack.module + ".weight", dtype, {n_expert, first.rows, first.cols}}};
+    add(std::move(t));
+  }
+
+  // Fails on an override that matched nothing; adds a notice per reason modules stay float.
+  void finish(const WeightStore& store, bool experts_stacked) {
+    for (size_t i = 0; i < spec_.overrides.size(); ++i) {
+      if (override_used_[i]) continue;
+      const std::string& suffix = spec_.overrides[i].suffix;
+      const bool names_an_expert =
+          experts_stacked && ("." + suffix).find(".experts.") != std::string::npos;
+      fail("--module-bits: '{}' matches no linear or embedding module of {}{}", suffix,
+           store.dir().string(),
+           names_an_expert ? " (MoE experts are written stacked: name them as "
+                             "mlp.switch_mlp.gate_proj, up_proj or down_proj)"
+                           : "");
+    }
+    for (const auto& s : skipped_) {
+      std::vector<std::string> patterns;
+      for (const auto& m : s.modules) {
+        const std::string p = name_pattern(m);
+        if (std::find(patterns.begin(), patterns.end(), p) == patterns.end()) patterns.push_back(p);
+      }
+      std::string shown;
+      for (size_t i = 0; i < patterns.size() && i < 4; ++i) shown += (i ? ", " : "") + patterns[i];
+      if (patterns.size() > 4) shown += fmt::format(", ... ({} more)", patterns.size() - 4);
+      plan_.notices.push_back(fmt::format("{} {} {}: {} ({})", s.modules.size(),
+                                          s.modules.size() == 1 ? "module stays" : "modules stay",
+                                          lower(dtype_name(s.dtype)), s.reason, shown));
+    }
+  }
+
+ private:
   struct Skipped {
     std::string reason;
     DType dtype;
     std::vector<std::string> modules;
   };
-  std::vector<Skipped> skipped;  // in order of first appearance
-  std::vector<bool> override_used(spec.overrides.size(), false);
+
+  void add(PlannedTensor t) {
+    for (const auto& e : t.outputs) plan_.output_bytes += e.nbytes();
+    plan_.tensors.push_back(std::move(t));
+  }
+
+  // Decides module `module`, [rows, cols] of `dtype` (`stacked` of them when > 0): quantized
+  // (t gets its format, parameters and outputs; true) or left in float (false).
+  bool plan_module(PlannedTensor& t, const std::string& module, int64_t rows, int64_t cols,
+                   DType dtype, int64_t stacked) {
+    const ModuleOverride* over = nullptr;
+    for (size_t i = 0; i < spec_.overrides.size(); ++i) {
+      const auto& o = spec_.overrides[i];
+      if (!suffix_matches(module, o.suffix)) continue;
+      override_used_[i] = true;
+      if (!over || o.suffix.size() > over->suffix.size()) over = &o;
+    }
+    const QuantFormat* format = plan_.format;
+    QuantParams params = spec_.params;
+    if (over && over->bits) params.bits = over->bits;
+    std::string why;
+    if (over && over->bits == 0) {
+      why = "--module-bits says false";
+    } else if (in_encoder_tower(module)) {
+      why = "vision/audio encoder, kept in float as mlx-vlm does";
+    } else if (spec_.embedding_bits >= 0 && is_embedding_or_head(module)) {
+      if (over)
+        fail("--module-bits {}: the embedding and head are set by --embedding-bits", over->suffix);
+      if (spec_.embedding_bits == 0) why = "--embedding-bits false";
+      format = quant_format_find("affine");
+      params = {spec_.embedding_bits, kEmbeddingGroupSize};
+    }
+    if (why.empty()) {
+      if (format->module_params) params = format->module_params(module, params);
+      why = format->unfit(rows, cols, dtype, params);
+    }
+    if (!why.empty()) {
+      // Explicit, so a loader that trusts config.json alone does not look for its scales.
+      plan_.quantization[module] = false;
+      auto it = std::find_if(skipped_.begin(), skipped_.end(),
+                             [&](const Skipped& s) { return s.reason == why && s.dtype == dtype; });
+      if (it == skipped_.end()) {
+        skipped_.push_back({why, dtype, {}});
+        it = skipped_.end() - 1;
+      }
+      it->modules.push_back(module);
+      return false;
+    }
+    t.module = module;
+    t.format = format;
+    t.params = params;
+    TensorInfo matrix;  // one expert's matrix when stacked: a stack is its experts' outputs in turn
+    matrix.name = module + ".weight";
+    matrix.dtype = dtype;
+    matrix.shape = {rows, cols};
+    t.outputs = format->outputs(module, matrix, params);
+    if (stacked > 0)
+      for (auto& e : t.outputs) e.shape.insert(e.shape.begin(), stacked);
+    // An entry wherever the defaults do not describe the module (mlx-lm's convention).
+    auto entry = format->config_entry(params);
+    if (entry != plan_.format->config_entry(spec_.params))
+      plan_.quantization[module] = std::move(entry);
+    plan_.n_quantized++;
+    plan_.quantized_params += std::max<int64_t>(stacked, 1) * rows * cols;
+    for (const auto& e : t.outputs) plan_.quantized_bytes += e.nbytes();
+    return true;
+  }
+
+  const QuantizeSpec& spec_;
+  QuantizePlan& plan_;
+  std::vector<bool> override_used_;
+  std::vector<Skipped> skipped_;  // in order of first appearance
+};
+
+}  // namespace
+
+QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
+  QuantizePlan plan;
+  plan.format = checked_format(spec);
   if (plan.format) plan.quantization = plan.format->config_entry(spec.params);
 
   // The tensors to write: the store's, or the rotated checkpoint's.
-  struct Source {
-    std::string name;
-    const TensorInfo* info;
-    const RotatedTensor* rotated;
-  };
-  std::vector<Source> sources;
+  std::vector<PlanSource> sources;
   if (spec.rotation) {
     plan.rotation = rotation_plan(store);
     (void)HiddenRotation(plan.rotation->hidden, spec.rotation->seed);  // refuses an unfit size
@@ -169,92 +304,31 @@ QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec) {
     for (const auto& name : store.names()) sources.push_back({name, store.find(name), nullptr});
   }
 
-  for (const auto& [name, info, rotated] : sources) {
-    plan.total_params += int64_t(info->nbytes / dtype_size(info->dtype));
-    PlannedTensor t;
-    t.input = info;
-    t.rotated = rotated;
-    const bool linear_shaped = plan.format && info->shape.size() == 2 &&
-                               name.ends_with(".weight") && name.find("norm") == std::string::npos;
-    if (linear_shaped) {
-      const std::string module = name.substr(0, name.size() - 7);
-      const ModuleOverride* over = nullptr;
-      for (size_t i = 0; i < spec.overrides.size(); ++i) {
-        const auto& o = spec.overrides[i];
-        if (!suffix_matches(module, o.suffix)) continue;
-        override_used[i] = true;
-        if (!over || o.suffix.size() > over->suffix.size()) over = &o;
-      }
-      const QuantFormat* format = plan.format;
-      QuantParams params = spec.params;
-      if (over && over->bits) params.bits = over->bits;
-      std::string why;
-      if (over && over->bits == 0) {
-        why = "--module-bits says false";
-      } else if (in_encoder_tower(module)) {
-        why = "vision/audio encoder, kept in float as mlx-vlm does";
-      } else if (spec.embedding_bits >= 0 && is_embedding_or_head(module)) {
-        if (over)
-          fail("--module-bits {}: the embedding and head are set by --embedding-bits",
-               over->suffix);
-        if (spec.embedding_bits == 0) why = "--embedding-bits false";
-        format = quant_format_find("affine");
-        params = {spec.embedding_bits, kEmbeddingGroupSize};
-      }
-      if (why.empty()) {
-        if (format->module_params) params = format->module_params(module, params);
-        why = format->unfit(info->shape[0], info->shape[1], info->dtype, params);
-      }
-      if (why.empty()) {
-        t.module = module;
-        t.format = format;
-        t.params = params;
-        t.outputs = format->outputs(module, *info, params);
-        // An entry wherever the defaults do not describe the module (mlx-lm's convention).
-        auto entry = format->config_entry(params);
-        if (entry != plan.format->config_entry(spec.params))
-          plan.quantization[module] = std::move(entry);
-        plan.n_quantized++;
-        plan.quantized_params += info->shape[0] * info->shape[1];
-        for (const auto& e : t.outputs) plan.quantized_bytes += e.nbytes();
-      } else {
-        // Explicit, so a loader that trusts config.json alone does not look for its scales.
-        plan.quantization[module] = false;
-        // A plain copy: clang before 16 cannot capture a structured binding.
-        const DType dtype = info->dtype;
-        auto it = std::find_if(skipped.begin(), skipped.end(), [&](const Skipped& s) {
-          return s.reason == why && s.dtype == dtype;
-        });
-        if (it == skipped.end()) {
-          skipped.push_back({why, info->dtype, {}});
-          it = skipped.end() - 1;
-        }
-        it->modules.push_back(module);
-      }
-    }
-    if (!t.quantized()) t.outputs = {{name, info->dtype, info->shape}};
-    for (const auto& e : t.outputs) plan.output_bytes += e.nbytes();
-    plan.tensors.push_back(std::move(t));
+  // MoE experts in mlx-lm's stacked layout (encoder towers keep their names: their loaders
+  // expect them), each stack planned where its first input would have been.
+  StackedExpertsPlan stacking;
+  if (plan.format && spec.stack_experts) {
+    std::vector<PlanSource> text;
+    std::copy_if(sources.begin(), sources.end(), std::back_inserter(text),
+                 [](const PlanSource& s) { return !in_encoder_tower(s.name); });
+    stacking = stacked_experts_plan(text);
+    plan.notices.insert(plan.notices.end(), stacking.notices.begin(), stacking.notices.end());
+  }
+  std::map<std::string, std::vector<const StackedExperts*>> stacks_from;  // by first input
+  std::set<std::string> stacked_inputs;
+  for (const auto& stack : stacking.stacks) {
+    stacks_from[stack.inputs.front()].push_back(&stack);
+    stacked_inputs.insert(stack.inputs.begin(), stack.inputs.end());
   }
 
-  for (size_t i = 0; i < spec.overrides.size(); ++i)
-    if (!override_used[i])
-      fail("--module-bits: '{}' matches no linear or embedding module of {}",
-           spec.overrides[i].suffix, store.dir().string());
-
-  for (const auto& s : skipped) {
-    std::vector<std::string> patterns;
-    for (const auto& m : s.modules) {
-      const std::string p = name_pattern(m);
-      if (std::find(patterns.begin(), patterns.end(), p) == patterns.end()) patterns.push_back(p);
-    }
-    std::string shown;
-    for (size_t i = 0; i < patterns.size() && i < 4; ++i) shown += (i ? ", " : "") + patterns[i];
-    if (patterns.size() > 4) shown += fmt::format(", ... ({} more)", patterns.size() - 4);
-    plan.notices.push_back(fmt::format("{} {} {}: {} ({})", s.modules.size(),
-                                       s.modules.size() == 1 ? "module stays" : "modules stay",
-                                       lower(dtype_name(s.dtype)), s.reason, shown));
+  PlanBuilder builder(spec, plan);
+  for (const auto& s : sources) {
+    plan.total_params += int64_t(s.info->nbytes / dtype_size(s.info->dtype));
+    if (auto it = stacks_from.find(s.name); it != stacks_from.end())
+      for (const StackedExperts* stack : it->second) builder.add_stack(*stack);
+    if (!stacked_inputs.count(s.name)) builder.add_tensor(s);
   }
+  builder.finish(store, !stacking.stacks.empty());
   return plan;
 }
 
@@ -268,6 +342,32 @@ void store_in_dtype(const float* values, int64_t n, DType dtype, uint8_t* dst) {
   auto* out = reinterpret_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i)
     out[i] = dtype == DType::BF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+}
+
+// The rotated tensor the parts being read come from, in its dtype (so a rotated checkpoint is
+// the size of the original); kept while its parts (experts of a fused tensor) come in turn.
+struct RotatedScratch {
+  const RotatedTensor* holds = nullptr;
+  std::vector<uint8_t> bytes;
+};
+
+// Part `m` of the input as a [rows, cols] tensor, pointing into the input or into `scratch`.
+TensorInfo input_part(const InputMatrix& m, const HiddenRotation* rotation, float norm_offset,
+                      RotatedScratch& scratch) {
+  TensorInfo part = *m.source.info;
+  if (m.source.rotated && scratch.holds != m.source.rotated) {
+    auto values = rotated_tensor_f32(*m.source.rotated, *rotation, norm_offset);
+    scratch.bytes.resize(part.nbytes);
+    store_in_dtype(values.data(), int64_t(values.size()), part.dtype, scratch.bytes.data());
+    scratch.holds = m.source.rotated;
+  }
+  const size_t row_bytes = size_t(m.cols) * dtype_size(part.dtype);
+  const auto* base =
+      static_cast<const uint8_t*>(m.source.rotated ? scratch.bytes.data() : part.data);
+  part.data = base + size_t(m.row_begin) * row_bytes;
+  part.nbytes = size_t(m.rows) * row_bytes;
+  part.shape = {m.rows, m.cols};
+  return part;
 }
 
 // Removes the partial directory unless the run got as far as renaming it.
@@ -388,34 +488,35 @@ QuantizeResult quantize_checkpoint_impl(const fs::path& in, const fs::path& out_
 
   std::optional<HiddenRotation> rotation;
   if (plan.rotation) rotation.emplace(plan.rotation->hidden, options.spec.rotation->seed);
-  std::vector<std::vector<uint8_t>> buffers;  // reused: the largest module's size at most
-  std::vector<uint8_t> rotated_bytes;
+  std::vector<std::vector<uint8_t>> buffers;  // reused: one module's (one expert's) outputs
+  RotatedScratch rotated;
+  const float norm_offset = options.spec.rotation ? options.spec.rotation->norm_offset : 0.0f;
   QuantizeProgress progress{0, plan.n_quantized, 0, plan.quantized_params, 0};
   for (const auto& t : plan.tensors) {
-    check_cancel();
-    TensorInfo input = *t.input;
-    if (t.rotated) {
-      // Stored in the input's dtype, so a rotated checkpoint is the size of the original.
-      auto values = rotated_tensor_f32(*t.rotated, *rotation, options.spec.rotation->norm_offset);
-      rotated_bytes.resize(input.nbytes);
-      store_in_dtype(values.data(), int64_t(values.size()), input.dtype, rotated_bytes.data());
-      input.data = rotated_bytes.data();
+    for (const auto& part : t.parts) {
+      check_cancel();
+      const TensorInfo input =
+          input_part(part, rotation ? &*rotation : nullptr, norm_offset, rotated);
+      if (!t.quantized()) {
+        writer.write_part(t.outputs[0].name, input.data, input.nbytes);
+        continue;
+      }
+      // A stack's outputs are its experts' outputs in turn, all of one size.
+      buffers.resize(t.outputs.size());
+      for (size_t i = 0; i < t.outputs.size(); ++i)
+        buffers[i].resize(t.outputs[i].nbytes() / t.parts.size());
+      QuantParams params = t.params;
+      if (options.hessian && !part.module.empty())
+        params.hessian = options.hessian(part.module, part.cols);
+      params.coder = coder.get();
+      t.format->quantize(input, params, pool, options.cancel, buffers);
+      check_cancel();
+      for (size_t i = 0; i < t.outputs.size(); ++i)
+        writer.write_part(t.outputs[i].name, buffers[i].data(), buffers[i].size());
+      progress.weights_done += part.rows * part.cols;
     }
-    if (!t.quantized()) {
-      writer.write(t.outputs[0].name, input.data, input.nbytes);
-      continue;
-    }
-    buffers.resize(t.outputs.size());
-    for (size_t i = 0; i < t.outputs.size(); ++i) buffers[i].resize(t.outputs[i].nbytes());
-    QuantParams params = t.params;
-    if (options.hessian) params.hessian = options.hessian(t.module, t.input->shape[1]);
-    params.coder = coder.get();
-    t.format->quantize(input, params, pool, options.cancel, buffers);
-    check_cancel();
-    for (size_t i = 0; i < t.outputs.size(); ++i)
-      writer.write(t.outputs[i].name, buffers[i].data(), buffers[i].size());
+    if (!t.quantized()) continue;
     progress.modules_done++;
-    progress.weights_done += t.input->shape[0] * t.input->shape[1];
     progress.seconds = elapsed();
     if (options.on_progress) options.on_progress(progress);
   }

@@ -19,6 +19,7 @@
 
 #include "loader/safetensors_writer.h"
 #include "loader/weight_store.h"
+#include "quant/quantize_experts.h"
 #include "quant/quantize_format.h"
 #include "quant/rotation.h"
 #include "quant/trellis_coder.h"
@@ -44,25 +45,30 @@ struct QuantizeSpec {
   // K-quant mixes keep them at Q6_K / Q8_0).
   int embedding_bits = -1;
   std::optional<RotationSpec> rotation = std::nullopt;  // fold a sign-Hadamard rotation in first
+  // MoE experts (per-expert, fused or MLX float tensors) are written stacked, in mlx-lm's
+  // `mlp.switch_mlp.{gate,up,down}_proj` layout, when quantizing. false keeps the input's names
+  // (a 3-D tensor is then copied in float): tests compare the two layouts.
+  bool stack_experts = true;
 };
 
 // The group size of the embedding and head when --embedding-bits codes them in affine.
 inline constexpr int kEmbeddingGroupSize = 64;
 
 struct PlannedTensor {
-  const TensorInfo* input = nullptr;       // into the WeightStore (with rotation: its source)
-  std::string module;                      // the weight's name without ".weight"; empty when copied
-  const QuantFormat* format = nullptr;     // when quantized
-  QuantParams params;                      // when quantized
-  const RotatedTensor* rotated = nullptr;  // into QuantizePlan::rotation, unless kept as it is
-  std::vector<SafetensorsEntry> outputs;   // when copied: the input tensor as it is
+  // What the output is made of, read one after the other: the input tensor as one matrix, or
+  // for MoE experts stacked into mlx-lm's switch_mlp layout, each expert's (quantize_experts.h).
+  std::vector<InputMatrix> parts;
+  std::string module;                     // the weight's name without ".weight"; empty when copied
+  const QuantFormat* format = nullptr;    // when quantized
+  QuantParams params;                     // when quantized
+  std::vector<SafetensorsEntry> outputs;  // when copied: the input tensor (or the stack) as it is
   bool quantized() const { return !module.empty(); }
 };
 
 struct QuantizePlan {
   const QuantFormat* format = nullptr;  // nullptr for "none"
   std::optional<RotationPlan> rotation;
-  std::vector<PlannedTensor> tensors;  // every input tensor, in name order
+  std::vector<PlannedTensor> tensors;  // every input tensor (a stack: once), in name order
   // config.json's "quantization" (written as "quantization_config" too, as mlx-lm does): the
   // default parameters, then each overridden module's parameters, or false for every
   // linear-shaped module left unquantized.
@@ -80,8 +86,9 @@ struct QuantizePlan {
 // What becomes of each tensor of `store` (after the rotation, when the spec asks for one: an
 // untied head is added, the MTP head dropped). A tensor is quantized iff it is a 2-D NAME.weight
 // (a linear or embedding layer; not a norm, not in a vision or audio tower, which mlx-vlm keeps
-// in float too), the format can code its shape and dtype, and no override says false. Throws on
-// an unknown format, unsupported parameters, or an override that matches no module.
+// in float too) or a stack of MoE experts, the format can code its shape and dtype, and no
+// override says false. Throws on an unknown format, unsupported parameters, or an override that
+// matches no module.
 QuantizePlan quantize_plan(const WeightStore& store, const QuantizeSpec& spec);
 
 struct QuantizeProgress {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "core/error.h"
@@ -141,6 +142,27 @@ TEST(SafetensorsWriter, RejectsMisuse) {
   EXPECT_THAT(error_of([&] { w.finish(); }), HasSubstr("'y' was never written"));
 }
 
+TEST(SafetensorsWriter, WritesATensorInConsecutiveParts) {
+  TempDir dir;
+  SafetensorsWriter w(dir.path(), {{"stack", DType::F32, {3, 2}}, {"y", DType::F32, {1}}});
+  const float a[4] = {1, 2, 3, 4}, b[2] = {5, 6};
+  w.write_part("stack", a, 8);
+  w.write_part("stack", a + 2, 8);
+  EXPECT_THAT(error_of([&] { w.write("stack", a, 24); }), HasSubstr("'stack' is written twice"));
+  EXPECT_THAT(error_of([&] { w.write_part("stack", a, 16); }),
+              HasSubstr("gets 16 more bytes after 16, the layout says 24 in all"));
+  w.write("y", b, 4);
+  EXPECT_THAT(error_of([&] { w.finish(); }),
+              HasSubstr("'stack' was written in part (16 of 24 bytes)"));
+  w.write_part("stack", b, 8);
+  w.finish();
+  auto file = SafetensorsFile::open(dir / "model.safetensors");
+  const auto* t = file.find("stack");
+  ASSERT_NE(t, nullptr);
+  const float want[6] = {1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(std::memcmp(t->data, want, sizeof(want)), 0);
+}
+
 // ---- the plan ---------------------------------------------------------------------------------
 
 std::string bf16_bytes(const std::vector<float>& v) {
@@ -204,26 +226,35 @@ TEST(QuantizePlan, QuantizesLinearAndEmbeddingWeightsThatFit) {
   spec.params = {4, 64};
   auto plan = quant::quantize_plan(store, spec);
   EXPECT_THAT(quantized_modules(plan),
-              ::testing::ElementsAre("model.embed_tokens", "model.layers.0.mlp.experts.0.up_proj",
+              ::testing::ElementsAre("model.embed_tokens", "model.layers.0.mlp.switch_mlp.up_proj",
                                      "model.layers.0.self_attn.q_proj"));
   EXPECT_EQ(plan.tensors.size(), store.size());
   EXPECT_EQ(plan.n_quantized, 3);
   EXPECT_EQ(plan.quantized_params, 32 * 64 + 32 * 64 + 64 * 64);
   for (const auto& t : plan.tensors) {
+    ASSERT_EQ(t.parts.size(), 1u);  // the one expert is a stack of one
+    const TensorInfo& input = *t.parts[0].source.info;
     if (!t.quantized()) {
       ASSERT_EQ(t.outputs.size(), 1u);
-      EXPECT_EQ(t.outputs[0].name, t.input->name);
-      EXPECT_EQ(t.outputs[0].dtype, t.input->dtype);
+      EXPECT_EQ(t.outputs[0].name, input.name);
+      EXPECT_EQ(t.outputs[0].dtype, input.dtype);
       continue;
     }
     ASSERT_EQ(t.outputs.size(), 3u);
-    const int64_t rows = t.input->shape[0];
+    const int64_t rows = input.shape[0];
+    // Stacked experts ([E, rows, cols]) get their experts' outputs with E in front.
+    std::vector<int64_t> lead;
+    if (t.module.ends_with("switch_mlp.up_proj")) lead = {1};
+    const auto shape = [&](std::vector<int64_t> s) {
+      s.insert(s.begin(), lead.begin(), lead.end());
+      return s;
+    };
     EXPECT_EQ(t.outputs[0].name, t.module + ".weight");
     EXPECT_EQ(t.outputs[0].dtype, DType::U32);
-    EXPECT_EQ(t.outputs[0].shape, (std::vector<int64_t>{rows, 64 * 4 / 32}));
+    EXPECT_EQ(t.outputs[0].shape, shape({rows, 64 * 4 / 32}));
     EXPECT_EQ(t.outputs[1].name, t.module + ".scales");
     EXPECT_EQ(t.outputs[1].dtype, DType::BF16);
-    EXPECT_EQ(t.outputs[1].shape, (std::vector<int64_t>{rows, 1}));
+    EXPECT_EQ(t.outputs[1].shape, shape({rows, 1}));
     EXPECT_EQ(t.outputs[2].name, t.module + ".biases");
   }
   EXPECT_THAT(plan.notices,
@@ -255,7 +286,7 @@ TEST(QuantizePlan, OverridesMatchSuffixesAndFalseKeepsFloat) {
     if (t.quantized()) bits[t.module] = t.params.bits;
   EXPECT_EQ(bits, (std::map<std::string, int>{{"model.embed_tokens", 4},
                                               {"model.layers.0.mlp.down_proj", 8},
-                                              {"model.layers.0.mlp.experts.0.up_proj", 4},
+                                              {"model.layers.0.mlp.switch_mlp.up_proj", 4},
                                               {"model.layers.1.mlp.down_proj", 6}}));
   const auto& q = plan.quantization;
   EXPECT_EQ(q["bits"], 4);
@@ -403,7 +434,8 @@ TEST(QuantizeCheckpoint, WritesAnMlxCheckpoint) {
   EXPECT_EQ(r.n_files, 1u);
   EXPECT_EQ(r.output_bytes, fs::file_size(out / "model.safetensors"));
   // embed_tokens [32, 64] at 8 bits: 2048 B of codes + 2 × 64 B of scales and biases; q_proj
-  // [64, 64] at 4 bits: 2048 + 2 × 128; experts.0.up_proj [32, 64] at 4 bits: 1024 + 2 × 64.
+  // [64, 64] at 4 bits: 2048 + 2 × 128; the experts' up_proj, stacked ([1, 32, 64]) at 4 bits:
+  // 1024 + 2 × 64.
   EXPECT_EQ(r.quantized_bytes, 2176u + 2304u + 1152u);
   EXPECT_FALSE(has_partial_dir(out));
 
@@ -552,7 +584,8 @@ TEST(QuantizeCheckpoint, ShardedOutputLoads) {
   EXPECT_TRUE(fs::exists(dir / "out" / "model.safetensors.index.json"));
   EXPECT_FALSE(fs::exists(dir / "out" / "model.safetensors"));
   auto store = WeightStore::open(dir / "out");
-  EXPECT_TRUE(store.contains("model.layers.0.mlp.experts.7.up_proj.scales"));
+  EXPECT_EQ(store.find("model.layers.0.mlp.switch_mlp.up_proj.scales")->shape,
+            (std::vector<int64_t>{8, 16, 1}));  // experts stacked as mlx-lm has them
   EXPECT_TRUE(store.contains("model.layers.0.mlp.gate.biases"));
   EXPECT_EQ(store.find("model.layers.0.self_attn.q_norm.weight")->dtype, DType::BF16);
   EXPECT_EQ(store.total_bytes(), r.output_tensor_bytes);

@@ -69,10 +69,12 @@ nlohmann::json trellis_entry(int bits, int axis) {
 TEST(QuantizeTrellis, AxisPolicy) {
   EXPECT_EQ(quant::trellis_axis_for("model.layers.0.mlp.down_proj"), 0);
   EXPECT_EQ(quant::trellis_axis_for("model.layers.0.mlp.experts.5.down_proj"), 0);
+  EXPECT_EQ(quant::trellis_axis_for("model.layers.0.mlp.switch_mlp.down_proj"), 0);
   EXPECT_EQ(quant::trellis_axis_for("model.layers.0.mlp.shared_expert.down_proj"), 0);
   for (const char* m : {"model.layers.0.mlp.up_proj", "model.layers.0.mlp.gate_proj",
                         "model.layers.0.self_attn.o_proj", "model.layers.0.linear_attn.out_proj",
-                        "model.layers.0.self_attn.q_proj", "model.layers.0.mlp.gate", "lm_head"})
+                        "model.layers.0.self_attn.q_proj", "model.layers.0.mlp.gate", "lm_head",
+                        "model.layers.0.mlp.switch_mlp.up_proj"})
     EXPECT_EQ(quant::trellis_axis_for(m), 1) << m;
 }
 
@@ -99,7 +101,7 @@ TEST(QuantizeTrellis, PlanEntriesAndNotices) {
   want["lm_head"] = affine6;
   want["model.embed_tokens"] = affine6;
   want["model.layers.0.mlp.down_proj"] = trellis_entry(3, 0);
-  want["model.layers.0.mlp.experts.0.down_proj"] = trellis_entry(3, 0);
+  want["model.layers.0.mlp.switch_mlp.down_proj"] = trellis_entry(3, 0);  // stacked experts
   want["model.layers.0.self_attn.o_proj"] = false;
   want["model.layers.1.mlp.down_proj"] = false;
   EXPECT_EQ(nlohmann::json(plan.quantization), nlohmann::json(want)) << plan.quantization.dump(2);
