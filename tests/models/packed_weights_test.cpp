@@ -2,7 +2,8 @@
 // fixture is rewritten in a temp dir twice — its linear and embedding weights packed (MLX affine:
 // uint32 codes, bf16 scales and biases, config.json "quantization"), and dense f32 holding exactly
 // the values those codes decode to — and both must give the same logits, through the prefill
-// (dequantized blocks) and the decode (codes read directly) paths alike. Bad packed checkpoints
+// (dequantized blocks) and the decode (codes read directly) paths alike, the decode up to the
+// int8 rounding of activations that 4 and 8-bit weights get on the CPU. Bad packed checkpoints
 // fail naming the module.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/cpu/affine_matvec.h"
 #include "core/error.h"
 #include "fixture.h"
 #include "loader/safetensors_writer.h"
@@ -164,7 +166,13 @@ TEST_P(PackedWeights, RunAsTheirDequantizedDenseModel) {
     dense->forward(*dd, {&tok, 1}, LogitsRows::Last, wd.data());
     packed->forward(*dp, {&tok, 1}, LogitsRows::Last, gd.data());
   }
-  for (size_t i = 0; i < V; ++i) ASSERT_NEAR(gd[i], wd[i], 1e-4 * scale) << "decode logit " << i;
+  // 4 and 8-bit decode runs on int8 activations where the CPU has the kernels
+  // (affine_matvec.h): x rounded per 32 inputs to 1/254 of their largest adds ~0.5% noise to
+  // every product, which these random-weight fixtures carry to the logits (up to ~0.8% of their
+  // scale seen). The kernels' own test bounds that rounding exactly.
+  const bool int8 = !cpu::detail::affine_int8_isas(c.bits).empty();
+  const double decode_tol = (int8 ? 2e-2 : 1e-4) * scale;
+  for (size_t i = 0; i < V; ++i) ASSERT_NEAR(gd[i], wd[i], decode_tol) << "decode logit " << i;
   EXPECT_EQ(test::greedy_tokens(*packed, prompt, 8), test::greedy_tokens(*dense, prompt, 8));
   fs::remove_all(packed_dir);
   fs::remove_all(dense_dir);
