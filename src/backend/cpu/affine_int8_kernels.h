@@ -60,11 +60,37 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Parameters i..i+7 as floats.
 template <ParamType P>
-inline float bias_dot(const void* b, int64_t first, const float* gsum, int64_t groups) {
-  float s = 0;
-  for (int64_t g = 0; g < groups; ++g) s += param<P>(b, first + g) * gsum[g];
-  return s;
+inline __m256 param8(const void* p, int64_t i) {
+  if constexpr (P == ParamType::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (P == ParamType::BF16)
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    else
+      return _mm256_cvtph_ps(h);
+  }
+}
+
+// Adds the biases' share Σ_g b_g·Σx_g of every input row to its accumulator (a row's biases
+// are read once for all NT input rows); groups past the last multiple of 8 go to `tail`.
+template <ParamType P, int NT>
+inline void add_bias_terms(const Args& a, int64_t r, __m256 (&acc)[NT], float (&tail)[NT]) {
+  const int64_t groups = a.cols / a.group, first = r * groups;
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    const __m256 b = param8<P>(a.biases, first + g);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(b, _mm256_loadu_ps(a.gsum + t * groups + g), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) tail[t] = 0;
+  for (; g < groups; ++g) {
+    const float b = param<P>(a.biases, first + g);
+    for (int t = 0; t < NT; ++t) tail[t] += b * a.gsum[t * groups + g];
+  }
 }
 
 template <class Ops, ParamType P, int NT>
@@ -94,9 +120,9 @@ void rows4(const Args& a, int64_t r0, int64_t r1) {
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(dx, sv), acc[t]);
       }
     }
-    for (int t = 0; t < NT; ++t)
-      a.y[t * a.rows + r] =
-          hsum(acc[t]) + bias_dot<P>(a.biases, r * groups, a.gsum + t * groups, groups);
+    float tail[NT];
+    add_bias_terms<P, NT>(a, r, acc, tail);
+    for (int t = 0; t < NT; ++t) a.y[t * a.rows + r] = hsum(acc[t]) + tail[t];
   }
 }
 
@@ -118,9 +144,9 @@ void rows8(const Args& a, int64_t r0, int64_t r1) {
                                  acc[t]);
       }
     }
-    for (int t = 0; t < NT; ++t)
-      a.y[t * a.rows + r] =
-          hsum(acc[t]) + bias_dot<P>(a.biases, r * groups, a.gsum + t * groups, groups);
+    float tail[NT];
+    add_bias_terms<P, NT>(a, r, acc, tail);
+    for (int t = 0; t < NT; ++t) a.y[t * a.rows + r] = hsum(acc[t]) + tail[t];
   }
 }
 
