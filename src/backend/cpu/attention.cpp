@@ -7,7 +7,9 @@
 // The inner loops (dot products, weighted sums) use AVX-512 when the CPU has it.
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -133,12 +135,154 @@ void attend_unit(const Unit& u, const KvView& kv, const AttentionParams& p, int 
   }
 }
 
+// Prefill tiles: up to 16 query rows (consecutive tokens × the query heads of one KV head)
+// against all the keys any of them sees, as two small matrix products with the rows in vector
+// lanes. Scores: Q is transposed once per tile (Qt [head_dim][16]); each key's row is broadcast
+// element by element against Qt, 4 keys at a time, giving the 16 rows' scores of a key in one
+// vector (Sᵀ [keys][16]). Softmax then runs down the keys for all rows at once (masked per row:
+// causal, window). Values: for each 16-dim slice of the head, each V row's slice is loaded once
+// and multiplied by 16 broadcast probabilities. Every K and V element is read once per tile
+// instead of once per token.
+constexpr int kTileRows = 16;
+
+struct Tile {
+  int64_t t0;  // first token
+  int tokens;  // consecutive tokens; rows = tokens × group ≤ 16
+  int kv_head;
+};
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tensor& out,
+                                                    const Tensor& q, const KvView& kv,
+                                                    const int32_t* positions,
+                                                    const AttentionParams& p, int group,
+                                                    std::vector<float>& buffer) {
+  const int hd = p.head_dim, rows = tile.tokens * group;
+  const int64_t kv_row = int64_t(p.n_head_kv) * hd;
+  int64_t lo_r[kTileRows], hi_r[kTileRows];
+  const float* q_r[kTileRows];
+  float* out_r[kTileRows];
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t t = tile.t0 + r / group;
+    const int64_t offset = (t * p.n_head + int64_t(tile.kv_head) * group + r % group) * hd;
+    q_r[r] = q.as<const float>() + offset;
+    out_r[r] = out.as<float>() + offset;
+    const int64_t pos = positions[t];
+    lo_r[r] = p.window > 0 ? std::max<int64_t>(kv.first, pos - p.window + 1) : kv.first;
+    hi_r[r] = std::min<int64_t>(pos, kv.end - 1);
+    std::fill(out_r[r], out_r[r] + hd, 0.0f);
+    if (hi_r[r] >= lo_r[r]) lo = std::min(lo, lo_r[r]), hi = std::max(hi, hi_r[r]);
+  }
+  if (hi < lo) return;  // no row sees a key
+  const int64_t n = hi - lo + 1, n4 = (n + 3) / 4 * 4;
+  buffer.resize(size_t(hd * kTileRows + n4 * kTileRows));
+  float* qt = buffer.data();        // [hd][16]
+  float* st = qt + hd * kTileRows;  // [n4][16]: scores, then probabilities
+  for (int d = 0; d < hd; ++d)
+    for (int r = 0; r < kTileRows; ++r) qt[d * kTileRows + r] = r < rows ? q_r[r][d] : 0.0f;
+  const float* k_base = kv.k.as<const float>() + int64_t(tile.kv_head) * hd;
+  const float* v_base = kv.v.as<const float>() + int64_t(tile.kv_head) * hd;
+  auto key_row = [&](const float* base, int64_t i) {
+    return base + ((lo + i) % kv.capacity) * kv_row;
+  };
+
+  // Scores, 4 keys at a time (a missing 4th key repeats the last one; its column is unused).
+  for (int64_t i = 0; i < n; i += 4) {
+    const float* k[4];
+    for (int j = 0; j < 4; ++j) k[j] = key_row(k_base, std::min(i + j, n - 1));
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (int d = 0; d < hd; ++d) {
+      const __m512 qv = _mm512_loadu_ps(qt + d * kTileRows);
+      for (int j = 0; j < 4; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[j][d]), acc[j]);
+    }
+    for (int j = 0; j < 4; ++j)
+      _mm512_storeu_ps(st + (i + j) * kTileRows, _mm512_mul_ps(acc[j], _mm512_set1_ps(p.scale)));
+  }
+  // Softcap, masks and softmax per row (rows past `rows` are left as they are: never stored).
+  for (int r = 0; r < rows; ++r) {
+    const int64_t a = lo_r[r] - lo, b = hi_r[r] - lo;  // this row's keys: [a, b]
+    float max_score = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+      float& s = st[i * kTileRows + r];
+      if (i < a || i > b) {
+        s = -INFINITY;
+        continue;
+      }
+      if (p.softcap > 0.0f) s = std::tanh(s / p.softcap) * p.softcap;
+      max_score = std::max(max_score, s);
+    }
+    if (b < a) {  // sees no key: zero output, as attend_unit gives
+      for (int64_t i = 0; i < n; ++i) st[i * kTileRows + r] = 0.0f;
+      continue;
+    }
+    float sum = 0.0f;
+    for (int64_t i = a; i <= b; ++i) {
+      float& s = st[i * kTileRows + r];
+      s = std::exp(s - max_score);
+      sum += s;
+    }
+    const float inv_sum = 1.0f / sum;
+    for (int64_t i = 0; i < n; ++i) {
+      float& s = st[i * kTileRows + r];
+      s = (i < a || i > b) ? 0.0f : s * inv_sum;
+    }
+  }
+  // Values, one 16-wide slice of the head at a time.
+  for (int c = 0; c < hd; c += 16) {
+    __m512 acc[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; ++i) {
+      const __m512 v = _mm512_loadu_ps(key_row(v_base, i) + c);
+      const float* pi = st + i * kTileRows;
+      for (int r = 0; r < kTileRows; ++r)
+        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pi[r]), v, acc[r]);
+    }
+    for (int r = 0; r < rows; ++r) _mm512_storeu_ps(out_r[r] + c, acc[r]);
+  }
+}
+#endif
+
+// Whether prefill runs in tiles: AVX-512, head_dim a multiple of 16, a group of at most 16
+// query heads, and more than one token.
+bool tiles_apply(int64_t n_tokens, const AttentionParams& p, int group) {
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512 && n_tokens > 1 && p.head_dim % 16 == 0 && group <= kTileRows;
+#else
+  (void)n_tokens, (void)p, (void)group;
+  return false;
+#endif
+}
+
 }  // namespace
 
 void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
                const AttentionParams& p, ThreadPool& pool) {
   const int64_t n_tokens = q.dim(0);
   const int group = p.n_head / p.n_head_kv;
+#if defined(__x86_64__)
+  if (tiles_apply(n_tokens, p, group)) {
+    const int tokens_per_tile = kTileRows / group;
+    const int64_t tiles_per_head = (n_tokens + tokens_per_tile - 1) / tokens_per_tile;
+    const int64_t n_tiles = tiles_per_head * p.n_head_kv;
+    auto tile_at = [&](int64_t index) {
+      // Latest tokens first: they have the most keys, so the tail of the schedule is short.
+      const int64_t t0 = (tiles_per_head - 1 - index / p.n_head_kv) * tokens_per_tile;
+      return Tile{t0, int(std::min<int64_t>(tokens_per_tile, n_tokens - t0)),
+                  int(index % p.n_head_kv)};
+    };
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+      thread_local std::vector<float> buffer;
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_tiles;
+           i = next.fetch_add(1, std::memory_order_relaxed))
+        attend_tile(tile_at(i), out, q, kv, positions, p, group, buffer);
+    });
+    return;
+  }
+#endif
   const int64_t units = n_tokens * p.n_head_kv;
   const Kernels& kn = kernels();
   auto unit_at = [&](int64_t index) {
