@@ -2,12 +2,13 @@
 // fixture is rewritten in a temp dir twice — its linear and embedding weights packed (MLX affine:
 // uint32 codes, bf16 scales and biases, config.json "quantization"), and dense f32 holding exactly
 // the values those codes decode to — and both must give the same logits, through the prefill
-// (dequantized blocks) and the decode (codes read directly) paths alike, the decode up to the
-// int8 rounding of activations that 4 and 8-bit weights get on the CPU. Bad packed checkpoints
-// fail naming the module.
+// (dequantized blocks or the int8 GEMM) and the decode (codes read directly) paths alike, up to
+// the int8 rounding of activations that 4 and 8-bit weights get on the CPU. Bad packed
+// checkpoints fail naming the module.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -155,8 +156,29 @@ TEST_P(PackedWeights, RunAsTheirDequantizedDenseModel) {
   packed->forward(*sp, prompt, LogitsRows::All, got.data());
   double scale = 0;
   for (float v : want) scale = std::max(scale, double(std::fabs(v)));
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], 1e-4 * scale) << "prefill logit " << i;
+  // 4 and 8-bit products run on int8 activations where the CPU has the kernels
+  // (affine_matvec.h; prefill too where it has the int8 GEMM): x rounded per 32 inputs to 1/254
+  // of their largest adds ~0.5% noise to every product, which these random-weight fixtures carry
+  // to the logits (2.6% in RMS seen on llama_4bit, whose random weights amplify it; on the trained
+  // default model the mean KL moves by 0.001, docs/QUANTIZATION.md). Then the logits must agree
+  // to 5% in RMS and 10% of their scale at worst, and greedy decoding may part on a near-tie (the
+  // kernels' own tests bound the rounding exactly); otherwise to f32 rounding, token for token.
+  const bool int8 = !cpu::detail::affine_int8_isas(c.bits).empty();
+  auto expect_close = [&](const std::vector<float>& g, const std::vector<float>& w,
+                          const char* what) {
+    double err2 = 0, ref2 = 0, worst = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const double d = double(g[i]) - w[i];
+      err2 += d * d;
+      ref2 += double(w[i]) * w[i];
+      worst = std::max(worst, std::fabs(d));
+    }
+    EXPECT_LE(worst, (int8 ? 1e-1 : 1e-4) * scale) << what;
+    if (int8) {
+      EXPECT_LE(std::sqrt(err2 / ref2), 5e-2) << what;
+    }
+  };
+  expect_close(got, want, "prefill logits");
 
   // Decode: one token at a time through the direct kernels.
   auto dd = dense->new_sequence();
@@ -166,14 +188,10 @@ TEST_P(PackedWeights, RunAsTheirDequantizedDenseModel) {
     dense->forward(*dd, {&tok, 1}, LogitsRows::Last, wd.data());
     packed->forward(*dp, {&tok, 1}, LogitsRows::Last, gd.data());
   }
-  // 4 and 8-bit decode runs on int8 activations where the CPU has the kernels
-  // (affine_matvec.h): x rounded per 32 inputs to 1/254 of their largest adds ~0.5% noise to
-  // every product, which these random-weight fixtures carry to the logits (up to ~0.8% of their
-  // scale seen). The kernels' own test bounds that rounding exactly.
-  const bool int8 = !cpu::detail::affine_int8_isas(c.bits).empty();
-  const double decode_tol = (int8 ? 2e-2 : 1e-4) * scale;
-  for (size_t i = 0; i < V; ++i) ASSERT_NEAR(gd[i], wd[i], decode_tol) << "decode logit " << i;
-  EXPECT_EQ(test::greedy_tokens(*packed, prompt, 8), test::greedy_tokens(*dense, prompt, 8));
+  expect_close(gd, wd, "decode logits");
+  if (!int8) {
+    EXPECT_EQ(test::greedy_tokens(*packed, prompt, 8), test::greedy_tokens(*dense, prompt, 8));
+  }
   fs::remove_all(packed_dir);
   fs::remove_all(dense_dir);
 }

@@ -187,7 +187,7 @@ TEST(PackedMatmul, AffineInt8KernelsOfEveryIsa) {
           const int64_t in = std::max<int64_t>(group, 64) * (out % 3 + 1);
           const DType param = out == 1 ? DType::F32 : out == 13 ? DType::F16 : DType::BF16;
           Packed p = make_affine(out, in, bits, group, rng, param);
-          for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17})
+          for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 38})
             check(
                 p, out, in, n, false, rng,
                 [&](const Tensor& y, const Tensor& x, const Tensor&) {
@@ -195,6 +195,27 @@ TEST(PackedMatmul, AffineInt8KernelsOfEveryIsa) {
                 },
                 true);
         }
+  // Many input rows at once (the GEMM where there is one) give what the same rows give one at a
+  // time: the activations are rounded the same way, so only f32 summation order differs.
+  for (int bits : {4, 8})
+    for (const std::string& isa : cpu::detail::affine_int8_isas(bits))
+      for (int group : {32, 128}) {
+        SCOPED_TRACE(isa + " bits " + std::to_string(bits) + " group " + std::to_string(group));
+        const int64_t out = 70, in = 256, n = 23;
+        Packed p = make_affine(out, in, bits, group, rng, DType::BF16);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(size_t(n * in)), many(size_t(n * out)), one(size_t(n * out));
+        for (auto& v : x) v = normal(rng);
+        cpu::detail::affine_matvec_int8_with(isa, Tensor(many.data(), DType::F32, {n, out}),
+                                             Tensor(x.data(), DType::F32, {n, in}), p.w,
+                                             ThreadPool::global());
+        for (int64_t t = 0; t < n; ++t)
+          cpu::detail::affine_matvec_int8_with(
+              isa, Tensor(one.data() + t * out, DType::F32, {1, out}),
+              Tensor(x.data() + t * in, DType::F32, {1, in}), p.w, ThreadPool::global());
+        for (size_t i = 0; i < many.size(); ++i)
+          ASSERT_NEAR(many[i], one[i], 1e-4 * (1 + std::fabs(one[i]))) << "at " << i;
+      }
   std::vector<float> x(96), y(1);
   Packed p = make_affine(1, 96, 4, 32, rng);  // 96 inputs: not whole 64-input pairs
   for (const std::string& isa : cpu::detail::affine_int8_isas(4))

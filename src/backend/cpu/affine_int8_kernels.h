@@ -27,6 +27,7 @@ struct Args {
   int64_t rows, cols;
   int bits, group;  // bits 4 or 8; cols a multiple of 64
   int64_t n;
+  // The decode kernels' layout (gemm_avx512vnni: natural order, one dx per block):
   const int8_t* xq;   // [n, cols], 4-bit: each 64 inputs as [A even | B even | A odd | B odd]
   const float* xdx;   // 4-bit: [n, cols/64, 8] = dx_A ×4, dx_B ×4; 8-bit: [n, cols/32] dx
   const float* gsum;  // [n, cols/group]: Σ x of each group
@@ -36,6 +37,10 @@ struct Args {
 void rows_avx512vnni(const Args& a, int64_t begin, int64_t end);
 void rows_avxvnni(const Args& a, int64_t begin, int64_t end);
 void rows_avx2(const Args& a, int64_t begin, int64_t end);
+
+// Many input rows (prefill), AVX512-VNNI only (affine_int8_gemm_avx512.cpp): output rows
+// [begin, end), begin a multiple of 32; x in natural order (xq [n, cols], xdx [n, cols/32]).
+void gemm_avx512vnni(const Args& a, int64_t begin, int64_t end);
 
 namespace {
 

@@ -96,6 +96,10 @@ Int8Kernel best_int8(int bits) {
 
 using Int8RowsFn = void (*)(const affine_int8::Args&, int64_t, int64_t);
 
+// More input rows than this go through the int8 GEMM (where the CPU has one) rather than the
+// decode kernels, which stream W once per 8 input rows.
+constexpr int64_t kDirectRows = 8;
+
 affine_int8::ParamType int8_param_type(DType d) {
   if (d == DType::F32) return affine_int8::ParamType::F32;
   if (d == DType::BF16) return affine_int8::ParamType::BF16;
@@ -122,38 +126,61 @@ struct Int8Activations {
   std::vector<float> xdx, gsum;
 };
 
-void quantize_activations(const float* x, int64_t n, int64_t cols, int bits, int group,
-                          Int8Activations& q) {
+// paired: the decode kernels' layout (4-bit blocks in pairs, even and odd inputs apart);
+// otherwise natural order with one dx per block, for the GEMM.
+// Rounds to the nearest integer (ties to even) for |v| < 2^22 without a libm call, so the loops
+// below vectorise: adding 1.5·2^23 leaves the rounded value in the low mantissa bits.
+inline int8_t round_to_int8(float v) {
+  constexpr float kMagic = 12582912.0f;
+  return int8_t(int32_t((v + kMagic) - kMagic));
+}
+
+void quantize_activations(const float* x, int64_t n, int64_t cols, int bits, int group, bool paired,
+                          Int8Activations& q, ThreadPool& pool) {
   const int64_t blocks = cols / 32, pairs = cols / 64, groups = cols / group;
   q.xq.resize(size_t(n * cols));
-  q.xdx.resize(size_t(bits == 4 ? n * pairs * 8 : n * blocks));
+  paired = paired && bits == 4;
+  q.xdx.resize(size_t(paired ? n * pairs * 8 : n * blocks));
   q.gsum.resize(size_t(n * groups));
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* xb = x + t * cols + b * 32;
-      float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float dx = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-      int8_t* dst = q.xq.data() + t * cols + b * 32;
-      if (bits == 4) {
-        const int64_t p = b / 2, half = b % 2;
-        dst = q.xq.data() + t * cols + p * 64 + half * 16;
-        for (int j = 0; j < 16; ++j) {
-          dst[j] = int8_t(std::nearbyint(xb[2 * j] * inv));
-          dst[32 + j] = int8_t(std::nearbyint(xb[2 * j + 1] * inv));
+  int8_t* xq = q.xq.data();
+  float* xdx = q.xdx.data();
+  float* gsum = q.gsum.data();
+  auto rows = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float* xb = x + t * cols + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) {
+          const float a = std::fabs(xb[i]);
+          amax = a > amax ? a : amax;
         }
-        std::fill_n(q.xdx.data() + (t * pairs + p) * 8 + half * 4, 4, dx);
-      } else {
-        for (int i = 0; i < 32; ++i) dst[i] = int8_t(std::nearbyint(xb[i] * inv));
-        q.xdx[size_t(t * blocks + b)] = dx;
+        const float dx = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+        if (paired) {
+          const int64_t p = b / 2, half = b % 2;
+          int8_t* dst = xq + t * cols + p * 64 + half * 16;
+          for (int j = 0; j < 16; ++j) {
+            dst[j] = round_to_int8(xb[2 * j] * inv);
+            dst[32 + j] = round_to_int8(xb[2 * j + 1] * inv);
+          }
+          std::fill_n(xdx + (t * pairs + p) * 8 + half * 4, 4, dx);
+        } else {
+          int8_t* dst = xq + t * cols + b * 32;
+          for (int i = 0; i < 32; ++i) dst[i] = round_to_int8(xb[i] * inv);
+          xdx[t * blocks + b] = dx;
+        }
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        float sum = 0;
+        for (int64_t i = 0; i < group; ++i) sum += x[t * cols + g * group + i];
+        gsum[t * groups + g] = sum;
       }
     }
-    for (int64_t g = 0; g < groups; ++g) {
-      float sum = 0;
-      for (int64_t i = 0; i < group; ++i) sum += x[t * cols + g * group + i];
-      q.gsum[size_t(t * groups + g)] = sum;
-    }
-  }
+  };
+  // Decode's few rows stay on this thread; prefill's are spread over the pool.
+  if (n <= 8)
+    rows(0, n);
+  else
+    pool.parallel_for(n, 4, rows);
 }
 
 RowsFn pick(Family f) {
@@ -191,7 +218,8 @@ void run(Family f, Int8Kernel k8, const Tensor& y, const Tensor& x, const Tensor
   // The int8 kernels read the scales and biases in their stored dtype.
   if (k8 != Int8Kernel::None && int8_supported(k8, bits) && in % 64 == 0) {
     thread_local Int8Activations q;
-    quantize_activations(x.as<const float>(), n, in, bits, group, q);
+    const bool gemm = n > kDirectRows && k8 == Int8Kernel::Avx512Vnni;
+    quantize_activations(x.as<const float>(), n, in, bits, group, !gemm, q, pool);
     const affine_int8::Args args{reinterpret_cast<const uint8_t*>(w.data),
                                  w.packed.scales,
                                  w.packed.biases,
@@ -205,6 +233,12 @@ void run(Family f, Int8Kernel k8, const Tensor& y, const Tensor& x, const Tensor
                                  q.xdx.data(),
                                  q.gsum.data(),
                                  y.as<float>()};
+    if (gemm) {  // tiles of 32 output rows, each repacked once for all input rows
+      pool.parallel_for((out + 31) / 32, 1, [&](int64_t b, int64_t e) {
+        affine_int8::gemm_avx512vnni(args, b * 32, std::min(e * 32, out));
+      });
+      return;
+    }
     const Int8RowsFn fn = pick_int8(k8);
     pool.parallel_for(out, grain, [&](int64_t b, int64_t e) { fn(args, b, e); });
     return;
@@ -273,6 +307,11 @@ void affine_dequantize_rows(const Tensor& w, int64_t r0, int64_t r1, float* out)
     default:
       return affine::dequantize_generic(args, 0, r1 - r0, out);
   }
+}
+
+bool affine_matvec_has_gemm(const Tensor& w) {
+  return w.packed.format == WeightFormat::Affine && w.cols() % 64 == 0 &&
+         best_int8(w.packed.bits) == Int8Kernel::Avx512Vnni;
 }
 
 void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool) {

@@ -22,6 +22,10 @@ namespace hearth::cpu {
 // y [n, out] f32, x [n, in] f32 contiguous, w a packed affine [out, in]; no bias.
 void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool);
 
+// Whether affine_matvec has an int8 GEMM for w (AVX512-VNNI, 4 or 8 bits, whole 64-input
+// pairs): then more than 8 input rows (prefill) are fast through it too.
+bool affine_matvec_has_gemm(const Tensor& w);
+
 // Rows [r0, r1) of a packed affine W as f32 [r1 - r0, in] (the prefill path), with the same
 // decode; values equal quant::affine_dequantize_row's to f32 rounding.
 void affine_dequantize_rows(const Tensor& w, int64_t r0, int64_t r1, float* out);

@@ -83,7 +83,8 @@ void packed_matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tens
     trellis_matvec(w.as<const uint32_t>(), static_cast<const uint16_t*>(w.packed.scales), w.rows(),
                    w.cols(), w.packed.bits, w.packed.axis, x.as<const float>(), n, y.as<float>(),
                    pool);
-  } else if (w.packed.format == WeightFormat::Affine && n <= kDirectRows) {
+  } else if (w.packed.format == WeightFormat::Affine &&
+             (n <= kDirectRows || affine_matvec_has_gemm(w))) {
     affine_matvec(y, x, w, pool);
   } else {
     blocked(y, x, w, pool);
