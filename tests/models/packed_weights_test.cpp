@@ -3,7 +3,7 @@
 // uint32 codes, bf16 scales and biases, config.json "quantization"), and dense f32 holding exactly
 // the values those codes decode to — and both must give the same logits, through the prefill
 // (dequantized blocks or the int8 GEMM) and the decode (codes read directly) paths alike, up to
-// the int8 rounding of activations that 4 and 8-bit weights get on the CPU. Bad packed
+// the int8 rounding of activations that 4-bit weights get on the CPU. Bad packed
 // checkpoints fail naming the module.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -156,7 +156,7 @@ TEST_P(PackedWeights, RunAsTheirDequantizedDenseModel) {
   packed->forward(*sp, prompt, LogitsRows::All, got.data());
   double scale = 0;
   for (float v : want) scale = std::max(scale, double(std::fabs(v)));
-  // 4 and 8-bit products run on int8 activations where the CPU has the kernels
+  // 4-bit products run on int8 activations where the CPU has the kernels
   // (affine_matvec.h; prefill too where it has the int8 GEMM): x rounded per 32 inputs to 1/254
   // of their largest adds ~0.5% noise to every product, which these random-weight fixtures carry
   // to the logits (2.6% in RMS seen on llama_4bit, whose random weights amplify it; on the trained

@@ -168,18 +168,20 @@ TEST(PackedMatmul, AffineMatchesItsDecodedWeights) {
       for (int64_t out : {1, 17, 33, 600}) {
         const int64_t in = group * (out % 2 ? 3 : 2);
         Packed p = make_affine(out, in, bits, group, rng);
-        // 4 and 8 bits may take the int8-activation kernels.
-        for (int64_t n : {1, 2, 7, 9, 17})
-          check(p, out, in, n, n % 2 == 1, rng, {}, bits == 4 || bits == 8);
+        // 4 bits may take the int8-activation kernels.
+        for (int64_t n : {1, 2, 7, 9, 17}) check(p, out, in, n, n % 2 == 1, rng, {}, bits == 4);
       }
 }
 
 // The int8-activation kernels this CPU runs, against the f64 product within the bound of x's
-// rounding: 4 and 8 bits, every group size (group 32: two scales in one step), rows of 1-3
-// 64-input pairs beyond the group, 1-8 input rows and 9 and 17 (several passes), zero blocks.
+// rounding: 4 bits (8 stay on f32 activations), every group size (group 32: two scales in one
+// step), rows of 1-3 64-input pairs beyond the group, 1-8 input rows and 9 and 17 (several passes),
+// zero blocks.
 TEST(PackedMatmul, AffineInt8KernelsOfEveryIsa) {
   std::mt19937 rng(6);
-  for (int bits : {4, 8})
+  // 8-bit weights keep f32 activations: there the rounding of x would be most of the error.
+  EXPECT_TRUE(cpu::detail::affine_int8_isas(8).empty());
+  for (int bits : {4})
     for (const std::string& isa : cpu::detail::affine_int8_isas(bits))
       for (int group : {32, 64, 128})
         for (int64_t out : {1, 13, 67}) {
@@ -197,7 +199,7 @@ TEST(PackedMatmul, AffineInt8KernelsOfEveryIsa) {
         }
   // Many input rows at once (the GEMM where there is one) give what the same rows give one at a
   // time: the activations are rounded the same way, so only f32 summation order differs.
-  for (int bits : {4, 8})
+  for (int bits : {4})
     for (const std::string& isa : cpu::detail::affine_int8_isas(bits))
       for (int group : {32, 128}) {
         SCOPED_TRACE(isa + " bits " + std::to_string(bits) + " group " + std::to_string(group));

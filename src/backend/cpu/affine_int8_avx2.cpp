@@ -1,5 +1,5 @@
-// int8-activation affine decode kernels on plain AVX2 (vpmaddubsw + vpmaddwd), 4-bit codes only:
-// 8-bit codes would saturate vpmaddubsw's 16-bit pair sums (255·127·2 > 32767).
+// int8-activation affine decode kernels on plain AVX2 (vpmaddubsw + vpmaddwd): 4-bit codes keep
+// its 16-bit pair sums from saturating (15·127·2 < 32767).
 #if !defined(__clang__)
 // GCC 12's intrinsic headers use self-initialised "undefined" vectors that trip these warnings
 // once inlined (a known header bug); the code is fine.

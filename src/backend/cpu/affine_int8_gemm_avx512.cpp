@@ -48,7 +48,7 @@ struct Tile {
 
 template <ParamType P>
 void repack(const Args& a, int64_t r0, const Tile& tile) {
-  const int64_t steps = a.cols / 4, groups = a.cols / a.group, row_bytes = a.cols * a.bits / 8;
+  const int64_t steps = a.cols / 4, groups = a.cols / a.group, row_bytes = a.cols / 2;
   for (int v = 0; v < kVectors; ++v)
     for (int lane = 0; lane < kLanes; ++lane) {
       const int64_t r = r0 + v * kLanes + lane;
@@ -61,16 +61,12 @@ void repack(const Args& a, int64_t r0, const Tile& tile) {
         continue;
       }
       const uint8_t* src = a.codes + r * row_bytes;
-      if (a.bits == 4) {
-        for (int64_t j = 0; j < steps; ++j) {  // codes 4j..4j+3: bytes 2j, 2j+1, low nibble first
-          uint8_t* d = dst + j * 64;
-          d[0] = src[2 * j] & 15;
-          d[1] = src[2 * j] >> 4;
-          d[2] = src[2 * j + 1] & 15;
-          d[3] = src[2 * j + 1] >> 4;
-        }
-      } else {
-        for (int64_t j = 0; j < steps; ++j) std::memcpy(dst + j * 64, src + 4 * j, 4);
+      for (int64_t j = 0; j < steps; ++j) {  // codes 4j..4j+3: bytes 2j, 2j+1, low nibble first
+        uint8_t* d = dst + j * 64;
+        d[0] = src[2 * j] & 15;
+        d[1] = src[2 * j] >> 4;
+        d[2] = src[2 * j + 1] & 15;
+        d[3] = src[2 * j + 1] >> 4;
       }
       for (int64_t g = 0; g < groups; ++g) {
         sd[g * kLanes] = param<P>(a.scales, r * groups + g);

@@ -6,7 +6,8 @@
 // as llama.cpp's Q8 activations), the second takes Σ x per group exactly, from f32 x.
 // 4-bit codes: 64 inputs (two 32-blocks A, B) per step; 32 code bytes hold A's and B's codes,
 // low nibbles the even ones, so x comes as [A even | B even | A odd | B odd] and each 32-bit lane
-// sums four products of one block. 8-bit codes: one block per step, x in natural order.
+// sums four products of one block. 4-bit codes only: at 8 bits the activations' rounding would
+// be most of the error (docs/design-notes.md, "CPU affine products on int8 activations").
 // Include it after the file's target pragma and every other header (see the ISA files).
 #pragma once
 #include <immintrin.h>
@@ -20,16 +21,16 @@ namespace hearth::cpu::affine_int8 {
 enum class ParamType { F32, BF16, F16 };
 
 struct Args {
-  const uint8_t* codes;  // [rows, cols·bits/8]
+  const uint8_t* codes;  // [rows, cols/2]
   const void* scales;    // [rows, cols/group] of param_type
   const void* biases;    // [rows, cols/group] of param_type
   ParamType param_type;
   int64_t rows, cols;
-  int bits, group;  // bits 4 or 8; cols a multiple of 64
+  int bits, group;  // bits 4; cols a multiple of 64
   int64_t n;
   // The decode kernels' layout (gemm_avx512vnni: natural order, one dx per block):
   const int8_t* xq;   // [n, cols], 4-bit: each 64 inputs as [A even | B even | A odd | B odd]
-  const float* xdx;   // 4-bit: [n, cols/64, 8] = dx_A ×4, dx_B ×4; 8-bit: [n, cols/32] dx
+  const float* xdx;   // [n, cols/64, 8] = dx_A ×4, dx_B ×4
   const float* gsum;  // [n, cols/group]: Σ x of each group
   float* y;           // [n, rows]
 };
@@ -131,47 +132,15 @@ void rows4(const Args& a, int64_t r0, int64_t r1) {
   }
 }
 
-template <class Ops, ParamType P, int NT>
-void rows8(const Args& a, int64_t r0, int64_t r1) {
-  const int64_t blocks = a.cols / 32, groups = a.cols / a.group;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* codes = a.codes + r * a.cols;
-    __m256 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + b * 32));
-      const float sb = param<P>(a.scales, r * groups + b * 32 / a.group);
-      for (int t = 0; t < NT; ++t) {
-        const __m256i xq =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + t * a.cols + b * 32));
-        const __m256i d = Ops::dot(_mm256_setzero_si256(), c, xq);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(a.xdx[t * blocks + b] * sb),
-                                 acc[t]);
-      }
-    }
-    float tail[NT];
-    add_bias_terms<P, NT>(a, r, acc, tail);
-    for (int t = 0; t < NT; ++t) a.y[t * a.rows + r] = hsum(acc[t]) + tail[t];
-  }
-}
-
-template <class Ops, ParamType P, int NT>
-void rows_bits(const Args& a, int64_t r0, int64_t r1) {
-  if (a.bits == 4)
-    rows4<Ops, P, NT>(a, r0, r1);
-  else
-    rows8<Ops, P, NT>(a, r0, r1);
-}
-
 template <class Ops, int NT>
 void rows_tile(const Args& a, int64_t r0, int64_t r1) {
   switch (a.param_type) {
     case ParamType::F32:
-      return rows_bits<Ops, ParamType::F32, NT>(a, r0, r1);
+      return rows4<Ops, ParamType::F32, NT>(a, r0, r1);
     case ParamType::BF16:
-      return rows_bits<Ops, ParamType::BF16, NT>(a, r0, r1);
+      return rows4<Ops, ParamType::BF16, NT>(a, r0, r1);
     default:
-      return rows_bits<Ops, ParamType::F16, NT>(a, r0, r1);
+      return rows4<Ops, ParamType::F16, NT>(a, r0, r1);
   }
 }
 
@@ -181,7 +150,7 @@ void rows(const Args& a, int64_t r0, int64_t r1) {
   for (int64_t t0 = 0; t0 < a.n; t0 += 8) {
     Args part = a;
     part.xq = a.xq + t0 * a.cols;
-    part.xdx = a.xdx + t0 * (a.bits == 4 ? a.cols / 64 * 8 : a.cols / 32);
+    part.xdx = a.xdx + t0 * (a.cols / 64 * 8);
     part.gsum = a.gsum + t0 * (a.cols / a.group);
     part.y = a.y + t0 * a.rows;
     switch (a.n - t0 < 8 ? a.n - t0 : 8) {

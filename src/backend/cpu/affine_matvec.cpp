@@ -1,6 +1,6 @@
 // Affine decode dispatcher: converts the scales and biases of the whole matrix to f32 once per
 // call (so the kernels never convert per weight), lays x out for the kernels and splits the
-// output rows across the pool. 4 and 8-bit weights with rows of whole 64-input pairs run on
+// output rows across the pool. 4-bit weights with rows of whole 64-input pairs run on
 // int8 activations (affine_int8_kernels.h) where the CPU has AVX2; everything else runs the f32
 // kernels of affine_matvec_kernels.h (4-bit: x's 32-chunks as [even | odd] codes' inputs), built
 // for baseline x86-64 here and for AVX2 / AVX-512 in their own files.
@@ -66,32 +66,26 @@ bool has_avx_vnni() {
 
 bool int8_supported(Int8Kernel k, int bits) {
   using detail::MatmulIsa;
-  if (bits != 4 && bits != 8) return false;
+  if (bits != 4) return false;  // 8 bits: the activations' rounding would dominate the error
 #if defined(__x86_64__)
   if (!detail::matmul_isa_supported(MatmulIsa::Avx2)) return false;  // AVX2 and FMA, OS-enabled
   if (k == Int8Kernel::Avx512Vnni)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512vnni");
   if (k == Int8Kernel::AvxVnni) return has_avx_vnni();
-  if (k == Int8Kernel::Avx2) return bits == 4;  // 8-bit codes would saturate vpmaddubsw
+  if (k == Int8Kernel::Avx2) return true;
 #endif
   (void)k;
   return false;
 }
 
 Int8Kernel best_int8(int bits) {
-  static const Int8Kernel best[2] = {
-      [] {
-        for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2})
-          if (int8_supported(k, 4)) return k;
-        return Int8Kernel::None;
-      }(),
-      [] {
-        for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni})
-          if (int8_supported(k, 8)) return k;
-        return Int8Kernel::None;
-      }()};
-  return bits == 4 ? best[0] : bits == 8 ? best[1] : Int8Kernel::None;
+  static const Int8Kernel best = [] {
+    for (Int8Kernel k : {Int8Kernel::Avx512Vnni, Int8Kernel::AvxVnni, Int8Kernel::Avx2})
+      if (int8_supported(k, 4)) return k;
+    return Int8Kernel::None;
+  }();
+  return bits == 4 ? best : Int8Kernel::None;
 }
 
 using Int8RowsFn = void (*)(const affine_int8::Args&, int64_t, int64_t);

@@ -1,9 +1,9 @@
 // CPU decode product for MLX-affine weights (src/quant/affine.h): y[n, out] = x[n, in] · Wᵀ for a
 // few input rows, reading the packed codes directly (W is never materialised). Any n works;
 // 1..8 is the target (every code is read once per 8 input rows). Multithreaded over output rows.
-// - 4 and 8-bit weights whose rows are whole 64-input pairs run on int8 activations, as
-//   llama.cpp's Q4/Q8 kernels do: x is quantized per 32 inputs (dx = max|x| / 127) and codes
-//   multiply activation bytes in integer dot products (VNNI, or AVX2's pair sums for 4 bits);
+// - 4-bit weights whose rows are whole 64-input pairs run on int8 activations, as llama.cpp's
+//   Q4 kernels do: x is quantized per 32 inputs (dx = max|x| / 127) and codes multiply
+//   activation bytes in integer dot products (VNNI, or AVX2's pair sums);
 //   the biases multiply the exact f32 sums of x. The error against the f32 product is at most
 //   Σ |s·q| · dx / 2 over the row, the rounding of x (docs/design-notes.md, "Int8 activations").
 // - Other weights, and CPUs without AVX2, dequantize in registers exactly as the reference
@@ -22,8 +22,8 @@ namespace hearth::cpu {
 // y [n, out] f32, x [n, in] f32 contiguous, w a packed affine [out, in]; no bias.
 void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool);
 
-// Whether affine_matvec has an int8 GEMM for w (AVX512-VNNI, 4 or 8 bits, whole 64-input
-// pairs): then more than 8 input rows (prefill) are fast through it too.
+// Whether affine_matvec has an int8 GEMM for w (AVX512-VNNI, 4 bits, whole 64-input pairs):
+// then more than 8 input rows (prefill) are fast through it too.
 bool affine_matvec_has_gemm(const Tensor& w);
 
 // Rows [r0, r1) of a packed affine W as f32 [r1 - r0, in] (the prefill path), with the same
