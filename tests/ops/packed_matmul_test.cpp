@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/affine_matvec.h"
+#include "backend/cpu/ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "quant/affine.h"
@@ -244,6 +245,41 @@ TEST(PackedMatmul, AffineDecodeKernelsOfEveryIsa) {
               cpu::detail::affine_matvec_with(isa, y, x, p.w, ThreadPool::global());
             });
         }
+}
+
+// The fused gate/up product gives what two products and the activation give, and
+// declines what it does not take (more than 8 rows, another format, mismatched shapes).
+TEST(PackedMatmul, AffineGluEqualsProductsThenActivation) {
+  std::mt19937 rng(8);
+  if (cpu::detail::affine_int8_isas(4).empty()) GTEST_SKIP() << "no int8 kernels on this CPU";
+  for (Activation act : {Activation::Silu, Activation::GeluTanh})
+    for (int group : {32, 64})
+      for (int64_t n : {1, 3, 8}) {
+        const int64_t out = 77, in = 192;
+        Packed g = make_affine(out, in, 4, group, rng), u = make_affine(out, in, 4, group, rng);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(size_t(n * in)), fused(size_t(n * out), NAN), yg(fused.size()),
+            yu(fused.size()), want(fused.size());
+        for (auto& v : x) v = normal(rng);
+        const Tensor xt(x.data(), DType::F32, {n, in});
+        ASSERT_TRUE(cpu::affine_glu(Tensor(fused.data(), DType::F32, {n, out}), xt, g.w, u.w, act,
+                                    ThreadPool::global()));
+        cpu::affine_matvec(Tensor(yg.data(), DType::F32, {n, out}), xt, g.w, ThreadPool::global());
+        cpu::affine_matvec(Tensor(yu.data(), DType::F32, {n, out}), xt, u.w, ThreadPool::global());
+        cpu::glu_span(want.data(), yg.data(), yu.data(), n * out, act);
+        // The same products; the activation's vector and scalar exp split the rows differently.
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(fused[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+              << "group " << group << " n " << n << " at " << i;
+      }
+  Packed g = make_affine(16, 128, 4, 64, rng), u8 = make_affine(16, 128, 8, 64, rng);
+  std::vector<float> x(9 * 128), y(9 * 16);
+  EXPECT_FALSE(cpu::affine_glu(Tensor(y.data(), DType::F32, {9, 16}),
+                               Tensor(x.data(), DType::F32, {9, 128}), g.w, g.w, Activation::Silu,
+                               ThreadPool::global()));  // 9 rows: prefill
+  EXPECT_FALSE(cpu::affine_glu(Tensor(y.data(), DType::F32, {1, 16}),
+                               Tensor(x.data(), DType::F32, {1, 128}), g.w, u8.w, Activation::Silu,
+                               ThreadPool::global()));  // 8-bit up
 }
 
 TEST(PackedMatmul, AffineDecodeRefusesBadArguments) {

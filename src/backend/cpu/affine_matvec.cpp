@@ -15,6 +15,7 @@
 
 #include "backend/cpu/kernel_family.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "quant/affine.h"
 // Last: its templates compile for this file's (baseline) ISA.
@@ -301,6 +302,54 @@ void affine_dequantize_rows(const Tensor& w, int64_t r0, int64_t r1, float* out)
     default:
       return affine::dequantize_generic(args, 0, r1 - r0, out);
   }
+}
+
+bool affine_glu(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up,
+                Activation act, ThreadPool& pool) {
+  const int64_t n = x.rows(), in = gate.cols(), out = gate.rows();
+  const Int8Kernel k8 = best_int8(gate.packed.bits);
+  if (gate.packed.format != WeightFormat::Affine || up.packed.format != WeightFormat::Affine ||
+      n > kDirectRows || n <= 0 || k8 == Int8Kernel::None || best_int8(up.packed.bits) != k8 ||
+      in % 64 != 0 || up.cols() != in || up.rows() != out ||
+      up.packed.group_size != gate.packed.group_size ||
+      up.packed.param_dtype != gate.packed.param_dtype || x.cols() != in || y.numel() != n * out)
+    return false;
+  check_format(gate);
+  check_format(up);
+  const int group = gate.packed.group_size;
+  thread_local Int8Activations q;
+  thread_local std::vector<float> g_out, u_out;  // [n, out] each; tasks write disjoint rows
+  quantize_activations(x.as<const float>(), n, in, 4, group, true, q, pool);
+  g_out.resize(size_t(n * out));
+  u_out.resize(size_t(n * out));
+  auto args_of = [&](const Tensor& w, float* dst) {
+    return affine_int8::Args{reinterpret_cast<const uint8_t*>(w.data),
+                             w.packed.scales,
+                             w.packed.biases,
+                             int8_param_type(w.packed.param_dtype),
+                             out,
+                             in,
+                             4,
+                             group,
+                             n,
+                             q.xq.data(),
+                             q.xdx.data(),
+                             q.gsum.data(),
+                             dst};
+  };
+  const affine_int8::Args ga = args_of(gate, g_out.data()), ua = args_of(up, u_out.data());
+  const Int8RowsFn fn = pick_int8(k8);
+  float* yp = y.as<float>();
+  const float* gp = g_out.data();
+  const float* up_out = u_out.data();
+  const int64_t grain = std::max<int64_t>(1, (16 << 10) / (in / 2));
+  pool.parallel_for(out, grain, [&](int64_t b, int64_t e) {
+    fn(ga, b, e);
+    fn(ua, b, e);
+    for (int64_t t = 0; t < n; ++t)
+      glu_span(yp + t * out + b, gp + t * out + b, up_out + t * out + b, e - b, act);
+  });
+  return true;
 }
 
 bool affine_matvec_has_gemm(const Tensor& w) {

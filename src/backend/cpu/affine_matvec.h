@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
@@ -21,6 +22,13 @@ namespace hearth::cpu {
 
 // y [n, out] f32, x [n, in] f32 contiguous, w a packed affine [out, in]; no bias.
 void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool);
+
+// y [n, out] = act(x · gateᵀ) * (x · upᵀ) for two packed affine weights of one shape and
+// group size on the int8 decode path (n ≤ 8): x is rounded once and each task runs its rows of
+// both products and the activation, in one pass over the pool, with the same arithmetic as
+// affine_matvec + glu. Returns false, doing nothing, when the pair does not take that path.
+bool affine_glu(const Tensor& y, const Tensor& x, const Tensor& gate, const Tensor& up,
+                Activation act, ThreadPool& pool);
 
 // Whether affine_matvec has an int8 GEMM for w (AVX512-VNNI, 4 bits, whole 64-input pairs):
 // then more than 8 input rows (prefill) are fast through it too.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/affine_matvec.h"
 #include "backend/cpu/gated_delta.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -67,6 +68,15 @@ class CpuBackend final : public Backend {
       cpu::packed_matmul(y, x, w, bias, ThreadPool::global());
     else
       cpu::matmul(y, x, w, bias, ThreadPool::global());
+  }
+  // Packed affine gate/up on the int8 decode path: both products and the activation in one pass
+  // (cpu::affine_glu); everything else composes linear, linear and glu.
+  void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x, const LinearOut& gate,
+                  const LinearOut& up, Activation act, const InputNorm* norm) override {
+    if (!norm && gate.bias.empty() && up.bias.empty() && gate.w.is_packed() &&
+        cpu::affine_glu(y, x, gate.w, up.w, act, ThreadPool::global()))
+      return;
+    Backend::linear_glu(y, up_scratch, x, gate, up, act, norm);
   }
   void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s) override {
     if (!table.is_packed()) return cpu::embedding(y, table, ids, s);

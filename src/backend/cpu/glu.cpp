@@ -59,23 +59,24 @@ void for_range(int64_t n, const Body& body) {
 
 }  // namespace
 
+void glu_span(float* y, const float* gate, const float* up, int64_t n, Activation act) {
+  switch (act) {
+    case Activation::Silu:
+      return silu_glu(y, gate, up, n);
+    case Activation::GeluTanh:
+      for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh(gate[i]) * up[i];
+      return;
+    case Activation::Gelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = gelu_erf(gate[i]) * up[i];
+      return;
+  }
+}
+
 void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) {
   const float* g = gate.as<const float>();
   const float* u = up.as<const float>();
   float* out = y.as<float>();
-  for_range(y.numel(), [&](int64_t b, int64_t e) {
-    switch (act) {
-      case Activation::Silu:
-        silu_glu(out + b, g + b, u + b, e - b);
-        break;
-      case Activation::GeluTanh:
-        for (int64_t i = b; i < e; ++i) out[i] = gelu_tanh(g[i]) * u[i];
-        break;
-      case Activation::Gelu:
-        for (int64_t i = b; i < e; ++i) out[i] = gelu_erf(g[i]) * u[i];
-        break;
-    }
-  });
+  for_range(y.numel(), [&](int64_t b, int64_t e) { glu_span(out + b, g + b, u + b, e - b, act); });
 }
 
 void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) {

@@ -14,6 +14,8 @@ void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s
 void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float weight_offset);
 void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope);
 void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act);
+// glu on n contiguous floats, on the calling thread (for kernels that fuse it into a product).
+void glu_span(float* y, const float* gate, const float* up, int64_t n, Activation act);
 void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale);
 void scale(const Tensor& x, float s);
 void softcap(const Tensor& x, float cap);
