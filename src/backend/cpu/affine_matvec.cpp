@@ -121,14 +121,16 @@ struct Int8Activations {
   std::vector<float> xdx, gsum;
 };
 
-// paired: the decode kernels' layout (4-bit blocks in pairs, even and odd inputs apart);
-// otherwise natural order with one dx per block, for the GEMM.
 // Rounds to the nearest integer (ties to even) for |v| < 2^22 without a libm call, so the loops
 // below vectorise: adding 1.5·2^23 leaves the rounded value in the low mantissa bits.
 inline int8_t round_to_int8(float v) {
   constexpr float kMagic = 12582912.0f;
   return int8_t(int32_t((v + kMagic) - kMagic));
 }
+
+// paired: the decode kernels' layout (4-bit blocks in pairs, even and odd inputs apart);
+// otherwise natural order with one dx per block, for the GEMM. Rows spread over the pool when
+// there are more than 8.
 
 void quantize_activations(const float* x, int64_t n, int64_t cols, int bits, int group, bool paired,
                           Int8Activations& q, ThreadPool& pool) {
