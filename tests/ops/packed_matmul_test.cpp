@@ -301,6 +301,9 @@ TEST(PackedMatmul, TrellisMatchesItsDecodedWeights) {
       Packed p = make_trellis(out, in, k, axis, rng);
       for (int64_t n : {1, 3, 8, 9, 20}) check(p, out, in, n, n == 3, rng);
     }
+  // Transposed, 768 outputs: prefill dequantizes 512-row blocks, the second one partial.
+  Packed p = make_trellis(768, 40, 3, 0, rng);
+  for (int64_t n : {9, 20}) check(p, 768, 40, n, false, rng);
 }
 
 TEST(PackedMatmul, SliceRowsKeepsScalesAndBiases) {
