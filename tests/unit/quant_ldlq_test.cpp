@@ -15,6 +15,7 @@
 #include "quant/ldlq.h"
 #include "quant/trellis.h"
 #include "quant/trellis_coder.h"
+#include "recording_coder.h"
 
 namespace hearth::quant {
 namespace {
@@ -182,22 +183,11 @@ TEST(TrellisLdlq, IdentityHessianGivesPlainViterbi) {
   }
 }
 
+using test::RecordingCoder;
+
 // The coder a GPU run passes: LDLQ hands it the plain pass in one batch, then one batch per
 // 256-column block (axis 1: every row's block j) or per stored row (axis 0), and the result is
 // the CPU default's.
-class RecordingCoder final : public TrellisBlockCoder {
- public:
-  std::string device() const override { return "recording"; }
-  void encode(const float* x, int64_t n, int k, uint32_t* words) override {
-    batches.push_back(n);
-    cpu_->encode(x, n, k, words);
-  }
-  std::vector<int64_t> batches;
-
- private:
-  std::unique_ptr<TrellisBlockCoder> cpu_ = make_cpu_trellis_coder(nullptr);
-};
-
 TEST(TrellisLdlq, BatchesGoToTheGivenCoder) {
   ThreadPool pool(2);
   for (int axis : {1, 0}) {

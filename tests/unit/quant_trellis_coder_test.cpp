@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "quant/trellis.h"
 #include "quant/trellis_coder.h"
+#include "recording_coder.h"
 
 namespace hearth::quant {
 namespace {
@@ -60,19 +61,7 @@ TEST(TrellisBlockCoder, DeviceChoiceNamesBadDevices) {
   EXPECT_THROW(make_cpu_trellis_coder(&pool)->encode(nullptr, 1, 5, nullptr), Error);
 }
 
-// Counts what it is handed and codes it on the CPU.
-class RecordingCoder final : public TrellisBlockCoder {
- public:
-  std::string device() const override { return "recording"; }
-  void encode(const float* x, int64_t n, int k, uint32_t* words) override {
-    batches.push_back(n);
-    cpu_->encode(x, n, k, words);
-  }
-  std::vector<int64_t> batches;
-
- private:
-  std::unique_ptr<TrellisBlockCoder> cpu_ = make_cpu_trellis_coder(nullptr);
-};
+using test::RecordingCoder;
 
 TEST(TrellisBlockCoder, RowQuantizerHandsEveryBlockToItsCoder) {
   constexpr int64_t kRows = 5, kCols = 768;

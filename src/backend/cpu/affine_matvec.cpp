@@ -180,6 +180,23 @@ void quantize_activations(const float* x, int64_t n, int64_t cols, int bits, int
     pool.parallel_for(n, 4, rows);
 }
 
+// The int8 kernels' arguments for n input rows of w, x rounded into q, writing y [n, out].
+affine_int8::Args int8_args(const Tensor& w, int64_t n, const Int8Activations& q, float* y) {
+  return affine_int8::Args{reinterpret_cast<const uint8_t*>(w.data),
+                           w.packed.scales,
+                           w.packed.biases,
+                           int8_param_type(w.packed.param_dtype),
+                           w.rows(),
+                           w.cols(),
+                           w.packed.bits,
+                           w.packed.group_size,
+                           n,
+                           q.xq.data(),
+                           q.xdx.data(),
+                           q.gsum.data(),
+                           y};
+}
+
 RowsFn pick(Family f) {
   switch (f) {
     case Family::Avx512:
@@ -217,19 +234,7 @@ void run(Family f, Int8Kernel k8, const Tensor& y, const Tensor& x, const Tensor
     thread_local Int8Activations q;
     const bool gemm = n > kDirectRows && k8 == Int8Kernel::Avx512Vnni;
     quantize_activations(x.as<const float>(), n, in, bits, group, !gemm, q, pool);
-    const affine_int8::Args args{reinterpret_cast<const uint8_t*>(w.data),
-                                 w.packed.scales,
-                                 w.packed.biases,
-                                 int8_param_type(w.packed.param_dtype),
-                                 out,
-                                 in,
-                                 bits,
-                                 group,
-                                 n,
-                                 q.xq.data(),
-                                 q.xdx.data(),
-                                 q.gsum.data(),
-                                 y.as<float>()};
+    const affine_int8::Args args = int8_args(w, n, q, y.as<float>());
     if (gemm) {  // tiles of 32 output rows, each repacked once for all input rows
       pool.parallel_for((out + 31) / 32, 1, [&](int64_t b, int64_t e) {
         affine_int8::gemm_avx512vnni(args, b * 32, std::min(e * 32, out));
@@ -324,22 +329,8 @@ bool affine_glu(const Tensor& y, const Tensor& x, const Tensor& gate, const Tens
   quantize_activations(x.as<const float>(), n, in, 4, group, true, q, pool);
   g_out.resize(size_t(n * out));
   u_out.resize(size_t(n * out));
-  auto args_of = [&](const Tensor& w, float* dst) {
-    return affine_int8::Args{reinterpret_cast<const uint8_t*>(w.data),
-                             w.packed.scales,
-                             w.packed.biases,
-                             int8_param_type(w.packed.param_dtype),
-                             out,
-                             in,
-                             4,
-                             group,
-                             n,
-                             q.xq.data(),
-                             q.xdx.data(),
-                             q.gsum.data(),
-                             dst};
-  };
-  const affine_int8::Args ga = args_of(gate, g_out.data()), ua = args_of(up, u_out.data());
+  const affine_int8::Args ga = int8_args(gate, n, q, g_out.data()),
+                          ua = int8_args(up, n, q, u_out.data());
   const Int8RowsFn fn = pick_int8(k8);
   float* yp = y.as<float>();
   const float* gp = g_out.data();
