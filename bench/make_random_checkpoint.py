@@ -6,7 +6,7 @@ os.urandom) and every tensor's bytes are cut from it, so writing 16 GB is disk-b
 Adapted from ../shared/peers/make_random_model.py (same presets and tensor names).
 
 usage: make_random_checkpoint.py PRESET OUT_DIR
-presets: qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b llama3-8b"""
+presets: qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-8b-2l llama3-8b"""
 import json, os, struct, sys
 
 PRESETS = {
@@ -16,6 +16,8 @@ PRESETS = {
     "qwen3-1.7b": ("qwen3", 2048, 28, 16, 8, 128, 6144, 151936, True, 1e6),
     "qwen3-4b": ("qwen3", 2560, 36, 32, 8, 128, 9728, 151936, True, 1e6),
     "qwen3-8b": ("qwen3", 4096, 36, 32, 8, 128, 12288, 151936, False, 1e6),
+    # two of Qwen3-8B's layers: the quantizer's throughput on its shapes in seconds, not minutes
+    "qwen3-8b-2l": ("qwen3", 4096, 2, 32, 8, 128, 12288, 151936, False, 1e6),
     "llama3-8b": ("llama", 4096, 32, 32, 8, 128, 14336, 128256, False, 5e5),
 }
 BLOCK = 64 << 20  # bytes of random bf16 reused for every tensor
