@@ -28,10 +28,16 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
   DType activation_dtype() const override { return DType::F32; }
+  // Buffers of 2 MiB or more (KV caches, prefill activations) are 2 MiB-aligned and advised for
+  // huge pages: their first touch then takes one fault per 2 MiB instead of one per 4 KiB, which
+  // on a virtual machine cost ~9 % of a 512-token prefill (the KV stores faulting in the cache).
   DeviceBuffer alloc(size_t bytes) override {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t align = bytes >= kHuge ? kHuge : 64;
+    const size_t rounded = bytes == 0 ? align : (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
     if (!p) fail("out of memory allocating {} bytes", bytes);
+    if (align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);
     return DeviceBuffer(p, bytes, Device::CPU, [](void* q) { std::free(q); });
   }
   // Weights are read in place from the mapped checkpoint (fast load, no copy). Without
