@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backend/cpu/gdn_simd.h"
 #include "backend/cpu/ops.h"
 
 namespace hearth::cpu {
@@ -138,7 +139,7 @@ void attend_unit(const Unit& u, const KvView& kv, const AttentionParams& p, int 
 // Prefill tiles: up to 16 query rows (consecutive tokens × the query heads of one KV head)
 // against all the keys any of them sees, as two small matrix products with the rows in vector
 // lanes. Scores: Q is transposed once per tile (Qt [head_dim][16]); each key's row is broadcast
-// element by element against Qt, 4 keys at a time, giving the 16 rows' scores of a key in one
+// element by element against Qt, 8 keys at a time, giving the 16 rows' scores of a key in one
 // vector (Sᵀ [keys][16]). Softmax then runs down the keys for all rows at once (masked per row:
 // causal, window). Values: for each 16-dim slice of the head, each V row's slice is loaded once
 // and multiplied by 16 broadcast probabilities. Every K and V element is read once per tile
@@ -187,48 +188,52 @@ __attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tens
     return base + ((lo + i) % kv.capacity) * kv_row;
   };
 
-  // Scores, 4 keys at a time (a missing 4th key repeats the last one; its column is unused).
-  for (int64_t i = 0; i < n; i += 4) {
-    const float* k[4];
-    for (int j = 0; j < 4; ++j) k[j] = key_row(k_base, std::min(i + j, n - 1));
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
+  // Scores, 8 keys at a time: 8 independent FMA chains keep both of a core's FMA pipes busy
+  // (a missing key repeats the last one; its column is unused).
+  constexpr int kKeys = 8;
+  for (int64_t i = 0; i < n; i += kKeys) {
+    const float* k[kKeys];
+    for (int j = 0; j < kKeys; ++j) k[j] = key_row(k_base, std::min(i + j, n - 1));
+    __m512 acc[kKeys];
+    for (int j = 0; j < kKeys; ++j) acc[j] = _mm512_setzero_ps();
     for (int d = 0; d < hd; ++d) {
       const __m512 qv = _mm512_loadu_ps(qt + d * kTileRows);
-      for (int j = 0; j < 4; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[j][d]), acc[j]);
+      for (int j = 0; j < kKeys; ++j)
+        acc[j] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[j][d]), acc[j]);
     }
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < kKeys && i + j < n; ++j)
       _mm512_storeu_ps(st + (i + j) * kTileRows, _mm512_mul_ps(acc[j], _mm512_set1_ps(p.scale)));
   }
-  // Softcap, masks and softmax per row (rows past `rows` are left as they are: never stored).
-  for (int r = 0; r < rows; ++r) {
-    const int64_t a = lo_r[r] - lo, b = hi_r[r] - lo;  // this row's keys: [a, b]
-    float max_score = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) {
-      float& s = st[i * kTileRows + r];
-      if (i < a || i > b) {
-        s = -INFINITY;
-        continue;
-      }
-      if (p.softcap > 0.0f) s = std::tanh(s / p.softcap) * p.softcap;
-      max_score = std::max(max_score, s);
-    }
-    if (b < a) {  // sees no key: zero output, as attend_unit gives
-      for (int64_t i = 0; i < n; ++i) st[i * kTileRows + r] = 0.0f;
-      continue;
-    }
-    float sum = 0.0f;
-    for (int64_t i = a; i <= b; ++i) {
-      float& s = st[i * kTileRows + r];
-      s = std::exp(s - max_score);
-      sum += s;
-    }
-    const float inv_sum = 1.0f / sum;
-    for (int64_t i = 0; i < n; ++i) {
-      float& s = st[i * kTileRows + r];
-      s = (i < a || i > b) ? 0.0f : s * inv_sum;
-    }
+  if (p.softcap > 0.0f)
+    for (int64_t i = 0; i < n * kTileRows; ++i) st[i] = std::tanh(st[i] / p.softcap) * p.softcap;
+  // Softmax down the keys for the 16 rows at once, a row per lane (rows past `rows` see no key).
+  // Each row's sum runs over its keys in order, as attend_unit's does; exp is gdn::exp16
+  // (within 2 ulp of expf).
+  using gdn::v16;
+  v16 first{}, last{};
+  for (int r = 0; r < kTileRows; ++r) {
+    first[r] = r < rows ? float(lo_r[r] - lo) : 1.0f;
+    last[r] = r < rows ? float(hi_r[r] - lo) : 0.0f;
   }
+  const v16 minus_inf = gdn::splat16(-INFINITY), zero{};
+  v16 max_score = minus_inf;
+  for (int64_t i = 0; i < n; ++i) {
+    const v16 key = gdn::splat16(float(i));
+    v16 sv = gdn::load16(st + i * kTileRows);
+    sv = key >= first && key <= last ? sv : minus_inf;
+    gdn::store16(st + i * kTileRows, sv);
+    max_score = sv > max_score ? sv : max_score;
+  }
+  max_score = max_score == minus_inf ? zero : max_score;  // a row that sees no key: all zero
+  v16 sum{};
+  for (int64_t i = 0; i < n; ++i) {
+    const v16 e = gdn::exp16(gdn::load16(st + i * kTileRows) - max_score);  // e^-inf = 0
+    gdn::store16(st + i * kTileRows, e);
+    sum += e;
+  }
+  const v16 inv_sum = sum > zero ? 1.0f / sum : zero;
+  for (int64_t i = 0; i < n; ++i)
+    gdn::store16(st + i * kTileRows, gdn::load16(st + i * kTileRows) * inv_sum);
   // Values, one 16-wide slice of the head at a time.
   for (int c = 0; c < hd; c += 16) {
     __m512 acc[kTileRows];
