@@ -152,6 +152,26 @@ void gemm_avx512vnni(const Args& a, int64_t begin, int64_t end) {
   }
 }
 
+void quantize_blocks_avx512(const float* x, int64_t cols, int64_t t0, int64_t t1, int8_t* xq,
+                            float* xdx) {
+  const int64_t blocks = cols / 32;
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + t * cols + b * 32;
+      const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      const __m512 s = _mm512_set1_ps(inv);
+      // cvtps2dq rounds to nearest even (the default rounding mode), as the portable loop does.
+      int8_t* dst = xq + t * cols + b * 32;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                       _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, s))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16),
+                       _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, s))));
+      xdx[t * blocks + b] = amax / 127.0f;
+    }
+}
+
 }  // namespace hearth::cpu::affine_int8
 
 #if defined(__clang__)

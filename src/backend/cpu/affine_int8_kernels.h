@@ -42,6 +42,11 @@ void rows_avx2(const Args& a, int64_t begin, int64_t end);
 // Many input rows (prefill), AVX512-VNNI only (affine_int8_gemm_avx512.cpp): output rows
 // [begin, end), begin a multiple of 32; x in natural order (xq [n, cols], xdx [n, cols/32]).
 void gemm_avx512vnni(const Args& a, int64_t begin, int64_t end);
+// x [n, cols] rounded to int8 per 32-value block in the GEMM's natural order: xq[i] =
+// round_even(x[i] · 127 / max|block|), dx = max|block| / 127 (0 for a zero block); rows [t0, t1).
+// The same values as affine_matvec.cpp's portable loop, 16 lanes at a time.
+void quantize_blocks_avx512(const float* x, int64_t cols, int64_t t0, int64_t t1, int8_t* xq,
+                            float* xdx);
 
 namespace {
 

@@ -143,16 +143,18 @@ void quantize_activations(const float* x, int64_t n, int64_t cols, int bits, int
   float* xdx = q.xdx.data();
   float* gsum = q.gsum.data();
   auto rows = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        const float* xb = x + t * cols + b * 32;
-        float amax = 0;
-        for (int i = 0; i < 32; ++i) {
-          const float a = std::fabs(xb[i]);
-          amax = a > amax ? a : amax;
-        }
-        const float dx = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-        if (paired) {
+    if (!paired) {  // the GEMM's layout, whose callers have AVX512-VNNI
+      affine_int8::quantize_blocks_avx512(x, cols, t0, t1, xq, xdx);
+    } else {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const float* xb = x + t * cols + b * 32;
+          float amax = 0;
+          for (int i = 0; i < 32; ++i) {
+            const float a = std::fabs(xb[i]);
+            amax = a > amax ? a : amax;
+          }
+          const float dx = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
           const int64_t p = b / 2, half = b % 2;
           int8_t* dst = xq + t * cols + p * 64 + half * 16;
           for (int j = 0; j < 16; ++j) {
@@ -160,18 +162,21 @@ void quantize_activations(const float* x, int64_t n, int64_t cols, int bits, int
             dst[32 + j] = round_to_int8(xb[2 * j + 1] * inv);
           }
           std::fill_n(xdx + (t * pairs + p) * 8 + half * 4, 4, dx);
-        } else {
-          int8_t* dst = xq + t * cols + b * 32;
-          for (int i = 0; i < 32; ++i) dst[i] = round_to_int8(xb[i] * inv);
-          xdx[t * blocks + b] = dx;
         }
-      }
+    }
+    // Σ x per group as 16 running sums (lane j: inputs j, j + 16, ...) added in lane order: the
+    // same additions on every ISA and path (the compiler vectorises the lanes without
+    // reassociating), and no 4-cycle add chain per input.
+    for (int64_t t = t0; t < t1; ++t)
       for (int64_t g = 0; g < groups; ++g) {
+        const float* xg = x + t * cols + g * group;
+        float lane[16] = {};
+        for (int64_t i = 0; i < group; i += 16)
+          for (int j = 0; j < 16; ++j) lane[j] += xg[i + j];
         float sum = 0;
-        for (int64_t i = 0; i < group; ++i) sum += x[t * cols + g * group + i];
+        for (int j = 0; j < 16; ++j) sum += lane[j];
         gsum[t * groups + g] = sum;
       }
-    }
   };
   // Decode's few rows stay on this thread; prefill's are spread over the pool.
   if (n <= 8)

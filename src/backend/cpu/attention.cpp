@@ -198,8 +198,7 @@ __attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tens
     for (int j = 0; j < kKeys; ++j) acc[j] = _mm512_setzero_ps();
     for (int d = 0; d < hd; ++d) {
       const __m512 qv = _mm512_loadu_ps(qt + d * kTileRows);
-      for (int j = 0; j < kKeys; ++j)
-        acc[j] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[j][d]), acc[j]);
+      for (int j = 0; j < kKeys; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[j][d]), acc[j]);
     }
     for (int j = 0; j < kKeys && i + j < n; ++j)
       _mm512_storeu_ps(st + (i + j) * kTileRows, _mm512_mul_ps(acc[j], _mm512_set1_ps(p.scale)));
