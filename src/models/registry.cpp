@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 
+#include "backend/device_name.h"
 #include "core/error.h"
 #ifdef HEARTH_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -34,24 +35,16 @@ const std::map<std::string, Factory>& factories() {
 
 // cpu | cuda | cuda:N | auto (the first GPU when one is present, else the CPU).
 std::unique_ptr<Backend> make_backend(const std::string& device, bool mmap) {
-  if (device == "cpu") return make_cpu_backend(mmap);
+  const DeviceName d = parse_device_name(device);
+  if (d.kind == DeviceName::Kind::Cpu) return make_cpu_backend(mmap);
 #ifdef HEARTH_HAVE_CUDA
-  if (device == "auto")
+  if (d.kind == DeviceName::Kind::Auto)
     return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend(mmap);
-  if (device == "cuda") return make_cuda_backend(0);
-  if (device.rfind("cuda:", 0) == 0) {
-    const std::string index = device.substr(5);
-    if (index.empty() || index.size() > 3 ||
-        !std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      fail("device '{}': expected cuda:N with N a device index", device);
-    return make_cuda_backend(std::stoi(index));
-  }
+  return make_cuda_backend(d.index);
 #else
-  if (device == "auto") return make_cpu_backend(mmap);
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
-    fail("device '{}' is not available: this build of hearth has no CUDA backend", device);
+  if (d.kind == DeviceName::Kind::Auto) return make_cpu_backend(mmap);
+  fail("device '{}' is not available: this build of hearth has no CUDA backend", device);
 #endif
-  fail("unknown device '{}' (expected cpu, cuda, cuda:N or auto)", device);
 }
 
 }  // namespace

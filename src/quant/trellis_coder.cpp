@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backend/device_name.h"
 #include "core/error.h"
 #include "quant/trellis.h"
 #ifdef HEARTH_HAVE_CUDA
@@ -39,15 +40,6 @@ class CpuTrellisCoder final : public TrellisBlockCoder {
   ThreadPool* pool_;
 };
 
-// The N of "cuda:N"; throws on anything else after the prefix.
-int cuda_index(std::string_view device) {
-  const std::string_view index = device.substr(5);
-  if (index.empty() || index.size() > 3 ||
-      !std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    fail("device '{}': expected cuda:N with N a device index", device);
-  return std::stoi(std::string(index));
-}
-
 }  // namespace
 
 std::unique_ptr<TrellisBlockCoder> make_cpu_trellis_coder(ThreadPool* pool) {
@@ -55,20 +47,16 @@ std::unique_ptr<TrellisBlockCoder> make_cpu_trellis_coder(ThreadPool* pool) {
 }
 
 std::unique_ptr<TrellisBlockCoder> make_trellis_coder(std::string_view device, ThreadPool* pool) {
-  if (device == "cpu") return make_cpu_trellis_coder(pool);
-  const bool cuda = device == "cuda" || device.starts_with("cuda:");
+  const DeviceName d = parse_device_name(device);
+  if (d.kind == DeviceName::Kind::Cpu) return make_cpu_trellis_coder(pool);
 #ifdef HEARTH_HAVE_CUDA
-  if (device == "auto")
+  if (d.kind == DeviceName::Kind::Auto)
     return cuda_device_count() > 0 ? cuda::make_trellis_coder(0) : make_cpu_trellis_coder(pool);
-  if (cuda) return cuda::make_trellis_coder(device == "cuda" ? 0 : cuda_index(device));
+  return cuda::make_trellis_coder(d.index);
 #else
-  if (device == "auto") return make_cpu_trellis_coder(pool);
-  if (cuda) {
-    if (device != "cuda") cuda_index(device);  // a malformed index is named first
-    fail("device '{}' is not available: this build of hearth has no CUDA backend", device);
-  }
+  if (d.kind == DeviceName::Kind::Auto) return make_cpu_trellis_coder(pool);
+  fail("device '{}' is not available: this build of hearth has no CUDA backend", device);
 #endif
-  fail("unknown device '{}' (expected cpu, cuda, cuda:N or auto)", device);
 }
 
 }  // namespace hearth::quant
