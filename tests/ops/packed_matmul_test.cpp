@@ -306,6 +306,24 @@ TEST(PackedMatmul, TrellisMatchesItsDecodedWeights) {
   for (int64_t n : {9, 20}) check(p, 768, 40, n, false, rng);
 }
 
+// Rows of W (embedding lookups) from a weight of each layout, across 256-blocks of a transposed
+// one, equal the decoded matrix's.
+TEST(PackedMatmul, DequantizeRowsOfEveryLayout) {
+  std::mt19937 rng(5);
+  const Packed layouts[] = {make_affine(520, 64, 4, 64, rng), make_trellis(520, 256, 3, 1, rng),
+                            make_trellis(768, 40, 3, 0, rng)};
+  for (const Packed& p : layouts) {
+    const int64_t out = p.w.rows(), in = p.w.cols();
+    for (auto [r0, r1] :
+         {std::pair<int64_t, int64_t>{0, 1}, {250, 260}, {255, 513}, {out - 1, out}}) {
+      std::vector<float> got(static_cast<size_t>((r1 - r0) * in), NAN);
+      cpu::packed_dequantize_rows(p.w, r0, r1, got.data());
+      const std::vector<float> want(p.dense.begin() + r0 * in, p.dense.begin() + r1 * in);
+      EXPECT_EQ(got, want) << p.w.describe() << " rows " << r0 << ".." << r1;
+    }
+  }
+}
+
 TEST(PackedMatmul, SliceRowsKeepsScalesAndBiases) {
   std::mt19937 rng(3);
   Packed p = make_affine(40, 64, 3, 32, rng);

@@ -88,14 +88,8 @@ void packed_dequantize_rows(const Tensor& w, int64_t r0, int64_t r1, float* out)
     return;
   }
   if (w.packed.format == WeightFormat::Trellis) {
-    // Stored transposed: decode every stored row [in, out] once and pick the columns wanted.
-    const int64_t out_dim = w.rows();
-    std::vector<float> wt(static_cast<size_t>(in * out_dim));
-    quant::dequantize_trellis_rows(w.as<const uint32_t>(),
-                                   static_cast<const uint16_t*>(w.packed.scales), in, out_dim,
-                                   w.packed.bits, wt.data());
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t i = 0; i < in; ++i) out[(r - r0) * in + i] = wt[size_t(i * out_dim + r)];
+    // Stored transposed: each stored row's blocks that hold outputs [r0, r1), and only those.
+    dequantize_transposed_trellis(w, r0, r1, 0, in, out);
     return;
   }
   fail("cannot dequantize {}", w.describe());
