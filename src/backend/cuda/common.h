@@ -122,20 +122,49 @@ bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, floa
 // X_0.. then Y_0..; rows: host. False when cuBLAS does not take it (the caller loops instead).
 bool linear_grouped(Ctx& ctx, const void* const* ptrs, const int* rows, int count, int64_t out,
                     int64_t in);
-// gemv.cu: decode products (≤ 8 rows, bf16, 16-byte aligned; gemv_fits says so).
+// gemv.cu: decode products (≤ 8 bf16 input rows, 16-byte aligned; gemv_fits says so) with bf16
+// weights or packed ones decoded in registers (MLX affine; trellis coded along the rows).
+struct GemvWeight {
+  const void* w = nullptr;  // bf16 rows [out, in], or the codes
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  int64_t out = 0, in = 0;
+  int32_t format = 0;  // 0: bf16; kPackedAffine, kPackedTrellis
+  int32_t bits = 16, group = 0, param_dt = 0;
+
+  GemvWeight() = default;
+  explicit GemvWeight(const Ten& t) : w(t.p), out(t.d[0]), in(t.d[1]) {}
+  explicit GemvWeight(const PackedTen& p)
+      : w(p.codes),
+        scales(p.scales),
+        biases(p.biases),
+        out(p.out),
+        in(p.in),
+        format(p.format),
+        bits(p.bits),
+        group(p.group),
+        param_dt(p.param_dt) {}
+  // Whether one launch can read both (its kernel is instantiated for one format).
+  bool same_format(const GemvWeight& o) const {
+    return format == o.format && bits == o.bits && group == o.group && param_dt == o.param_dt;
+  }
+};
 constexpr int kGemvMaxSegs = 4;
-struct GemvJobs {  // up to kGemvMaxSegs products of the same input, in one launch
-  Ten y[kGemvMaxSegs], w[kGemvMaxSegs], bias[kGemvMaxSegs];
+struct GemvJobs {  // up to kGemvMaxSegs products of the same input and format, in one launch
+  Ten y[kGemvMaxSegs], bias[kGemvMaxSegs];
+  GemvWeight w[kGemvMaxSegs];
   int32_t n = 0, pad = 0;
 };
 // The GEMV's work split, shared with moe.cu's expert products (blocks of 8 warps): warps per
-// row for `rows` rows of `words` 16-byte words, and the blocks of `kernel` resident per SM with
-// `smem` bytes of dynamic shared memory (measured once per pair; allowed during graph capture).
-int gemv_split(const Ctx& ctx, int64_t rows, int64_t words);
+// row for `rows` rows of `units` units (16-byte words of bf16), and the blocks of `kernel`
+// resident per SM with `smem` bytes of dynamic shared memory (measured once per pair; allowed
+// during graph capture).
+int gemv_split(const Ctx& ctx, int64_t rows, int64_t units);
 int gemv_resident_blocks(const void* kernel, size_t smem);
 // Allows the input-norm variants their shared memory (once, outside any graph capture).
 void gemv_init();
-bool gemv_fits(const Ten& x, const Ten& w);
+bool gemv_fits(const Ten& x, const Ten& w);        // a bf16 weight
+bool gemv_fits(const Ten& x, const PackedTen& w);  // a packed one
 // The input RMSNorm a GEMV can apply itself: rms_norm(x) * (w + offset) per row.
 struct GemvNorm {
   Ten w;
@@ -145,20 +174,20 @@ bool gemv_norm_fits(const Ten& x, const Ten& norm_w);  // also needs gemv_fits
 // jobs' outputs from x (normalised first unless norm.w is empty).
 void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs, const GemvNorm& norm);
 // resid += rounded(x·wᵀ + bias to product_dtype) * scale: the product that ends a residual block.
-void gemv_residual(Ctx& ctx, const Ten& resid, float scale, const Ten& x, const Ten& w,
+void gemv_residual(Ctx& ctx, const Ten& resid, float scale, const Ten& x, const GemvWeight& w,
                    const Ten& bias, int32_t product_dtype);
 // y = act(x·gateᵀ + gate_bias) * (x·upᵀ + up_bias), x normalised first unless norm.w is empty.
-void gemv_glu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& gate, const Ten& gate_bias,
-              const Ten& up, const Ten& up_bias, int32_t act, const GemvNorm& norm);
-// packed_gemv.cu: products with packed weights for n ≤ 8 input rows (decode), decoding the codes
-// in registers. packed_gemv_fits: the formats and shapes the kernels take (affine bits 2-8 with
-// groups of 32-128, trellis k 2-4 on either axis; bf16 input). A transposed trellis weight sums
-// per-slice partials: `partials` must hold packed_partials_bytes(ctx, w) (zero for the others).
+void gemv_glu(Ctx& ctx, const Ten& y, const Ten& x, const GemvWeight& gate, const Ten& gate_bias,
+              const GemvWeight& up, const Ten& up_bias, int32_t act, const GemvNorm& norm);
+// packed_gemv.cu: decode products (n ≤ 8 bf16 input rows) with a trellis weight stored
+// transposed (axis 0), decoding the codes in registers; the other packed weights take the GEMV.
+// Sums per-slice partials: `partials` must hold packed_partials_bytes(ctx, w) (zero for the
+// weights it does not take). With `resid` set, resid += rounded(y to product_dtype) * scale
+// instead of storing y (the product that ends a residual block).
 bool packed_gemv_fits(const Ten& x, const PackedTen& w);
-void packed_gemv_init();  // allows the kernels their shared memory (once, outside any capture)
 size_t packed_partials_bytes(const Ctx& ctx, const PackedTen& w);
 void packed_gemv(Ctx& ctx, const Ten& y, const Ten& x, const PackedTen& w, const Ten& bias,
-                 float* partials);
+                 float* partials, const Ten& resid, float scale);
 // packed_dequant.cu: W's rows [r0, r1) as bf16 [r1 - r0, in] into dst; for a transposed trellis
 // weight, stored rows [r0, r1) of Wᵀ ([r1 - r0, out]). Values as the format's reference decoder
 // gives them, rounded to bf16 (the prefill GEMM's input).

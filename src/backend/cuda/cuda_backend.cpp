@@ -84,7 +84,6 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options)
   ring_ = kGraphDynInts;
   attention_init();
   gemv_init();
-  packed_gemv_init();
   pick_token_init(ctx_);
   gated_delta_init();
   if (gdn_mixer_) gated_delta_mixer_init();
@@ -136,18 +135,17 @@ void CudaBackend::linear(const Tensor& y, const Tensor& x, const Tensor& w, cons
 void CudaBackend::linear_many(const Tensor& x, const LinearOut* outs, int n_outs,
                               const InputNorm* norm) {
   bind();
-  bool fits = n_outs <= kGemvMaxSegs && gemv_takes_norm(x, norm);
-  for (int i = 0; i < n_outs; ++i)
-    fits = fits && outs[i].y.device == Device::CUDA && gemv_fits(Ten(x), Ten(outs[i].w));
-  if (!fits) return Backend::linear_many(x, outs, n_outs, norm);
   GemvJobs jobs;
-  for (int i = 0; i < n_outs; ++i) {
+  bool fits = n_outs <= kGemvMaxSegs && gemv_takes_norm(x, norm);
+  for (int i = 0; fits && i < n_outs; ++i) {
     const LinearOut& o = outs[i];
-    jobs.y[jobs.n] = Ten(o.y);
-    jobs.w[jobs.n] = Ten(o.w);
-    jobs.bias[jobs.n] = Ten(o.bias);
-    ++jobs.n;
+    fits = o.y.device == Device::CUDA && gemv_weight(x, o.w, jobs.w[i]) &&
+           jobs.w[i].same_format(jobs.w[0]);
+    jobs.y[i] = Ten(o.y);
+    jobs.bias[i] = Ten(o.bias);
   }
+  if (!fits) return Backend::linear_many(x, outs, n_outs, norm);
+  jobs.n = n_outs;
   submit<&cuda::gemv_many>(Ten(x), jobs, gemv_norm(norm));
 }
 
@@ -155,24 +153,41 @@ void CudaBackend::linear_glu(const Tensor& y, const Tensor& up_scratch, const Te
                              const LinearOut& gate, const LinearOut& up, Activation act,
                              const InputNorm* norm) {
   bind();
-  if (!gemv_fits(Ten(x), Ten(gate.w)) || !gemv_fits(Ten(x), Ten(up.w)) || !gemv_takes_norm(x, norm))
+  GemvWeight g, u;
+  if (!gemv_weight(x, gate.w, g) || !gemv_weight(x, up.w, u) || !g.same_format(u) ||
+      !gemv_takes_norm(x, norm))
     return Backend::linear_glu(y, up_scratch, x, gate, up, act, norm);
-  submit<&cuda::gemv_glu>(Ten(y), Ten(x), Ten(gate.w), Ten(gate.bias), Ten(up.w), Ten(up.bias),
-                          int32_t(act), gemv_norm(norm));
+  submit<&cuda::gemv_glu>(Ten(y), Ten(x), g, Ten(gate.bias), u, Ten(up.bias), int32_t(act),
+                          gemv_norm(norm));
 }
 
 void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
                                   float scale) {
   bind();
   const bool same = x.dtype == proj.y.dtype && x.numel() == proj.y.numel();
-  if (same && gemv_fits(Ten(in), Ten(proj.w)))
-    return submit<&cuda::gemv_residual>(Ten(x), scale, Ten(in), Ten(proj.w), Ten(proj.bias),
+  GemvWeight w;
+  if (same && gemv_weight(in, proj.w, w))
+    return submit<&cuda::gemv_residual>(Ten(x), scale, Ten(in), w, Ten(proj.bias),
                                         int32_t(proj.y.dtype));
+  if (same && proj.w.is_packed() && packed_residual(x, in, proj, scale)) return;
   // Prefill: the add rides in the GEMM (not recorded: graphs hold decode steps only).
-  if (same && proj.bias.empty() && !recording_ &&
+  if (same && proj.bias.empty() && !recording_ && !proj.w.is_packed() &&
       cuda::linear_accumulate(ctx_, Ten(x), Ten(in), Ten(proj.w), scale))
     return;
   Backend::linear_residual(x, in, proj, scale);
+}
+
+bool CudaBackend::gemv_weight(const Tensor& x, const Tensor& w, GemvWeight& g) {
+  if (!w.is_packed()) {
+    if (!gemv_fits(Ten(x), Ten(w))) return false;
+    g = GemvWeight(Ten(w));
+    return true;
+  }
+  if (w.device != Device::CUDA || w.ndim != 2) return false;
+  const PackedTen p(w);
+  if (!gemv_fits(Ten(x), p)) return false;
+  g = GemvWeight(p);
+  return true;
 }
 
 bool CudaBackend::gemv_takes_norm(const Tensor& x, const InputNorm* norm) {

@@ -116,6 +116,9 @@ class CudaBackend final : public Backend {
   // shared-memory budget), and the norm as the launcher's plain record.
   static bool gemv_takes_norm(const Tensor& x, const InputNorm* norm);
   static GemvNorm gemv_norm(const InputNorm* norm);
+  // Whether the GEMV takes weight w (bf16, or packed in a format it decodes) for input x, and
+  // the weight as its launcher's plain record.
+  static bool gemv_weight(const Tensor& x, const Tensor& w, GemvWeight& g);
 
   void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                           const Tensor& k_norm, float eps, float off, const RopeParams* rope,
@@ -283,6 +286,11 @@ class CudaBackend final : public Backend {
   // y = x · Wᵀ (+ bias) for a packed W: the decode kernel for ≤ 8 rows, else W dequantized to
   // bf16 in slices of rows of at most kDequantBytes, each through the GEMM.
   void linear_packed(const Ten& y, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // x += (in · Wᵀ + bias) * scale for a transposed trellis W in the decode kernels (their sum of
+  // partials adds into x); false when they do not take it.
+  bool packed_residual(const Tensor& x, const Tensor& in, const LinearOut& proj, float scale);
+  // Grows the transposed trellis products' partial sums to what p needs (regrow_device).
+  void ensure_partials(const PackedTen& p);
   // Either product, by w's format.
   void submit_linear(const Ten& y, const Tensor& x, const Tensor& w, const Tensor& bias);
 

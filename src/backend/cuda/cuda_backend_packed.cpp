@@ -1,9 +1,9 @@
 // The CUDA backend's packed weights (MLX affine, trellis): upload, and the product's choice
-// between the decode kernels (packed_gemv.cu) and dequantized rows through the bf16 GEMM
-// (packed_dequant.cu, linear.cu). Model code is format-blind: it calls linear() and embedding()
-// as for any weight. The one-kernel decode step and the fused GEMVs take bf16 weights only, so
-// a model with packed weights runs its decode through the per-op path (still one CUDA graph per
-// step).
+// between the decode GEMV (gemv_kernel.cuh, which also serves the fused norm, GLU and residual
+// forms), the transposed trellis kernels (packed_gemv.cu) and dequantized rows through the bf16
+// GEMM (packed_dequant.cu, linear.cu). Model code is format-blind: it calls linear() and
+// embedding() as for any weight. The one-kernel decode step takes bf16 weights only, so a model
+// with packed weights runs its decode through the per-op path (one CUDA graph per step).
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -46,9 +46,7 @@ Tensor CudaBackend::prepare_packed(const Tensor& host) {
   t.data = put(host.data, host.nbytes());
   t.packed.scales = put(pk.scales, scale_bytes);
   t.packed.biases = affine ? put(pk.biases, scale_bytes) : nullptr;
-  const size_t partials = packed_partials_bytes(ctx_, matrix_view(t));
-  if (partials > packed_partials_bytes_)
-    regrow_device(&packed_partials_, packed_partials_bytes_, partials);
+  ensure_partials(matrix_view(t));
   return t;
 }
 
@@ -63,12 +61,18 @@ void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
   if (w.device != Device::CUDA || w.ndim != 2)
     fail("{}: packed weight {} is not a prepared matrix", name_, w.describe());
   const PackedTen p(w);
+  if (gemv_fits(Ten(x), p)) {
+    GemvJobs jobs;
+    jobs.y[0] = y;
+    jobs.w[0] = GemvWeight(p);
+    jobs.bias[0] = Ten(bias);
+    jobs.n = 1;
+    return submit<&cuda::gemv_many>(Ten(x), jobs, GemvNorm{});
+  }
   if (packed_gemv_fits(Ten(x), p)) {
-    const size_t need = packed_partials_bytes(ctx_, p);
-    if (need > packed_partials_bytes_)
-      regrow_device(&packed_partials_, packed_partials_bytes_, need);
+    ensure_partials(p);
     return submit<&cuda::packed_gemv>(y, Ten(x), p, Ten(bias),
-                                      static_cast<float*>(packed_partials_));
+                                      static_cast<float*>(packed_partials_), Ten(), 1.0f);
   }
   // Stored rows (Wᵀ's for a transposed trellis weight, which go to the GEMM in one piece).
   const int64_t rows = p.transposed() ? p.in : p.out, cols = p.transposed() ? p.out : p.in;
@@ -86,6 +90,22 @@ void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
       submit<&cuda::linear_rows>(y, Ten(x), static_cast<const void*>(dequant_), r1 - r0, r0, false);
   }
   if (!bias.empty()) submit<&cuda::add_bias>(y, Ten(bias));
+}
+
+bool CudaBackend::packed_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
+                                  float scale) {
+  if (proj.w.device != Device::CUDA || proj.w.ndim != 2) return false;
+  const PackedTen p(proj.w);
+  if (!packed_gemv_fits(Ten(in), p)) return false;
+  ensure_partials(p);
+  submit<&cuda::packed_gemv>(Ten(proj.y), Ten(in), p, Ten(proj.bias),
+                             static_cast<float*>(packed_partials_), Ten(x), scale);
+  return true;
+}
+
+void CudaBackend::ensure_partials(const PackedTen& p) {
+  const size_t need = packed_partials_bytes(ctx_, p);
+  if (need > packed_partials_bytes_) regrow_device(&packed_partials_, packed_partials_bytes_, need);
 }
 
 }  // namespace hearth::cuda

@@ -198,7 +198,7 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
     if (vec) {
       GemvJobs jobs;
       jobs.y[0] = y;
-      jobs.w[0] = w;
+      jobs.w[0] = GemvWeight(w);
       jobs.bias[0] = bias;
       jobs.n = 1;
       gemv_many(ctx, x, jobs, GemvNorm{});

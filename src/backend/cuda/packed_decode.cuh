@@ -58,6 +58,71 @@ __device__ __forceinline__ uint32_t affine_code_at(const uint32_t* row, int64_t 
   return __funnelshift_r(lo, hi, sh) & ((1u << bits) - 1u);
 }
 
+__device__ __forceinline__ uint32_t ld_stream_u32(const uint32_t* p) {
+  uint32_t r;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ uint2 ld_stream_u64(const uint2* p) {
+  uint2 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
+               : "=r"(r.x), "=r"(r.y)
+               : "l"(p));
+  return r;
+}
+
+// The `BITS` words of one 32-code affine chunk, with the widest loads its alignment allows (a
+// chunk starts at a multiple of 4·BITS bytes).
+template <int BITS>
+__device__ __forceinline__ void load_chunk(const uint32_t* p, uint32_t (&w)[BITS]) {
+  if constexpr (BITS % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < BITS / 4; ++i) {
+      const uint4 v = ld_stream(reinterpret_cast<const uint4*>(p) + i);
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (BITS % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < BITS / 2; ++i) {
+      const uint2 v = ld_stream_u64(reinterpret_cast<const uint2*>(p) + i);
+      w[2 * i] = v.x, w[2 * i + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < BITS; ++i) w[i] = ld_stream_u32(p + i);
+  }
+}
+
+// Code j of a chunk; j is a compile-time constant after unrolling, so are the shifts.
+template <int BITS>
+__device__ __forceinline__ uint32_t chunk_code(const uint32_t (&w)[BITS], int j) {
+  const int bit = j * BITS, i = bit >> 5, sh = bit & 31;
+  uint32_t v = w[i] >> sh;
+  if (sh + BITS > 32) v |= w[i + 1] << (32 - sh);
+  return v & ((1u << BITS) - 1u);
+}
+
+// The 1MAD values of lane l's symbols 8l..8l+7 of a block whose word `lane` is `word` (lanes
+// ≥ 8k hold nothing). Symbol 8l+7 has the lowest bit offset; the lane's windows span at most
+// 7k + 12 + 24 < 64 bits, so two words hold them all. kBiased: trellis_1mad_biased's values.
+template <int K, bool kBiased = false>
+__device__ __forceinline__ void trellis_lane_values(uint32_t word, int lane, float (&v)[8]) {
+  constexpr int kWords = kTrellisBlock * K / 32;
+  const int low = (kTrellisBlock - 8 - 8 * lane) * K;
+  const int w0 = low >> 5;
+  const uint32_t a = __shfl_sync(0xffffffffu, word, w0);
+  const uint32_t b = __shfl_sync(0xffffffffu, word, w0 + 1 == kWords ? 0 : w0 + 1);
+  const int base = low & 31;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int rel = base + (7 - j) * K;  // < 32 always for k = 2 and 4
+    const uint32_t lo = (K == 3 && rel >= 32) ? b : a;
+    const uint32_t state = __funnelshift_r(lo, b, uint32_t(rel)) & 0xFFFu;
+    v[j] = kBiased ? trellis_1mad_biased(state) : trellis_1mad(state);
+  }
+}
+
 // Element (o, i) of the logical W [out, in] of any packed weight, in f32: the slow general path
 // (embedding rows of a transposed table, tests); the kernels below decode in bulk.
 __device__ __forceinline__ float packed_value(const PackedTen& w, int64_t o, int64_t i) {
