@@ -308,6 +308,21 @@ void launch(Ctx& ctx, Args& a, int64_t total_rows) {
   }
 }
 
+// launch<F, GLU> with GLU chosen at run time, and the shared memory of a packed format's
+// input-norm variants (its instances: one input row, or up to eight).
+template <class F>
+void launch_glu_or_not(Ctx& ctx, Args& a, int64_t total_rows, bool glu) {
+  if (glu)
+    launch<F, true>(ctx, a, total_rows);
+  else
+    launch<F, false>(ctx, a, total_rows);
+}
+template <class F>
+void allow_packed_norm_smem() {
+  allow_norm_smem<F, 1>();
+  allow_norm_smem<F, 8>();
+}
+
 // The packed formats' launches (gemv_affine.cu, gemv_trellis.cu) and the allowance of their
 // input-norm variants' shared memory (once, outside any graph capture).
 void launch_affine(Ctx& ctx, Args& a, int64_t total_rows, int bits, bool glu);

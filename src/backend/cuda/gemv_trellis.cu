@@ -5,39 +5,21 @@
 
 namespace hearth::cuda::gemv {
 
-namespace {
-
-template <int K>
-void launch_k(Ctx& ctx, Args& a, int64_t total_rows, bool glu) {
-  if (glu)
-    launch<TrellisRows<K>, true>(ctx, a, total_rows);
-  else
-    launch<TrellisRows<K>, false>(ctx, a, total_rows);
-}
-
-template <int K>
-void allow_k() {
-  allow_norm_smem<TrellisRows<K>, 1>();
-  allow_norm_smem<TrellisRows<K>, 8>();
-}
-
-}  // namespace
-
 void launch_trellis(Ctx& ctx, Args& a, int64_t total_rows, int k, bool glu) {
   switch (k) {
     case 2:
-      return launch_k<2>(ctx, a, total_rows, glu);
+      return launch_glu_or_not<TrellisRows<2>>(ctx, a, total_rows, glu);
     case 3:
-      return launch_k<3>(ctx, a, total_rows, glu);
+      return launch_glu_or_not<TrellisRows<3>>(ctx, a, total_rows, glu);
     default:
-      return launch_k<4>(ctx, a, total_rows, glu);
+      return launch_glu_or_not<TrellisRows<4>>(ctx, a, total_rows, glu);
   }
 }
 
 void trellis_init() {
-  allow_k<2>();
-  allow_k<3>();
-  allow_k<4>();
+  allow_packed_norm_smem<TrellisRows<2>>();
+  allow_packed_norm_smem<TrellisRows<3>>();
+  allow_packed_norm_smem<TrellisRows<4>>();
 }
 
 }  // namespace hearth::cuda::gemv
