@@ -152,6 +152,34 @@ struct Tile {
   int kv_head;
 };
 
+// Softmax of st [n][16] down the keys, lane r over keys [first[r], last[r]] (the others get 0;
+// a lane with no key is all zero). Each row's sum runs over its keys in order, as attend_unit's
+// does; exp is gdn::exp16 (within 2 ulp of expf). Always inlined, like gdn_simd.h's helpers, so
+// it compiles under attend_tile's AVX-512 target and no 64-byte vector crosses a call.
+GDN_INLINE void tile_softmax(float* st, int64_t n, const float* first_r, const float* last_r) {
+  using gdn::v16;
+  const v16 first = gdn::load16(first_r), last = gdn::load16(last_r);
+  const v16 minus_inf = gdn::splat16(-INFINITY), zero{};
+  v16 max_score = minus_inf;
+  for (int64_t i = 0; i < n; ++i) {
+    const v16 key = gdn::splat16(float(i));
+    v16 sv = gdn::load16(st + i * kTileRows);
+    sv = key >= first && key <= last ? sv : minus_inf;
+    gdn::store16(st + i * kTileRows, sv);
+    max_score = sv > max_score ? sv : max_score;
+  }
+  max_score = max_score == minus_inf ? zero : max_score;  // a row that sees no key: all zero
+  v16 sum{};
+  for (int64_t i = 0; i < n; ++i) {
+    const v16 e = gdn::exp16(gdn::load16(st + i * kTileRows) - max_score);  // e^-inf = 0
+    gdn::store16(st + i * kTileRows, e);
+    sum += e;
+  }
+  const v16 inv_sum = sum > zero ? 1.0f / sum : zero;
+  for (int64_t i = 0; i < n; ++i)
+    gdn::store16(st + i * kTileRows, gdn::load16(st + i * kTileRows) * inv_sum);
+}
+
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tensor& out,
                                                     const Tensor& q, const KvView& kv,
@@ -206,33 +234,12 @@ __attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tens
   if (p.softcap > 0.0f)
     for (int64_t i = 0; i < n * kTileRows; ++i) st[i] = std::tanh(st[i] / p.softcap) * p.softcap;
   // Softmax down the keys for the 16 rows at once, a row per lane (rows past `rows` see no key).
-  // Each row's sum runs over its keys in order, as attend_unit's does; exp is gdn::exp16
-  // (within 2 ulp of expf).
-  using gdn::v16;
-  v16 first{}, last{};
+  float first[kTileRows], last[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
     first[r] = r < rows ? float(lo_r[r] - lo) : 1.0f;
     last[r] = r < rows ? float(hi_r[r] - lo) : 0.0f;
   }
-  const v16 minus_inf = gdn::splat16(-INFINITY), zero{};
-  v16 max_score = minus_inf;
-  for (int64_t i = 0; i < n; ++i) {
-    const v16 key = gdn::splat16(float(i));
-    v16 sv = gdn::load16(st + i * kTileRows);
-    sv = key >= first && key <= last ? sv : minus_inf;
-    gdn::store16(st + i * kTileRows, sv);
-    max_score = sv > max_score ? sv : max_score;
-  }
-  max_score = max_score == minus_inf ? zero : max_score;  // a row that sees no key: all zero
-  v16 sum{};
-  for (int64_t i = 0; i < n; ++i) {
-    const v16 e = gdn::exp16(gdn::load16(st + i * kTileRows) - max_score);  // e^-inf = 0
-    gdn::store16(st + i * kTileRows, e);
-    sum += e;
-  }
-  const v16 inv_sum = sum > zero ? 1.0f / sum : zero;
-  for (int64_t i = 0; i < n; ++i)
-    gdn::store16(st + i * kTileRows, gdn::load16(st + i * kTileRows) * inv_sum);
+  tile_softmax(st, n, first, last);
   // Values, one 16-wide slice of the head at a time.
   for (int c = 0; c < hd; c += 16) {
     __m512 acc[kTileRows];
