@@ -173,6 +173,8 @@ struct GemvNorm {
 bool gemv_norm_fits(const Ten& x, const Ten& norm_w);  // also needs gemv_fits
 // jobs' outputs from x (normalised first unless norm.w is empty).
 void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs, const GemvNorm& norm);
+// y = x·wᵀ + bias: one product, no norm.
+void gemv_one(Ctx& ctx, const Ten& y, const Ten& x, const GemvWeight& w, const Ten& bias);
 // resid += rounded(x·wᵀ + bias to product_dtype) * scale: the product that ends a residual block.
 void gemv_residual(Ctx& ctx, const Ten& resid, float scale, const Ten& x, const GemvWeight& w,
                    const Ten& bias, int32_t product_dtype);

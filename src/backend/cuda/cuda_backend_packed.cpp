@@ -61,14 +61,7 @@ void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
   if (w.device != Device::CUDA || w.ndim != 2)
     fail("{}: packed weight {} is not a prepared matrix", name_, w.describe());
   const PackedTen p(w);
-  if (gemv_fits(Ten(x), p)) {
-    GemvJobs jobs;
-    jobs.y[0] = y;
-    jobs.w[0] = GemvWeight(p);
-    jobs.bias[0] = Ten(bias);
-    jobs.n = 1;
-    return submit<&cuda::gemv_many>(Ten(x), jobs, GemvNorm{});
-  }
+  if (gemv_fits(Ten(x), p)) return submit<&cuda::gemv_one>(y, Ten(x), GemvWeight(p), Ten(bias));
   if (packed_gemv_fits(Ten(x), p)) {
     ensure_partials(p);
     return submit<&cuda::packed_gemv>(y, Ten(x), p, Ten(bias),

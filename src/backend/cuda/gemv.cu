@@ -137,6 +137,15 @@ void gemv_many(Ctx& ctx, const Ten& x, const GemvJobs& jobs, const GemvNorm& nor
   launch_format<false>(ctx, a, jobs.w[0], total);
 }
 
+void gemv_one(Ctx& ctx, const Ten& y, const Ten& x, const GemvWeight& w, const Ten& bias) {
+  GemvJobs jobs;
+  jobs.y[0] = y;
+  jobs.w[0] = w;
+  jobs.bias[0] = bias;
+  jobs.n = 1;
+  gemv_many(ctx, x, jobs, GemvNorm{});
+}
+
 void gemv_residual(Ctx& ctx, const Ten& resid, float scale, const Ten& x, const GemvWeight& w,
                    const Ten& bias, int32_t product_dtype) {
   Args a = make_args(x, w, GemvNorm{});

@@ -196,12 +196,7 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
   if (n <= 8) {
     const unsigned blocks = unsigned((out + kGemvWarps - 1) / kGemvWarps);
     if (vec) {
-      GemvJobs jobs;
-      jobs.y[0] = y;
-      jobs.w[0] = GemvWeight(w);
-      jobs.bias[0] = bias;
-      jobs.n = 1;
-      gemv_many(ctx, x, jobs, GemvNorm{});
+      gemv_one(ctx, y, x, GemvWeight(w), bias);
       return;
     } else {
       gemv_generic_kernel<<<blocks, kGemvWarps * 32, 0, ctx.stream>>>(
