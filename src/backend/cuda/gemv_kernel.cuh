@@ -92,7 +92,7 @@ __device__ __forceinline__ int seg_of(const Args& a, int64_t i) {
 
 // xs[r][i] = bf16(x[r][i] * inv_rms(x[r]) * (w[i] + offset)) for the block's rows; the same
 // arithmetic as rms_norm (norm.cu), so the product sees the values the norm would have stored.
-__device__ void normalise_input(const Args& a, int rows, uint4* xs) {
+__device__ inline void normalise_input(const Args& a, int rows, uint4* xs) {
   const float len = float(a.in8 * 8);
   for (int r = 0; r < rows; ++r) {
     const uint4* xr = a.x + r * a.in8;
