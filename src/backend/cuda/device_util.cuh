@@ -47,6 +47,17 @@ __device__ __forceinline__ float add_squares_bf16x8(const uint4& v, float ss) {
   }
   return ss;
 }
+// s + the sum of 8 bf16 values, in f32, in order.
+__device__ __forceinline__ float sum_bf16x8(const uint4& v, float s) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    s += f.x;
+    s += f.y;
+  }
+  return s;
+}
 __device__ __forceinline__ uint4 scale_bf16x8(uint4 v, float inv, const void* gain, int gain_dt,
                                               int64_t base, float offset) {
   __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);

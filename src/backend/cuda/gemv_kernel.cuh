@@ -11,6 +11,8 @@
 // add pass:
 // - input norm: x arrives un-normalised; every block computes rms_norm(x) * gain itself into
 //   shared memory (x is a few KB, read from L2) while its first weights are already in flight;
+//   packed formats stage x in shared memory this way even without a norm, in the layout they
+//   read fastest, with each input row's sum (XIn below);
 // - residual: instead of storing y, the owner of an output row adds it into the residual
 //   stream (x += rounded(y) * scale), exactly what the separate add would have computed.
 //
@@ -27,7 +29,12 @@
 //                with the count a.n read at run time (packed formats: fewer instances)
 //   Word         what one unit's load brings (codes and the group's parameters)
 //   load / none  the unit's words (none: a lane past the row's end)
-//   accumulate   acc[r] += the unit's weights · x[r]'s, for the rows present
+//   accumulate   acc[r] += the unit's weights · x[r]'s, for the rows present (from x staged in
+//                shared memory, or read where the caller left it)
+//   kStaged      x is staged in shared memory whenever it fits (packed formats)
+//   x_slot       where a staged x word goes (a layout in which the warp's loads are conflict-free)
+//   finish       the row's sum from acc and the staged input row's Σx (trellis sums carry an
+//                offset of 1534 per weight, taken off once per row)
 //   row_scale    a factor of the whole row's sum (a trellis row's scale), 1 otherwise
 #pragma once
 #include <algorithm>
@@ -43,6 +50,11 @@ constexpr int kWarps = 8;
 constexpr size_t kMaxNormBytes = 96 * 1024;
 // Units per lane in flight per matrix: 4 16-byte bf16 loads beat 8 on the H200.
 constexpr int kUnroll = 4;
+
+// Where the kernel reads its input: x as the caller left it (global memory, through L1); x
+// staged in shared memory by each block (F::x_slot's layout, with each row's Σx); or staged
+// after rms_norm(x) * (norm_w + offset), the fused input norm.
+enum XIn { kXGlobal, kXStaged, kXNorm };
 
 // One matrix of a segment: bf16 rows, or codes with their scales (and affine biases).
 struct Mat {
@@ -90,25 +102,42 @@ __device__ __forceinline__ int seg_of(const Args& a, int64_t i) {
   return s;
 }
 
-// xs[r][i] = bf16(x[r][i] * inv_rms(x[r]) * (w[i] + offset)) for the block's rows; the same
-// arithmetic as rms_norm (norm.cu), so the product sees the values the norm would have stored.
-__device__ inline void normalise_input(const Args& a, int rows, uint4* xs) {
+// Stages the block's input rows in shared memory: xs[r][F::x_slot(i)] = x[r][i], or with NORM
+// bf16(x[r][i] * inv_rms(x[r]) * (w[i] + offset)) (the same arithmetic as rms_norm, norm.cu, so
+// the product sees the values the norm would have stored); xsum[r] = Σ of the staged values in
+// f32, in the block's fixed reduction order.
+template <class F, bool NORM>
+__device__ void stage_input(const Args& a, int rows, uint4* xs, float* xsum) {
   const float len = float(a.in8 * 8);
   for (int r = 0; r < rows; ++r) {
     const uint4* xr = a.x + r * a.in8;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
-    const float inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
-    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x)
-      xs[r * a.in8 + i] = scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset);
+    float inv = 1.0f;
+    if constexpr (NORM) {
+      float ss = 0.0f;
+      for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) ss = add_squares_bf16x8(xr[i], ss);
+      inv = rsqrtf(block_sum(ss) / len + a.norm_eps);
+    }
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) {
+      const uint4 v = NORM ? scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset)
+                           : xr[i];
+      xs[r * a.in8 + F::x_slot(i, a.in8)] = v;
+      if constexpr (F::kStaged) sum = sum_bf16x8(v, sum);
+    }
+    if constexpr (F::kStaged) {
+      sum = block_sum(sum);
+      if (threadIdx.x == 0) xsum[r] = sum;
+    }
   }
 }
 
-template <class F, int N, bool GLU, bool NORM>
+template <class F, int N, bool GLU, XIn XIN>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t n_groups) {
   using Word = typename F::Word;
-  extern __shared__ uint4 xs[];  // NORM: the normalised input [n][in8]
+  constexpr bool kStage = XIN != kXGlobal;
+  extern __shared__ uint4 xs[];  // staged: the (normalised) input [n][in8]
   __shared__ float part[kWarps][GLU ? 2 * N : N];
+  __shared__ float xsum[N];
   const int n = F::kExactRows ? N : a.n;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows_per_block = kWarps / a.split;
@@ -117,16 +146,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   const int64_t units = a.in8 * 8 / F::kWeights;
   const int64_t len = ((units + a.split - 1) / a.split + F::kAlign - 1) / F::kAlign * F::kAlign;
   const int64_t c_lo = piece * len, c_hi = min(units, c_lo + len);
-  constexpr int kXWords = F::kWeights / 8;
   pdl_trigger();
   bool waited = false;
-  // NORM: the block's first batch of weights, loaded into registers before the wait (the
-  // whole block normalises x after it, so without them no weight would be in flight until the
-  // normalised row is in shared memory; requesting them only into L2 was slower: 8B tg128
-  // 210.2 against 217.7 t/s).
+  // Staged: the block's first batch of weights, loaded into registers before the wait (the
+  // whole block stages x after it, so without them no weight would be in flight until the
+  // input is in shared memory; requesting them only into L2 was slower: 8B tg128 210.2
+  // against 217.7 t/s).
   Word pre_w[kUnroll], pre_u[GLU ? kUnroll : 1];
   bool preloaded = false;
-  if constexpr (NORM) {
+  if constexpr (kStage) {
     const Seg& g = a.seg[seg_of(a, blockIdx.x)];
     const int64_t row = (blockIdx.x - g.first_block) * rows_per_block + slot;
     if (row < g.rows) {
@@ -140,10 +168,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
     }
     pdl_wait();
     waited = true;
-    normalise_input(a, n, xs);
+    stage_input<F, XIN == kXNorm>(a, n, xs, xsum);
     __syncthreads();
   }
-  const uint4* xb = NORM ? xs : a.x;
+  const uint4* xb = kStage ? xs : a.x;
   // Persistent blocks: as many as fit on the GPU at once, each walking groups of rows, so no
   // partial last wave leaves SMs idle (a 6144-row matrix is 1.45 waves of one-shot blocks).
   for (int64_t group = blockIdx.x; group < n_groups; group += gridDim.x) {
@@ -179,8 +207,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * 32;
         if (c < c_hi) {  // uniform across the warp when kAlign is 32
-          F::template accumulate<N>(wv[u], a, n, lane, xb + c * kXWords, acc);
-          if constexpr (GLU) F::template accumulate<N>(uv[u], a, n, lane, xb + c * kXWords, acc2);
+          F::template accumulate<N, kStage>(wv[u], a, n, lane, xb, c, acc);
+          if constexpr (GLU) F::template accumulate<N, kStage>(uv[u], a, n, lane, xb, c, acc2);
         }
       }
     }
@@ -223,22 +251,24 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
 #pragma unroll
         for (int r = 0; r < N; ++r) {
           if (r >= n) break;
+          const float s1 = F::template finish<kStage>(acc[r], xsum[r]);
+          const float s2 = F::template finish<kStage>(acc2[r], xsum[r]);
           st(g.y, g.ydt, r * g.rows + row,
-             activation_f(a.act, acc[r] * mult + b) * (acc2[r] * mult2 + b2));
+             activation_f(a.act, s1 * mult + b) * (s2 * mult2 + b2));
         }
       } else if (g.resid) {
 #pragma unroll
         for (int r = 0; r < N; ++r) {
           if (r >= n) break;
           const int64_t i = r * g.rows + row;
-          st(g.resid, g.rdt, i,
-             ld(g.resid, g.rdt, i) + rounded(g.ydt, acc[r] * mult + b) * g.rscale);
+          const float s1 = F::template finish<kStage>(acc[r], xsum[r]);
+          st(g.resid, g.rdt, i, ld(g.resid, g.rdt, i) + rounded(g.ydt, s1 * mult + b) * g.rscale);
         }
       } else {
 #pragma unroll
         for (int r = 0; r < N; ++r) {
           if (r >= n) break;
-          st(g.y, g.ydt, r * g.rows + row, acc[r] * mult + b);
+          st(g.y, g.ydt, r * g.rows + row, F::template finish<kStage>(acc[r], xsum[r]) * mult + b);
         }
       }
     }
@@ -246,19 +276,27 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
   if (!waited) pdl_wait();
 }
 
-// Allows the input-norm variants of format F and row count N their shared memory.
+// Allows the staged variants of format F and row count N their shared memory.
 template <class F, int N>
 void allow_norm_smem() {
-  for (const void* k : {reinterpret_cast<const void*>(gemv_kernel<F, N, false, true>),
-                        reinterpret_cast<const void*>(gemv_kernel<F, N, true, true>)})
-    HEARTH_CUDA_CHECK(
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxNormBytes)));
+  auto allow = [](const void* kernel) {
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(kMaxNormBytes)));
+  };
+  allow(reinterpret_cast<const void*>(gemv_kernel<F, N, false, kXNorm>));
+  allow(reinterpret_cast<const void*>(gemv_kernel<F, N, true, kXNorm>));
+  if constexpr (F::kStaged) {
+    allow(reinterpret_cast<const void*>(gemv_kernel<F, N, false, kXStaged>));
+    allow(reinterpret_cast<const void*>(gemv_kernel<F, N, true, kXStaged>));
+  }
 }
 
 template <class F, int N, bool GLU>
 void launch_n(Ctx& ctx, Args& a, int64_t blocks) {
+  const size_t x_bytes = size_t(a.n) * size_t(a.in8) * 16;
   const bool norm = a.norm_w != nullptr;
-  const size_t smem = norm ? size_t(a.n) * size_t(a.in8) * 16 : 0;
+  const bool staged = norm || (F::kStaged && x_bytes <= kMaxNormBytes);
+  const size_t smem = staged ? x_bytes : 0;
   auto go = [&](auto kernel) {
     const int64_t resident =
         int64_t(ctx.sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
@@ -266,9 +304,11 @@ void launch_n(Ctx& ctx, Args& a, int64_t blocks) {
     launch_pdl(ctx, kernel, dim3(grid), dim3(kWarps * 32), smem, a, blocks);
   };
   if (norm)
-    go(gemv_kernel<F, N, GLU, true>);
+    go(gemv_kernel<F, N, GLU, kXNorm>);
+  else if constexpr (F::kStaged)
+    staged ? go(gemv_kernel<F, N, GLU, kXStaged>) : go(gemv_kernel<F, N, GLU, kXGlobal>);
   else
-    go(gemv_kernel<F, N, GLU, false>);
+    go(gemv_kernel<F, N, GLU, kXGlobal>);
 }
 
 // Splits the rows over warps, numbers the segments' row groups and launches the kernel for
