@@ -119,8 +119,8 @@ __device__ void stage_input(const Args& a, int rows, uint4* xs, float* xsum) {
     }
     float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < a.in8; i += blockDim.x) {
-      const uint4 v = NORM ? scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset)
-                           : xr[i];
+      const uint4 v =
+          NORM ? scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset) : xr[i];
       xs[r * a.in8 + F::x_slot(i, a.in8)] = v;
       if constexpr (F::kStaged) sum = sum_bf16x8(v, sum);
     }
@@ -253,8 +253,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const Args a, int64_t
           if (r >= n) break;
           const float s1 = F::template finish<kStage>(acc[r], xsum[r]);
           const float s2 = F::template finish<kStage>(acc2[r], xsum[r]);
-          st(g.y, g.ydt, r * g.rows + row,
-             activation_f(a.act, s1 * mult + b) * (s2 * mult2 + b2));
+          st(g.y, g.ydt, r * g.rows + row, activation_f(a.act, s1 * mult + b) * (s2 * mult2 + b2));
         }
       } else if (g.resid) {
 #pragma unroll
