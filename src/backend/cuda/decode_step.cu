@@ -163,7 +163,8 @@ __device__ __forceinline__ void norm_gains_to_l1(const StepArgs& a, const void* 
         "prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(gain) + int64_t(i) * 8 * esize));
 }
 
-// xs[i] = bf16(x[i] · inv_rms(x) · (gain[i] + offset)), as stage_input (gemv_kernel.cuh) computes it.
+// xs[i] = bf16(x[i] · inv_rms(x) · (gain[i] + offset)), as stage_input (gemv_kernel.cuh)
+// computes it.
 __device__ void normalise_to_smem(const StepArgs& a, const __nv_bfloat16* x, const void* gain,
                                   uint4* xs) {
   const int in8 = a.H / 8;
