@@ -30,10 +30,11 @@ inline uint32_t affine_code(const uint32_t* row, int64_t i, int bits) {
 // One row's scales or biases as f32 (n values of dtype F32, F16 or BF16).
 void affine_params_to_f32(const void* src, DType dtype, int64_t n, float* dst);
 
-// Quantizes one row: per group, bias = the minimum and scale = (max − min) / (2^bits − 1), codes
-// rounded to nearest, so every value is within half a step (scale ≥ 1e-7 for constant groups).
-// scales and biases get cols/group values each, in f32: a caller storing them in a narrower
-// dtype recomputes the codes for the rounded values with affine_requantize_row.
+// Quantizes one row: per group, the scale and bias of least squared error found by a search
+// that starts from min/max (bias = the minimum, scale = (max − min) / (2^bits − 1)) and never
+// ends worse than it; codes rounded to nearest (scale ≥ 1e-7 for constant groups). scales and
+// biases get cols/group values each, in f32: a caller storing them in a narrower dtype
+// recomputes the codes for the rounded values with affine_requantize_row.
 void affine_quantize_row(const float* w, int64_t cols, int bits, int group_size, uint32_t* codes,
                          float* scales, float* biases);
 
