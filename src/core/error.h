@@ -3,15 +3,11 @@
 #pragma once
 #include <fmt/format.h>
 
-#include <stdexcept>
 #include <string>
 
-namespace hearth {
+#include "hearth/error.h"
 
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
-};
+namespace hearth {
 
 // Throws hearth::Error with a fmt-formatted message.
 template <typename... Args>

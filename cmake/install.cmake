@@ -1,0 +1,29 @@
+# Installation: the hearth CLI, the library (libhearth.a) with the public headers
+# (include/hearth/), a CMake package (find_package(hearth) → hearth::hearth) and a pkg-config file.
+# The library is static, so both carry what it links against: Threads, fmt, PCRE2, utf8proc and,
+# in a CUDA build, the CUDA runtime and cuBLAS(Lt).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS hearth RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS hearth_lib ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY include/hearth DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+set(HEARTH_PACKAGE_CUDA ${HEARTH_HAVE_CUDA})
+configure_package_config_file(cmake/hearthConfig.cmake.in
+                              ${CMAKE_BINARY_DIR}/hearthConfig.cmake
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hearth)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/hearthConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/hearthConfig.cmake ${CMAKE_BINARY_DIR}/hearthConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hearth)
+
+set(HEARTH_PC_CUDA_LIBS "")
+if(HEARTH_HAVE_CUDA)
+  set(HEARTH_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublasLt -lcublas -lcudart")
+endif()
+# Relocatable: the prefix is found from the .pc file's own place, so a package installed with
+# --prefix elsewhere (or moved) still describes itself.
+file(RELATIVE_PATH HEARTH_PC_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+configure_file(cmake/hearth.pc.in ${CMAKE_BINARY_DIR}/hearth.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/hearth.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

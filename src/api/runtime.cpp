@@ -1,0 +1,155 @@
+// hearth's public C++ API (include/hearth/hearth.h) over the engine (runtime/engine.h): requests
+// become GenerationRequests (chat turns rendered with the model's template, sampling fields over
+// the model's defaults), and each one's completion is kept in a shared state its handles wait on.
+#include <condition_variable>
+#include <mutex>
+
+#include "chat/template.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "hearth/hearth.h"
+#include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth {
+
+struct Generation::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Completion result;
+  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+};
+
+Generation::Generation(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+void Generation::cancel() { state_->cancel->store(true); }
+
+bool Generation::done() const {
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+Completion Generation::wait() {
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  return state_->result;
+}
+
+struct Runtime::Impl {
+  mutable std::mutex mu;
+  RuntimeMetrics finished;  // the counters of completed requests
+  // Last, so that it is destroyed first: stopping it completes the requests it holds, whose
+  // callbacks still count into `finished`.
+  std::unique_ptr<Engine> engine;
+
+  std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const {
+    const Tokenizer* tok = engine->tokenizer();
+    if (!tok) fail("the model has no tokenizer.json, so it cannot take text");
+    if (r.messages.empty()) return tok->encode(r.prompt, true);
+    const std::string source = tok->chat_template();
+    if (source.empty()) fail("messages: the model has no chat template (tokenizer_config.json)");
+    chat::ChatInputs inputs;
+    for (const ChatTurn& t : r.messages)
+      inputs.messages.push_back({{"role", t.role}, {"content", t.content}});
+    inputs.add_generation_prompt = true;
+    inputs.special_tokens["bos_token"] = tok->bos_token();
+    inputs.special_tokens["eos_token"] = tok->eos_token();
+    // The template already writes the special tokens, as apply_chat_template(tokenize=True).
+    return tok->encode(chat::render_chat(chat::ChatTemplate::parse(source), inputs), false);
+  }
+
+  void count(const GenerationResult& r) {
+    std::lock_guard lock(mu);
+    ++finished.requests_finished;
+    finished.prompt_tokens += r.usage.prompt_tokens;
+    finished.completion_tokens += r.usage.completion_tokens;
+    finished.prompt_cache_hit_tokens += r.usage.cached_tokens;
+  }
+};
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() = default;
+
+std::unique_ptr<Runtime> Runtime::load(const RuntimeOptions& options) {
+  if (options.model.empty()) fail("RuntimeOptions::model: no model directory given");
+  if (options.threads < 0) fail("RuntimeOptions::threads must be >= 0, got {}", options.threads);
+  if (options.context < 0) fail("RuntimeOptions::context must be >= 0, got {}", options.context);
+  if (options.threads > 0) ThreadPool::set_global_threads(options.threads);
+  EngineOptions engine;
+  engine.model_dir = options.model;
+  engine.device = options.device;
+  engine.n_ctx = options.context;
+  auto impl = std::make_unique<Impl>();
+  impl->engine = Engine::load(engine);
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+Generation Runtime::submit(const CompletionRequest& request,
+                           std::function<void(std::string_view)> on_text) {
+  if (request.max_tokens < 1)
+    fail("CompletionRequest::max_tokens must be >= 1, got {}", request.max_tokens);
+  GenerationRequest g;
+  g.prompt = impl_->prompt_tokens(request);
+  g.max_tokens = request.max_tokens;
+  SamplingOverrides o;
+  o.temperature = request.temperature;
+  o.top_p = request.top_p;
+  o.min_p = request.min_p;
+  o.top_k = request.top_k;
+  o.seed = request.seed;
+  g.sampling = o.apply(impl_->engine->default_sampling());
+  g.stop = request.stop;
+  auto state = std::make_shared<Generation::State>();
+  g.cancel = state->cancel;
+  impl_->engine->validate(g);
+
+  GenerationCallbacks callbacks;
+  if (on_text)
+    callbacks.on_delta = [on_text = std::move(on_text)](const GenerationDelta& d) {
+      if (!d.text.empty()) on_text(d.text);
+    };
+  callbacks.on_done = [impl = impl_.get(), state](const GenerationResult& r) {
+    impl->count(r);
+    Completion c;
+    c.text = r.text;
+    c.finish_reason = r.finish_reason;
+    c.error = r.error;
+    c.prompt_tokens = r.usage.prompt_tokens;
+    c.cached_prompt_tokens = r.usage.cached_tokens;
+    c.completion_tokens = r.usage.completion_tokens;
+    c.time_to_first_token_ms = r.timings.ttft_ms;
+    c.decode_tokens_per_s = r.timings.decode_ms > 0 && r.timings.decode_tokens > 1
+                                ? double(r.timings.decode_tokens - 1) * 1e3 / r.timings.decode_ms
+                                : 0.0;
+    {
+      std::lock_guard lock(state->mu);
+      state->result = std::move(c);
+      state->done = true;
+    }
+    state->cv.notify_all();
+  };
+  impl_->engine->submit(std::move(g), std::move(callbacks));
+  return Generation(state);
+}
+
+Completion Runtime::complete(const CompletionRequest& request,
+                             std::function<void(std::string_view)> on_text) {
+  return submit(request, std::move(on_text)).wait();
+}
+
+RuntimeMetrics Runtime::metrics() const {
+  RuntimeMetrics m;
+  {
+    std::lock_guard lock(impl_->mu);
+    m = impl_->finished;
+  }
+  m.requests_waiting = int64_t(impl_->engine->queue_depth());
+  return m;
+}
+
+std::string Runtime::model_type() const { return impl_->engine->config().model_type(); }
+
+int64_t Runtime::context() const { return impl_->engine->n_ctx(); }
+
+}  // namespace hearth
