@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# bench/bench_serving.py against a real `hearth serve` of the bundled model: both concurrency
+# levels complete with no failed request, and the table has a row per level.
+# Usage: bench_serving_smoke.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+log=$(mktemp)
+"$build/hearth" serve -m "$src/models/default" --port 0 -t 2 > "$log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
+for _ in $(seq 100); do grep -q "ready at" "$log" && break; sleep 0.1; done
+url=$(grep -o "ready at http://[^ ]*" "$log" | cut -d' ' -f3)
+[ -n "$url" ] || { cat "$log"; exit 1; }
+out=$(python3 "$src/bench/bench_serving.py" --url "$url" --concurrency 1,3 --input-len 40 \
+  --output-len 12)
+echo "$out"
+[ "$(echo "$out" | grep -c '^| [13] |')" = 2 ]
