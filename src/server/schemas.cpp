@@ -267,7 +267,7 @@ ChatRequest parse_openai_chat(const ojson& body) {
       const std::string name = "tools[" + std::to_string(i) + "]";
       const ojson& t = (*tools)[i];
       if (!t.is_object()) wrong_type(name, "an object", t);
-      if (t.value("type", "function") != "function")
+      if (get_string(t, "type").value_or("function") != "function")
         bad_request(name + ".type must be 'function'", name + ".type");
       const ojson* fn = field(t, "function");
       if (!fn || !fn->is_object()) bad_request(name + ".function is required", name + ".function");

@@ -22,7 +22,7 @@ std::string blocks_text(const ojson& content, const std::string& name) {
     const ojson& b = content[i];
     const std::string bname = name + "[" + std::to_string(i) + "]";
     if (!b.is_object()) wrong(bname, "an object");
-    const std::string type = b.value("type", "");
+    const std::string type = get_string(b, "type").value_or("");
     if (type != "text")
       bad_request(bname + ": block type '" + type + "' is not supported here (text only)", bname);
     auto t = get_string(b, "text");
@@ -74,7 +74,7 @@ ChatRequest parse_anthropic_messages(const ojson& body) {
       const ojson& b = (*content)[j];
       const std::string bname = name + ".content." + std::to_string(j);
       if (!b.is_object()) wrong(bname, "an object");
-      const std::string type = b.value("type", "");
+      const std::string type = get_string(b, "type").value_or("");
       if (type == "text") {
         auto t = get_string(b, "text");
         if (!t) bad_request(bname + ".text: Field required", bname + ".text");

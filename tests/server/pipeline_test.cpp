@@ -143,6 +143,32 @@ TEST_F(Pipeline, AnthropicBlocksBecomeTemplateMessages) {
       << p.prompt_text;
 }
 
+// A block or tool "type" that is not a string is a 400 naming it, not an uncaught JSON type error
+// (found by fuzz_request; the input is in its corpus).
+TEST_F(Pipeline, NonStringTypesAreBadRequests) {
+  const char* bodies[] = {
+      R"({"max_tokens": 10, "system": [{"type": ["text"], "text": "x"}],
+          "messages": [{"role": "user", "content": "hi"}]})",
+      R"({"max_tokens": 10, "messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})"};
+  for (const char* text : bodies) {
+    try {
+      parse_anthropic_messages(ojson::parse(text));
+      FAIL() << text;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(std::string(e.what()).find("type"), std::string::npos) << e.what();
+    }
+  }
+  ojson b = body("x");
+  b["tools"] = ojson::array({{{"type", {{"a", 1}}}, {"function", {{"name", "f"}}}}});
+  try {
+    parse_openai_chat(b);
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+  }
+}
+
 TEST_F(Pipeline, ChatOutputSplitsReasoningAndTools) {
   PreparedChat p;
   p.tool_format = chat::ToolCallFormat::Hermes;
