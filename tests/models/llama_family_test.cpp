@@ -3,6 +3,9 @@
 // (prefill-all equals prefill-then-decode at every position; chunked prefill equals one-shot).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+
 #include "core/error.h"
 #include "fixture.h"
 #include "models/llama.h"
@@ -70,6 +73,48 @@ TEST_P(LlamaFamily, DecodeEqualsPrefillAtEveryPosition) {
     std::vector<float> row(all.begin() + long(i * n_vocab), all.begin() + long((i + 1) * n_vocab));
     ASSERT_LT(test::max_error_rel_std(one.data(), row, std), 1e-4) << c.name << " position " << i;
   }
+}
+
+// Several sequences at different positions stepped together (Model::forward_batch) give each
+// the logits it gets alone, and advance each by one position; the batch's greedy tokens are the
+// lone ones.
+TEST_P(LlamaFamily, BatchedDecodeEqualsEachAlone) {
+  const FixtureCase& c = GetParam();
+  auto model = load_model(c.dir);
+  const auto prompt = prompt_of(c);
+  const size_t n_vocab = size_t(model->info().n_vocab);
+  const double std = c.reference["logits_std"].get<double>();
+  // Three sequences holding prompts of different lengths (prefixes of the reference prompt).
+  const size_t lens[] = {prompt.size(), std::max<size_t>(1, prompt.size() / 2), 1};
+  std::vector<std::unique_ptr<SequenceState>> batched, alone;
+  std::vector<float> scratch(prompt.size() * n_vocab);
+  for (size_t len : lens) {
+    const std::span<const int32_t> p(prompt.data(), len);
+    batched.push_back(model->new_sequence());
+    alone.push_back(model->new_sequence());
+    model->forward(*batched.back(), p, LogitsRows::None, nullptr);
+    model->forward(*alone.back(), p, LogitsRows::None, nullptr);
+  }
+  std::vector<int32_t> tokens = {prompt[0], prompt.back(), 7 % int32_t(n_vocab)};
+  for (int step = 0; step < 4; ++step) {
+    std::vector<SequenceState*> states;
+    for (auto& s : batched) states.push_back(s.get());
+    std::vector<float> batch(3 * n_vocab), one(n_vocab);
+    model->forward_batch(states, tokens, batch.data());
+    for (size_t i = 0; i < 3; ++i) {
+      model->forward(*alone[i], std::span<const int32_t>(&tokens[i], 1), LogitsRows::Last,
+                     one.data());
+      const std::vector<float> row(batch.begin() + long(i * n_vocab),
+                                   batch.begin() + long((i + 1) * n_vocab));
+      ASSERT_LT(test::max_error_rel_std(one.data(), row, std), 1e-4)
+          << c.name << " sequence " << i << " step " << step;
+      EXPECT_EQ(batched[i]->n_past(), alone[i]->n_past());
+      tokens[i] = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+    }
+  }
+  std::vector<SequenceState*> twice = {batched[0].get(), batched[0].get()};
+  std::vector<float> two(2 * n_vocab);
+  EXPECT_THROW(model->forward_batch(twice, std::vector<int32_t>{1, 2}, two.data()), Error);
 }
 
 TEST_P(LlamaFamily, ChunkedPrefillEqualsOneShot) {
