@@ -4,7 +4,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "chat/template.h"
+#include "chat/encode_chat.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "hearth/hearth.h"
@@ -47,16 +47,10 @@ struct Runtime::Impl {
     const Tokenizer* tok = engine->tokenizer();
     if (!tok) fail("the model has no tokenizer.json, so it cannot take text");
     if (r.messages.empty()) return tok->encode(r.prompt, true);
-    const std::string source = tok->chat_template();
-    if (source.empty()) fail("messages: the model has no chat template (tokenizer_config.json)");
-    chat::ChatInputs inputs;
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     for (const ChatTurn& t : r.messages)
-      inputs.messages.push_back({{"role", t.role}, {"content", t.content}});
-    inputs.add_generation_prompt = true;
-    inputs.special_tokens["bos_token"] = tok->bos_token();
-    inputs.special_tokens["eos_token"] = tok->eos_token();
-    // The template already writes the special tokens, as apply_chat_template(tokenize=True).
-    return tok->encode(chat::render_chat(chat::ChatTemplate::parse(source), inputs), false);
+      messages.push_back({{"role", t.role}, {"content", t.content}});
+    return chat::encode_chat(*tok, messages, "CompletionRequest::messages");
   }
 
   void count(const GenerationResult& r) {

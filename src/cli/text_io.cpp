@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "chat/encode_chat.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,7 +26,8 @@ std::vector<int32_t> TextCodec::encode_chat(const std::string& text) const {
   if (!tokenizer_)
     fail("{}: this model directory has no tokenizer.json; give the prompt as --prompt-tokens",
          dir_);
-  return render_user_message(*tokenizer_, text);
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", text}}};
+  return chat::encode_chat(*tokenizer_, messages, "--chat");
 }
 
 std::string TextCodec::decode(std::span<const int32_t> ids) const {

@@ -14,10 +14,6 @@ class Tokenizer;
 
 namespace hearth::cli {
 
-// Renders `text` as one user message through the tokenizer's chat template (with the generation
-// prompt) and encodes it. Defined with the chat-template commands.
-std::vector<int32_t> render_user_message(const Tokenizer& tokenizer, const std::string& text);
-
 class TextCodec {
  public:
   explicit TextCodec(const std::string& model_dir);
