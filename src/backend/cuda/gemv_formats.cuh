@@ -19,6 +19,7 @@ struct Bf16Rows {
   }
   __device__ static Word none() { return make_uint4(0, 0, 0, 0); }
   static constexpr bool kStaged = false;
+  static constexpr bool kSumsX = false;
   __device__ static int64_t x_slot(int64_t i, int64_t) { return i; }
   template <int N, bool STAGED>
   __device__ static void accumulate(const Word& w, const Args& a, int, int, const uint4* x,
@@ -69,6 +70,7 @@ struct AffineRows {
     return w;
   }
   static constexpr bool kStaged = true;
+  static constexpr bool kSumsX = false;
   // Chunk c's span: its first word and the distance between its four words.
   __device__ static void span_of(int64_t c, int64_t in8, int64_t& first, int64_t& stride) {
     const int64_t chunks = in8 / 4, m = c >> 5;
@@ -134,6 +136,7 @@ struct TrellisRows {
   }
   __device__ static Word none() { return 0u; }
   static constexpr bool kStaged = true;
+  static constexpr bool kSumsX = true;
   __device__ static int64_t x_slot(int64_t i, int64_t) { return i; }
   template <int N, bool STAGED>
   __device__ static void accumulate(const Word& w, const Args& a, int n, int lane, const uint4* x,

@@ -32,6 +32,7 @@
 //   accumulate   acc[r] += the unit's weights · x[r]'s, for the rows present (from x staged in
 //                shared memory, or read where the caller left it)
 //   kStaged      x is staged in shared memory whenever it fits (packed formats)
+//   kSumsX       finish needs each staged input row's Σx (trellis)
 //   x_slot       where a staged x word goes (a layout in which the warp's loads are conflict-free)
 //   finish       the row's sum from acc and the staged input row's Σx (trellis sums carry an
 //                offset of 1534 per weight, taken off once per row)
@@ -104,8 +105,8 @@ __device__ __forceinline__ int seg_of(const Args& a, int64_t i) {
 
 // Stages the block's input rows in shared memory: xs[r][F::x_slot(i)] = x[r][i], or with NORM
 // bf16(x[r][i] * inv_rms(x[r]) * (w[i] + offset)) (the same arithmetic as rms_norm, norm.cu, so
-// the product sees the values the norm would have stored); xsum[r] = Σ of the staged values in
-// f32, in the block's fixed reduction order.
+// the product sees the values the norm would have stored); with F::kSumsX, xsum[r] = Σ of the
+// staged values in f32, in the block's fixed reduction order.
 template <class F, bool NORM>
 __device__ void stage_input(const Args& a, int rows, uint4* xs, float* xsum) {
   const float len = float(a.in8 * 8);
@@ -122,9 +123,9 @@ __device__ void stage_input(const Args& a, int rows, uint4* xs, float* xsum) {
       const uint4 v =
           NORM ? scale_bf16x8(xr[i], inv, a.norm_w, a.norm_wdt, i * 8, a.norm_offset) : xr[i];
       xs[r * a.in8 + F::x_slot(i, a.in8)] = v;
-      if constexpr (F::kStaged) sum = sum_bf16x8(v, sum);
+      if constexpr (F::kSumsX) sum = sum_bf16x8(v, sum);
     }
-    if constexpr (F::kStaged) {
+    if constexpr (F::kSumsX) {
       sum = block_sum(sum);
       if (threadIdx.x == 0) xsum[r] = sum;
     }
