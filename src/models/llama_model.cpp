@@ -61,8 +61,7 @@ class LlamaModel final : public StepModel {
   std::unique_ptr<SequenceState> new_sequence() const override {
     return std::make_unique<LlamaSequence>(*backend_, d_);
   }
-  void forward_batch(std::span<SequenceState* const> states, std::span<const int32_t> tokens,
-                     float* logits) override;
+  void forward_batch(std::span<const BatchItem> items) override;
 
  private:
   Backend& step_backend() const override { return *backend_; }
@@ -72,8 +71,12 @@ class LlamaModel final : public StepModel {
   Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
   Tensor take_norm(const std::string& name, int64_t n);
   void reserve_scratch(int64_t n_tokens);
-  // seqs: one sequence owning all n rows, or n sequences of one row each (forward_batch).
-  void attention_block(int layer, std::span<LlamaSequence* const> seqs, int64_t n,
+  // The rows [first, first + rows) of a step that belong to one sequence.
+  struct SequenceRows {
+    LlamaSequence* seq;
+    int64_t first, rows;
+  };
+  void attention_block(int layer, std::span<const SequenceRows> parts, int64_t n,
                        const int32_t* positions);
   void ffn_block(int layer, int64_t n);
   void residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj,
@@ -196,7 +199,7 @@ void LlamaModel::reserve_scratch(int64_t n) {
   scratch_tokens_ = n;
 }
 
-void LlamaModel::attention_block(int il, std::span<LlamaSequence* const> seqs, int64_t n,
+void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, int64_t n,
                                  const int32_t* pos) {
   const LlamaLayer& L = layers_[size_t(il)];
   const int64_t H = d_.n_embd, hd = d_.head_dim;
@@ -237,14 +240,12 @@ void LlamaModel::attention_block(int il, std::span<LlamaSequence* const> seqs, i
   ap.softcap = d_.attn_softcap;
   ap.window = d_.window[size_t(il)];
   const RopeParams* rope = d_.use_rope[size_t(il)] ? &rp : nullptr;
-  // Rows [first, first + rows) belong to seqs[s]: all of them, or one row per sequence.
-  const int64_t rows = seqs.size() == 1 ? n : 1;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const int64_t first = int64_t(s) * rows;
-    const KvView kv = seqs[s]->kv.view(il);
-    const Tensor qs = q.slice_rows(first, first + rows), as = attn.slice_rows(first, first + rows);
-    be.qk_norm_rope_store(qs, k.slice_rows(first, first + rows), v.slice_rows(first, first + rows),
-                          q_gain, k_gain, d_.norm_eps, d_.norm_offset, rope, kv, pos + first);
+  for (const SequenceRows& p : parts) {
+    const int64_t first = p.first, end = p.first + p.rows;
+    const KvView kv = p.seq->kv.view(il);
+    const Tensor qs = q.slice_rows(first, end), as = attn.slice_rows(first, end);
+    be.qk_norm_rope_store(qs, k.slice_rows(first, end), v.slice_rows(first, end), q_gain, k_gain,
+                          d_.norm_eps, d_.norm_offset, rope, kv, pos + first);
     be.attention(as, qs, kv, pos + first, ap);
   }
   residual_product(x, attn.reshaped({n, d_.n_head * hd}), {o, L.o.w, L.o.bias}, L.post_attn_norm);
@@ -359,7 +360,7 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
   embed(*backend_, x, embed_, tokens, d_.embed_scale);
   seq.kv.reserve_batch(n);
   if (n != 1 || !decode_layers(seq, x, positions_[0])) {
-    LlamaSequence* const one[] = {&seq};
+    const SequenceRows one[] = {{&seq, 0, n}};
     for (int il = 0; il < int(d_.n_layer); ++il) {
       attention_block(il, one, n, positions_.data());
       ffn_block(il, n);
@@ -372,34 +373,38 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
 // The rows of several sequences through the layers together: each linear layer reads its
 // weights once for all of them. CPU only for now: the CUDA backend records and replays steps
 // per row count, which a step of several KV caches does not fit yet. Dynamic-NTK rope, whose
-// frequencies follow each sequence's length, also steps the sequences in turn.
-void LlamaModel::forward_batch(std::span<SequenceState* const> states,
-                               std::span<const int32_t> tokens, float* logits) {
-  check_batch(states, tokens);
-  const int64_t n = int64_t(tokens.size());
-  bool together = n > 1 && backend_->name() == "cpu";
+// frequencies follow each sequence's length, also runs the sequences in turn.
+void LlamaModel::forward_batch(std::span<const BatchItem> items) {
+  check_batch(items);
+  bool together = items.size() > 1 && backend_->name() == "cpu";
   for (const RopeSpec& spec : d_.ropes) together = together && spec.type != "dynamic";
-  if (!together) return Model::forward_batch(states, tokens, logits);
-  check_tokens(tokens, d_.n_vocab);
-  std::vector<LlamaSequence*> seqs(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) seqs[size_t(i)] = static_cast<LlamaSequence*>(states[size_t(i)]);
+  if (!together) return Model::forward_batch(items);
+  std::vector<SequenceRows> parts;
+  std::vector<int32_t> tokens;
+  positions_.clear();
+  for (const BatchItem& item : items) {
+    check_tokens(item.tokens, d_.n_vocab);
+    auto* seq = static_cast<LlamaSequence*>(item.state);
+    parts.push_back({seq, int64_t(tokens.size()), int64_t(item.tokens.size())});
+    tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+    for (int64_t i = 0; i < int64_t(item.tokens.size()); ++i)
+      positions_.push_back(int32_t(seq->n_past() + i));
+  }
+  const int64_t n = int64_t(tokens.size());
   reserve_scratch(n);
   backend_->begin_step(n);
-  positions_.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) positions_[size_t(i)] = int32_t(seqs[size_t(i)]->n_past());
   for (size_t r = 0; r < d_.ropes.size(); ++r)
     if (inv_freq_[r].empty()) inv_freq_[r] = d_.ropes[r].inv_freq(0, &attention_factor_[r]);
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
   backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
-  for (LlamaSequence* s : seqs) s->kv.reserve_batch(1);
+  for (const SequenceRows& p : parts) p.seq->kv.reserve_batch(p.rows);
   for (int il = 0; il < int(d_.n_layer); ++il) {
-    attention_block(il, seqs, n, positions_.data());
+    attention_block(il, parts, n, positions_.data());
     ffn_block(il, n);
   }
-  for (LlamaSequence* s : seqs) s->kv.commit_batch();
-  finish_with_logits(*backend_, x, h_.view(act_, {n, H}), LogitsRows::All, head_, logits, nullptr,
-                     nullptr);
+  for (const SequenceRows& p : parts) p.seq->kv.commit_batch();
+  finish_with_item_logits(*backend_, x, o_, h_, act_, items, head_);
 }
 
 }  // namespace

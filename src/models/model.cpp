@@ -13,20 +13,20 @@ int32_t Model::forward_pick(SequenceState& state, std::span<const int32_t> token
   return pick_token_host(pick_logits_, pick, scratch);
 }
 
-void Model::check_batch(std::span<SequenceState* const> states, std::span<const int32_t> tokens) {
-  if (states.size() != tokens.size())
-    fail("forward_batch: {} sequences but {} tokens", states.size(), tokens.size());
-  for (size_t i = 0; i < states.size(); ++i)
+void Model::check_batch(std::span<const BatchItem> items) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].state) fail("forward_batch: item {} has no sequence", i);
+    if (items[i].tokens.empty()) fail("forward_batch: item {} has no tokens", i);
     for (size_t j = 0; j < i; ++j)
-      if (states[i] == states[j]) fail("forward_batch: sequence {} appears twice", j);
+      if (items[i].state == items[j].state) fail("forward_batch: sequence {} appears twice", j);
+  }
 }
 
-void Model::forward_batch(std::span<SequenceState* const> states, std::span<const int32_t> tokens,
-                          float* logits) {
-  check_batch(states, tokens);
-  const int64_t n_vocab = info().n_vocab;
-  for (size_t i = 0; i < states.size(); ++i)
-    forward(*states[i], tokens.subspan(i, 1), LogitsRows::Last, logits + int64_t(i) * n_vocab);
+void Model::forward_batch(std::span<const BatchItem> items) {
+  check_batch(items);
+  for (const BatchItem& item : items)
+    forward(*item.state, item.tokens, item.logits ? LogitsRows::Last : LogitsRows::None,
+            item.logits);
 }
 
 void Model::queue_pick(SequenceState& state, int32_t token, const TokenPick& pick) {

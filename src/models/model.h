@@ -79,14 +79,19 @@ class Model {
   // the requested rows into logits ([n_rows, n_vocab] f32). Token ids must be < n_vocab.
   virtual void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
                        float* logits) = 0;
-  // One decode step of several sequences: tokens[i] runs at the next position of states[i]
-  // (distinct states), and row i of logits ([n, n_vocab] f32) gets its logits. A model that
-  // overrides it reads its weights once for all rows (the linear layers take the n rows as one
-  // product; attention runs per sequence, on its own KV); the default steps each in turn.
-  virtual void forward_batch(std::span<SequenceState* const> states,
-                             std::span<const int32_t> tokens, float* logits);
-  // forward_batch's argument checks: one token per state, no state twice.
-  static void check_batch(std::span<SequenceState* const> states, std::span<const int32_t> tokens);
+  // One step of several sequences: each item's tokens run at the next positions of its state
+  // (distinct states; a decode token or a chunk of prompt), and an item with a logits pointer
+  // gets its last token's logits there ([n_vocab] f32). A model that overrides it reads its
+  // weights once for all rows (the linear layers take every item's rows as one product;
+  // attention runs per sequence, on its own KV); the default runs the items in turn.
+  struct BatchItem {
+    SequenceState* state = nullptr;
+    std::span<const int32_t> tokens;  // non-empty
+    float* logits = nullptr;          // the last token's logits, or nullptr: none
+  };
+  virtual void forward_batch(std::span<const BatchItem> items);
+  // forward_batch's argument checks: a state and at least one token per item, no state twice.
+  static void check_batch(std::span<const BatchItem> items);
   // forward(state, tokens, LogitsRows::Last, ...) and the next token picked from that row as
   // `pick` says. Models that override it let their backend pick where the logits are (on a GPU
   // only the token id crosses to the host); the default picks on the host.

@@ -4,6 +4,7 @@
 // step's end to the backend — the logits to the host, or only the token picked from the last
 // row (on a GPU the logits then never leave the device).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -115,6 +116,31 @@ class StepModel : public Model {
     finish_step(be, out, logits, pick, token);
   }
 
+  // Ends a forward_batch step: the head over the last row of each item that asks for logits
+  // (those rows of x gathered into `gather`, which holds x's rows; `norm` is the head's norm
+  // scratch of the same size), each item's row copied to its pointer.
+  void finish_with_item_logits(Backend& be, const Tensor& x, const DeviceBuffer& gather,
+                               const DeviceBuffer& norm, DType act,
+                               std::span<const BatchItem> items, const OutputHead& head) {
+    std::vector<int32_t> rows;
+    int64_t end = 0;
+    for (const BatchItem& item : items) {
+      end += int64_t(item.tokens.size());
+      if (item.logits) rows.push_back(int32_t(end - 1));
+    }
+    if (rows.empty()) return be.end_step();
+    const int64_t m = int64_t(rows.size()), H = x.dim(1);
+    const Tensor picked = gather.view(act, {m, H});
+    be.gather_rows(picked, x, rows.data());
+    item_logits_.resize(size_t(m * head.n_vocab));
+    finish_with_logits(be, picked, norm.view(act, {m, H}), LogitsRows::All, head,
+                       item_logits_.data(), nullptr, nullptr);
+    size_t r = 0;
+    for (const BatchItem& item : items)
+      if (item.logits)
+        std::copy_n(item_logits_.data() + r++ * size_t(head.n_vocab), head.n_vocab, item.logits);
+  }
+
   // Ends the step: `out` ([n_rows, n_vocab] f32) to the host, or its last row's picked token.
   static void finish_step(Backend& be, const Tensor& out, float* logits, const TokenPick* pick,
                           int32_t* token) {
@@ -134,7 +160,8 @@ class StepModel : public Model {
   std::vector<int32_t> positions_;
 
  private:
-  bool picked_input_ = false;  // queue_pick(kPickedToken) is running
+  bool picked_input_ = false;       // queue_pick(kPickedToken) is running
+  std::vector<float> item_logits_;  // finish_with_item_logits' rows on the host
   DeviceBuffer logits_;
   int64_t logits_capacity_ = 0;
 };

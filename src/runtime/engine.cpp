@@ -1,6 +1,8 @@
-// The engine's worker: one request at a time, prompt cache lookup, checkpointed chunked prefill,
-// then sample/decode with streaming text, stop strings, logprobs and cancellation between
-// tokens. The hot loop does not throw; anything that does is turned into finish_reason "error".
+// The engine's worker: the scheduling loop. Each iteration admits queued requests, drops the
+// cancelled ones, and runs one step: a decode token for every running request past its prompt,
+// then prompt chunks, oldest request first, up to the step's token budget. The requests turn the
+// step's logits into tokens and text (running_request.cpp). A step that throws fails the
+// requests in it with finish_reason "error"; the others go on.
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "runtime/generate.h"
+#include "runtime/running_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth {
@@ -21,30 +24,6 @@ namespace {
 double now_ms() {
   using namespace std::chrono;
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
-}
-
-// log-softmax of the raw logits: the chosen token's logprob and the top `n` alternatives.
-TokenLogprob compute_logprobs(std::span<const float> logits, int32_t chosen, int n) {
-  float max = -INFINITY;
-  for (float v : logits) max = std::max(max, v);
-  double sum = 0;
-  for (float v : logits) sum += std::exp(double(v - max));
-  const float log_z = max + float(std::log(sum));
-  TokenLogprob out;
-  out.token = chosen;
-  out.logprob = logits[size_t(chosen)] - log_z;
-  if (n > 0) {
-    std::vector<int32_t> ids(logits.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-    const size_t k = std::min(size_t(n), ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(),
-                      [&](int32_t a, int32_t b) {
-                        return logits[size_t(a)] > logits[size_t(b)] ||
-                               (logits[size_t(a)] == logits[size_t(b)] && a < b);
-                      });
-    for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logits[size_t(ids[i])] - log_z);
-  }
-  return out;
 }
 
 }  // namespace
@@ -131,6 +110,13 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
         n_ctx_, kv_bytes, max_ctx);
     n_ctx_ = max_ctx;
   }
+  const bool cpu = options_.device == "cpu";
+  max_running_ = options_.max_running > 0 ? options_.max_running : cpu ? 16 : 256;
+  max_step_tokens_ = options_.max_step_tokens > 0 ? options_.max_step_tokens
+                     : cpu                        ? 128
+                                                  : model_->default_prefill_chunk();
+  // Every running request's decode token fits in a step, with room for a prompt chunk.
+  max_step_tokens_ = std::max(max_step_tokens_, max_running_ + 1);
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -194,7 +180,6 @@ void Engine::shutdown() {
     std::lock_guard lock(mu_);
     if (stopping_ && !worker_.joinable()) return;
     stopping_ = true;
-    if (running_cancel_) running_cancel_->store(true);
     dropped.swap(queue_);
   }
   cv_.notify_all();
@@ -207,207 +192,133 @@ void Engine::shutdown() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Engine::worker_loop() {
-  for (;;) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping and drained
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
-    running_cancel_ = job.request.cancel;
-    if (stopping_) running_cancel_->store(true);
-    lock.unlock();
+bool Engine::requests_waiting() const {
+  std::lock_guard lock(mu_);
+  return !queue_.empty();
+}
 
-    GenerationResult result;
-    try {
-      result = run(job);
-    } catch (const std::exception& e) {
-      result.finish_reason = "error";
-      result.error = e.what();
+bool Engine::admit(std::vector<std::unique_ptr<RunningRequest>>& running) {
+  std::vector<Job> admitted;
+  {
+    std::unique_lock lock(mu_);
+    if (running.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) {  // shutdown() failed the queued ones; the running ones end cancelled
+      for (auto& r : running) r->finish("cancelled");
+      return !queue_.empty();
     }
-    lock.lock();
-    running_cancel_.reset();
-    lock.unlock();
-    if (job.callbacks.on_done) job.callbacks.on_done(result);
+    while (!queue_.empty() && int64_t(running.size() + admitted.size()) < max_running_) {
+      admitted.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  }
+  const RunningRequest::Context context{*model_, tokenizer_.get(),
+                                        options_.cache_bytes > 0 ? &cache_ : nullptr, n_ctx_,
+                                        options_.checkpoint_interval};
+  for (Job& job : admitted) {
+    const double now = now_ms();
+    GenerationResult failed;
+    failed.timings.queue_ms = now - job.submitted_at_ms;
+    if (job.request.cancel->load()) {
+      failed.finish_reason = "cancelled";
+    } else {
+      try {
+        validate(job.request);
+        running.push_back(std::make_unique<RunningRequest>(
+            context, std::move(job.request), std::move(job.callbacks), job.submitted_at_ms, now));
+        continue;
+      } catch (const std::exception& e) {
+        failed.finish_reason = "error";
+        failed.error = e.what();
+      }
+    }
+    failed.usage.prompt_tokens = int64_t(job.request.prompt.size());
+    if (job.callbacks.on_done) job.callbacks.on_done(failed);
+  }
+  return true;
+}
+
+void Engine::worker_loop() {
+  std::vector<std::unique_ptr<RunningRequest>> running;
+  while (admit(running)) {
+    std::erase_if(running, [](const auto& r) { return r->done(); });
+    step(running);
+    std::erase_if(running, [](const auto& r) { return r->done(); });
   }
 }
 
-GenerationResult Engine::run(Job& job) {
-  const GenerationRequest& req = job.request;
-  GenerationResult result;
-  const double t_start = now_ms();
-  result.timings.queue_ms = t_start - job.submitted_at_ms;
-  if (req.cancel->load()) {
-    result.finish_reason = "cancelled";
-    return result;
+void Engine::step(std::span<const std::unique_ptr<RunningRequest>> running) {
+  for (const auto& r : running)
+    if (!r->done() && r->cancel_requested()) r->finish("cancelled");
+  std::vector<RunningRequest*> live;
+  for (const auto& r : running)
+    if (!r->done()) live.push_back(r.get());
+  if (live.empty()) return;
+  // A lone decoding request on a backend that picks ahead keeps its steps queued one ahead, until
+  // another request arrives; then the queued step's token is taken and it steps in batches.
+  RunningRequest* solo = live.size() == 1 && !live[0]->prefilling() ? live[0] : nullptr;
+  if (solo && solo->can_pick_ahead()) {
+    const bool others = requests_waiting();
+    try {
+      solo->decode_ahead(!others);
+      if (others) solo->drain_picks();
+    } catch (const std::exception& e) {
+      solo->finish("error", e.what());
+    }
+    return;
   }
-  validate(req);
-  const int64_t n_prompt = int64_t(req.prompt.size());
-  const int64_t n_vocab = model_->info().n_vocab;
-
-  // Prompt cache: reuse the longest common prefix, but always run the last prompt token.
-  std::vector<int64_t> checkpoints;
-  std::unique_ptr<SequenceState> state;
-  if (options_.cache_bytes > 0) {
-    auto hit = cache_.acquire(req.prompt, n_prompt - 1);
-    state = std::move(hit.state);
-    result.usage.cached_tokens = hit.n_reused;
-    checkpoints = std::move(hit.checkpoints);
+  for (RunningRequest* r : live) {
+    try {
+      r->drain_picks();
+    } catch (const std::exception& e) {
+      r->finish("error", e.what());
+    }
   }
-  if (!state) state = model_->new_sequence();
-  result.usage.prompt_tokens = n_prompt;
 
-  std::vector<int32_t> history(req.prompt.begin(), req.prompt.end());
-  auto give_back = [&] {
-    if (options_.cache_bytes == 0) return;
-    // A state past the history (a step picked ahead on a token that was then not kept, and a
-    // recurrent state that cannot be cut back) matches no token list: not cached.
-    if (state->n_past() > int64_t(history.size())) return;
-    const int64_t n = std::min<int64_t>(state->n_past(), int64_t(history.size()));
-    if (n <= 0) return;
-    cache_.release(std::vector<int32_t>(history.begin(), history.begin() + n), std::move(state),
-                   std::move(checkpoints));
-  };
-
-  // Prefill in chunks; states with recurrent layers end them on checkpoint boundaries, so a later
-  // prompt can resume there (attention-only states go back anywhere: their chunks stay whole).
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
-  const bool checkpointed = state->needs_checkpoints();
-  const int64_t interval = std::max<int64_t>(options_.checkpoint_interval, 1);
+  // Decode tokens first, then prompt chunks, oldest request first, within the token budget.
+  std::vector<Model::BatchItem> items;
+  std::vector<RunningRequest*> in_step;
+  std::vector<int32_t> inputs(live.size());
+  for (RunningRequest* r : live) {
+    if (r->done() || r->prefilling()) continue;
+    const std::optional<int32_t> input = r->decode_input();
+    if (!input) continue;  // context full: finished "length"
+    inputs[in_step.size()] = *input;
+    items.push_back(
+        {&r->state(), std::span<const int32_t>(&inputs[in_step.size()], 1), r->logits()});
+    in_step.push_back(r);
+  }
+  const int64_t n_decode = int64_t(items.size());
   const int64_t chunk =
       options_.prefill_chunk > 0 ? options_.prefill_chunk : model_->default_prefill_chunk();
-  for (int64_t pos = state->n_past(); pos < n_prompt;) {
-    if (req.cancel->load()) {
-      result.finish_reason = "cancelled";
-      give_back();
-      return result;
-    }
-    const int64_t next_cp = checkpointed ? (pos / interval + 1) * interval : n_prompt;
-    const int64_t end = std::min({n_prompt, pos + chunk, next_cp});
-    const bool last = end == n_prompt;
-    model_->forward(*state,
-                    std::span<const int32_t>(req.prompt).subspan(size_t(pos), size_t(end - pos)),
-                    last ? LogitsRows::Last : LogitsRows::None, last ? logits.data() : nullptr);
-    if ((checkpointed && end % interval == 0) || last) {
-      state->keep_checkpoint();
-      checkpoints.push_back(end);
-    }
-    pos = end;
+  int64_t budget = (n_decode > 0 ? max_step_tokens_ : chunk) - n_decode;
+  for (RunningRequest* r : live) {
+    if (budget <= 0) break;
+    if (r->done() || !r->prefilling()) continue;
+    const std::span<const int32_t> part = r->prompt_chunk(std::min(budget, chunk));
+    const bool ends_prompt = int64_t(part.size()) == r->prompt_left();
+    items.push_back({&r->state(), part, ends_prompt ? r->logits() : nullptr});
+    in_step.push_back(r);
+    budget -= int64_t(part.size());
   }
-
-  Sampler sampler(req.sampling, n_vocab);
-  std::vector<int32_t> stop_ids = req.stop_token_ids;
-  if (!req.ignore_eos)
-    for (int64_t id : model_->info().eos_token_ids) stop_ids.push_back(int32_t(id));
-  std::optional<StreamDecoder> decoder;
-  if (tokenizer_) decoder.emplace(*tokenizer_, req.skip_special_tokens);
-  StopStringFilter stops(req.stop);
-  GenerationDelta pending;  // tokens/logprobs waiting for their text to be released
-  auto emit = [&](std::string text, bool force) {
-    if (text.empty() && !force) return;
-    if (text.empty() && pending.tokens.empty()) return;
-    pending.text = std::move(text);
-    result.text += pending.text;
-    if (job.callbacks.on_delta) job.callbacks.on_delta(pending);
-    pending = GenerationDelta{};
-  };
-
-  result.finish_reason = "length";
-  std::vector<float> raw;
-  double t_first = 0;
-  // After the first token (from the prefill's logits), a GPU picks each token where the logits
-  // are and the next step is queued before this one's token is taken (Model::queue_pick), so
-  // detokenizing and streaming a token overlap the next step. Logprobs, penalties and logit
-  // bias need the logits on the host, one step at a time.
-  const bool ahead = model_->picks_ahead() && sampler.backend_can_pick() && req.logprobs < 0;
-  QueuedPicks queued(*model_);
-  // Runs the step that gives token i >= 1; false when the context is full ("length"). Picking
-  // ahead, the token comes back in `picked`; else the step's logits are in `logits`.
-  auto decode_step = [&](int64_t i, std::optional<int32_t>& picked) {
-    if (!ahead) {
-      if (state->n_past() >= n_ctx_) return false;
-      model_->forward(*state, std::span<const int32_t>(&history.back(), 1), LogitsRows::Last,
-                      logits.data());
-      return true;
-    }
-    if (queued.n == 0) {
-      if (state->n_past() >= n_ctx_) return false;
-      model_->queue_pick(*state, history.back(), sampler.next_pick());
-      ++queued.n;
-    }
-    if (i + 1 < req.max_tokens && state->n_past() < n_ctx_) {
-      model_->queue_pick(*state, Model::kPickedToken, sampler.next_pick());
-      ++queued.n;
-    }
-    --queued.n;
-    picked = model_->take_pick();
-    return true;
-  };
-  for (int64_t i = 0; i < req.max_tokens; ++i) {
-    std::optional<int32_t> picked;
-    if (i > 0 && !decode_step(i, picked)) break;  // context full: "length"
-    if (req.cancel->load()) {
-      result.finish_reason = "cancelled";
-      break;
-    }
-    std::optional<TokenLogprob> lp;
-    if (req.logprobs >= 0) raw.assign(logits.begin(), logits.end());  // sample() edits logits
-    const int32_t token = picked ? *picked : sampler.sample(logits, history);
-    if (req.logprobs >= 0) lp = compute_logprobs(raw, token, req.logprobs);
-    if (i == 0) {
-      t_first = now_ms();
-      result.timings.prefill_ms = t_first - t_start;
-      result.timings.ttft_ms = t_first - job.submitted_at_ms;
-    }
-    history.push_back(token);
-    result.tokens.push_back(token);
-    if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
-      result.finish_reason = "stop";
-      result.stop_token = token;
-      if (lp) pending.logprobs.push_back(*lp), result.logprobs.push_back(*lp);
-      pending.tokens.push_back(token);
-      break;
-    }
-    pending.tokens.push_back(token);
-    if (lp) pending.logprobs.push_back(*lp), result.logprobs.push_back(*lp);
-    if (decoder) {
-      std::string safe = stops.push(decoder->push(token));
-      if (stops.matched()) {
-        emit(std::move(safe), true);
-        result.finish_reason = "stop";
-        result.stop_string = stops.matched_stop();
-        break;
-      }
-      emit(std::move(safe), false);
-    } else {
-      emit(std::string(), true);
+  if (items.empty()) return;
+  try {
+    model_->forward_batch(items);
+  } catch (const std::exception& e) {
+    for (RunningRequest* r : in_step) r->finish("error", e.what());
+    return;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    RunningRequest* r = in_step[i];
+    const std::span<float> logits(items[i].logits, items[i].logits ? size_t(info().n_vocab) : 0);
+    try {
+      if (int64_t(i) < n_decode)
+        r->token_ran(logits);
+      else
+        r->prompt_chunk_ran(int64_t(items[i].tokens.size()), logits);
+    } catch (const std::exception& e) {
+      r->finish("error", e.what());
     }
   }
-  if (queued.n > 0) {
-    // The step queued after the last token ran on a token the loop then stopped at (or was
-    // cancelled after): its pick is dropped and the state cut back to before its input where it
-    // can be; a recurrent state keeps it (give_back caches it only if history holds it).
-    model_->take_pick();
-    --queued.n;
-    state->truncate(state->n_past() - 1);
-  }
-  if (decoder && !stops.matched()) {
-    std::string tail = stops.push(decoder->flush());
-    if (stops.matched()) {
-      result.finish_reason = "stop";
-      result.stop_string = stops.matched_stop();
-    } else {
-      tail += stops.flush();
-    }
-    emit(std::move(tail), !pending.tokens.empty());
-  } else if (!pending.tokens.empty()) {
-    emit(std::string(), true);
-  }
-  result.usage.completion_tokens = int64_t(result.tokens.size());
-  result.timings.decode_tokens = int64_t(result.tokens.size());
-  if (t_first > 0) result.timings.decode_ms = now_ms() - t_first;
-  give_back();
-  return result;
 }
 
 }  // namespace hearth

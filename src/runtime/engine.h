@@ -1,10 +1,12 @@
 // Engine: the one object front ends (HTTP server, CLI, tests) talk to. It owns the model, the
-// tokenizer and the prompt cache, and serves generation requests from a FIFO queue on one worker
-// thread (the queue is the seam where a continuous-batching scheduler will go: submit() and the
-// callbacks stay, the worker changes). It knows nothing of HTTP or chat formats.
-// Invariants: callbacks run on the worker thread, in order, and on_done runs exactly once per
-// submitted request, whatever happens (finished, cancelled, shut down, failed); streamed text
-// deltas concatenate to the final text, and never contain any part of a matched stop string.
+// tokenizer and the prompt cache, and serves generation requests on one worker thread with
+// iteration-level scheduling: every step runs the next token of each running request and chunks
+// of waiting prompts through one Model::forward_batch, so requests join at the next step and
+// leave as soon as they finish (docs/design-notes.md, "The engine loop"). Requests are admitted
+// first come, first served. It knows nothing of HTTP or chat formats.
+// Invariants: callbacks run on the worker thread, in order per request, and on_done runs exactly
+// once per submitted request, whatever happens (finished, cancelled, shut down, failed); streamed
+// text deltas concatenate to the final text, and never contain any part of a matched stop string.
 // logprobs are those of the raw model distribution (log-softmax of the logits before penalties,
 // bias and temperature), as vLLM's default and OpenAI report them.
 #pragma once
@@ -16,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +30,7 @@
 
 namespace hearth {
 
+class RunningRequest;
 class Tokenizer;
 
 struct EngineOptions {
@@ -36,6 +40,11 @@ struct EngineOptions {
   size_t cache_bytes = size_t{8192} << 20;  // prompt cache cap; 0 disables it
   int64_t prefill_chunk = 0;                // tokens per prefill forward; 0: the model's default
   int64_t checkpoint_interval = 256;        // keep_checkpoint() every N prompt positions
+  int64_t max_running = 0;  // requests decoding together; 0: 16 on the CPU, 256 on a GPU
+  // Tokens in a step while requests are decoding (their tokens plus prompt chunks): the bound on
+  // how long a prompt may hold up everyone's next token. 0: 128 on the CPU, the prefill chunk
+  // on a GPU. A step with nothing decoding runs a whole prefill chunk.
+  int64_t max_step_tokens = 0;
 };
 
 struct TokenLogprob {
@@ -126,12 +135,13 @@ class Engine {
   // Throws hearth::Error naming the field when the request cannot run (empty prompt, ids out
   // of range, prompt + max_tokens over the context, bad sampling values).
   void validate(const GenerationRequest& request) const;
-  // Queues a request (FIFO). Returns its id. After shutdown() it completes at once with an error.
+  // Queues a request (first come, first served). Returns its id. After shutdown() it completes
+  // at once with an error.
   uint64_t submit(GenerationRequest request, GenerationCallbacks callbacks);
   // submit() and wait.
   GenerationResult generate(GenerationRequest request,
                             std::function<void(const GenerationDelta&)> on_delta = {});
-  // Cancels the running request, fails queued ones ("shutting down"), stops the worker.
+  // Cancels the running requests, fails queued ones ("shutting down"), stops the worker.
   void shutdown();
 
   const ModelInfo& info() const { return model_->info(); }
@@ -150,7 +160,11 @@ class Engine {
     double submitted_at_ms;
   };
   void worker_loop();
-  GenerationResult run(Job& job);
+  // Admits queued requests up to max_running; false when stopping and nothing is left.
+  bool admit(std::vector<std::unique_ptr<RunningRequest>>& running);
+  // One step of the running requests (those finished by it are done() afterwards).
+  void step(std::span<const std::unique_ptr<RunningRequest>> running);
+  bool requests_waiting() const;
 
   std::unique_ptr<Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -159,13 +173,13 @@ class Engine {
   SamplingParams default_sampling_;
   int64_t n_ctx_ = 0;
   PromptCache cache_;
+  int64_t max_running_ = 0, max_step_tokens_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;
-  std::shared_ptr<std::atomic<bool>> running_cancel_;
   std::thread worker_;
 };
 

@@ -76,9 +76,9 @@ TEST_P(LlamaFamily, DecodeEqualsPrefillAtEveryPosition) {
 }
 
 // Several sequences at different positions stepped together (Model::forward_batch) give each
-// the logits it gets alone, and advance each by one position; the batch's greedy tokens are the
-// lone ones.
-TEST_P(LlamaFamily, BatchedDecodeEqualsEachAlone) {
+// the logits it gets alone and advance each by its tokens: decode tokens mixed with chunks of
+// prompt, some without logits; the batch's greedy tokens are the lone ones.
+TEST_P(LlamaFamily, BatchedStepEqualsEachAlone) {
   const FixtureCase& c = GetParam();
   auto model = load_model(c.dir);
   const auto prompt = prompt_of(c);
@@ -87,7 +87,6 @@ TEST_P(LlamaFamily, BatchedDecodeEqualsEachAlone) {
   // Three sequences holding prompts of different lengths (prefixes of the reference prompt).
   const size_t lens[] = {prompt.size(), std::max<size_t>(1, prompt.size() / 2), 1};
   std::vector<std::unique_ptr<SequenceState>> batched, alone;
-  std::vector<float> scratch(prompt.size() * n_vocab);
   for (size_t len : lens) {
     const std::span<const int32_t> p(prompt.data(), len);
     batched.push_back(model->new_sequence());
@@ -95,26 +94,40 @@ TEST_P(LlamaFamily, BatchedDecodeEqualsEachAlone) {
     model->forward(*batched.back(), p, LogitsRows::None, nullptr);
     model->forward(*alone.back(), p, LogitsRows::None, nullptr);
   }
-  std::vector<int32_t> tokens = {prompt[0], prompt.back(), 7 % int32_t(n_vocab)};
+  // Step 0 runs a 3-token chunk on sequence 1 and a 2-token chunk without logits on sequence 2;
+  // the later steps one token each.
+  std::vector<std::vector<int32_t>> inputs = {
+      {prompt[0]}, {prompt.back(), prompt[0], 5 % int32_t(n_vocab)}, {7 % int32_t(n_vocab), 3}};
   for (int step = 0; step < 4; ++step) {
-    std::vector<SequenceState*> states;
-    for (auto& s : batched) states.push_back(s.get());
-    std::vector<float> batch(3 * n_vocab), one(n_vocab);
-    model->forward_batch(states, tokens, batch.data());
+    std::vector<std::vector<float>> batch(3, std::vector<float>(n_vocab));
+    std::vector<Model::BatchItem> items;
     for (size_t i = 0; i < 3; ++i) {
-      model->forward(*alone[i], std::span<const int32_t>(&tokens[i], 1), LogitsRows::Last,
-                     one.data());
-      const std::vector<float> row(batch.begin() + long(i * n_vocab),
-                                   batch.begin() + long((i + 1) * n_vocab));
-      ASSERT_LT(test::max_error_rel_std(one.data(), row, std), 1e-4)
-          << c.name << " sequence " << i << " step " << step;
+      const bool logits = step > 0 || i != 2;
+      items.push_back({batched[i].get(), inputs[i], logits ? batch[i].data() : nullptr});
+    }
+    model->forward_batch(items);
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<float> one(n_vocab);
+      const bool logits = items[i].logits != nullptr;
+      model->forward(*alone[i], inputs[i], logits ? LogitsRows::Last : LogitsRows::None,
+                     logits ? one.data() : nullptr);
       EXPECT_EQ(batched[i]->n_past(), alone[i]->n_past());
-      tokens[i] = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+      if (!logits) {
+        inputs[i] = {11 % int32_t(n_vocab)};
+        continue;
+      }
+      ASSERT_LT(test::max_error_rel_std(one.data(), batch[i], std), 1e-4)
+          << c.name << " sequence " << i << " step " << step;
+      inputs[i] = {int32_t(std::max_element(batch[i].begin(), batch[i].end()) - batch[i].begin())};
     }
   }
-  std::vector<SequenceState*> twice = {batched[0].get(), batched[0].get()};
-  std::vector<float> two(2 * n_vocab);
-  EXPECT_THROW(model->forward_batch(twice, std::vector<int32_t>{1, 2}, two.data()), Error);
+  std::vector<float> two(n_vocab);
+  const std::vector<int32_t> one_token = {1};
+  const Model::BatchItem twice[] = {{batched[0].get(), one_token, two.data()},
+                                    {batched[0].get(), one_token, nullptr}};
+  EXPECT_THROW(model->forward_batch(twice), Error);
+  const Model::BatchItem empty[] = {{batched[0].get(), {}, nullptr}};
+  EXPECT_THROW(model->forward_batch(empty), Error);
 }
 
 TEST_P(LlamaFamily, ChunkedPrefillEqualsOneShot) {

@@ -16,15 +16,21 @@ class RequestTimeout : public ::testing::Test {
  protected:
   void SetUp() override {
     tok_ = std::make_shared<const Tokenizer>(Tokenizer::load(testing::qwen3_tokenizer_dir()));
+    start_engine(0);
+    state_.ready = true;
+    state_.options.request_timeout_s = 1;
+  }
+  // max_running 0: the engine's default.
+  void start_engine(int64_t max_running) {
+    if (state_.engine) state_.engine->shutdown();
     EngineOptions eo;
     eo.n_ctx = 4096;
+    eo.max_running = max_running;
     // 20 ms a step: 1,000 tokens would take 20 s, the limit is 1 s.
     state_.engine =
         std::make_shared<Engine>(testing::make_scripted_model(*tok_, testing::default_scripts(),
                                                               std::chrono::milliseconds(20)),
                                  tok_, ModelConfig::from_json({{"model_type", "qwen3"}}), eo);
-    state_.ready = true;
-    state_.options.request_timeout_s = 1;
   }
   void TearDown() override { state_.engine->shutdown(); }
   GenerationRequest long_request() {
@@ -50,6 +56,7 @@ TEST_F(RequestTimeout, ARunningGenerationEndsWithA504) {
 }
 
 TEST_F(RequestTimeout, AQueuedRequestTimesOutWhileWaiting) {
+  start_engine(1);  // one request at a time: the second waits in the queue
   const auto start = Clock::now();
   EngineRequest first(state_, long_request(), start);
   EngineRequest second(state_, long_request(), start);  // waits behind the first

@@ -1,0 +1,95 @@
+// RunningRequest: one admitted request inside the engine's loop. It owns the request's sequence
+// state (taken from the prompt cache or new), its sampler, detokenizer and stop-string filter,
+// and turns each step's logits (or a token picked on the device) into streamed deltas and the
+// final result. The engine decides which requests step together; this class knows nothing of
+// the others. Not thread-safe: only the engine's worker touches it.
+// Invariants: finish() runs exactly once and calls on_done; after it, done() is true and the
+// state is back in the prompt cache (unless the request failed) or freed.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth {
+
+class RunningRequest {
+ public:
+  struct Context {
+    Model& model;
+    const Tokenizer* tokenizer;  // null: token ids only
+    PromptCache* cache;          // null: no prompt cache
+    int64_t n_ctx;
+    int64_t checkpoint_interval;
+  };
+  // Takes the prompt-cache entry sharing the longest prefix, or a new state. `started_at_ms`
+  // is when the engine admitted it (the queue time ends there).
+  RunningRequest(const Context& context, GenerationRequest request, GenerationCallbacks callbacks,
+                 double submitted_at_ms, double started_at_ms);
+  RunningRequest(const RunningRequest&) = delete;
+  RunningRequest& operator=(const RunningRequest&) = delete;
+
+  bool done() const { return done_; }
+  bool cancel_requested() const { return request_.cancel->load(); }
+  SequenceState& state() { return *state_; }
+
+  // Prefill: prompt tokens not run yet, and the next chunk of at most `max` of them (ending on
+  // a checkpoint boundary where the state needs checkpoints, so a later prompt can resume
+  // there). prompt_chunk_ran() records that the chunk went through the model; when it ended the
+  // prompt, `logits` (the last row's) give the first token.
+  bool prefilling() const { return prompt_pos_ < n_prompt(); }
+  int64_t prompt_left() const { return n_prompt() - prompt_pos_; }
+  std::span<const int32_t> prompt_chunk(int64_t max) const;
+  void prompt_chunk_ran(int64_t n, std::span<float> logits);
+
+  // Decode: the input of the next step (the last token), or nullopt after finishing with
+  // "length" when the context is full. token_ran() takes that step's logits.
+  std::optional<int32_t> decode_input();
+  void token_ran(std::span<float> logits);
+  // The host buffer for this request's logits row ([n_vocab]).
+  float* logits() { return logits_.data(); }
+
+  // Decoding alone on a backend that picks ahead (Model::picks_ahead): the sampler's pick runs
+  // on the device and the next step is queued before this one's token is taken, so the host's
+  // work overlaps the device's. `queue_more` false stops queueing (another request is about to
+  // join); drain_picks() then takes the step still queued, leaving the request ready to step in
+  // a batch.
+  bool can_pick_ahead() const { return ahead_; }
+  void decode_ahead(bool queue_more);
+  void drain_picks();
+
+  // Ends the request: "stop", "length", "cancelled" or "error" (with `error`).
+  void finish(const std::string& reason, const std::string& error = {});
+
+ private:
+  int64_t n_prompt() const { return int64_t(request_.prompt.size()); }
+  // A sampled token: records, streams, and finishes the request on a stop or at max_tokens.
+  void accept(int32_t token, std::optional<TokenLogprob> logprob);
+  void emit(std::string text, bool force);
+  void give_back_state();
+
+  Context ctx_;
+  GenerationRequest request_;
+  GenerationCallbacks callbacks_;
+  double submitted_at_ms_, started_at_ms_, first_token_ms_ = 0;
+  std::unique_ptr<SequenceState> state_;
+  std::vector<int64_t> checkpoints_;  // positions the state can go back to (prompt cache)
+  int64_t prompt_pos_ = 0;            // prompt tokens the state holds
+  std::vector<int32_t> history_;      // prompt + generated tokens
+  Sampler sampler_;
+  std::vector<int32_t> stop_ids_;
+  std::optional<StreamDecoder> decoder_;
+  StopStringFilter stops_;
+  GenerationDelta pending_;  // tokens/logprobs waiting for their text to be released
+  GenerationResult result_;
+  std::vector<float> logits_;
+  bool ahead_ = false;
+  int queued_picks_ = 0;  // steps queued with Model::queue_pick and not taken
+  bool done_ = false;
+};
+
+}  // namespace hearth

@@ -1,0 +1,178 @@
+// The engine's loop on every fixture model: a request's greedy tokens are the same whether it
+// runs alone or among 3, 8 or 17 requests of mixed prompt and output lengths arriving at
+// different times (decode tokens and prompt chunks share steps), and a request cancelled in its
+// prompt or in its decode leaves without disturbing the others.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "fixture.h"
+#include "runtime/engine.h"
+
+namespace hearth {
+namespace {
+
+using test::FixtureCase;
+
+std::vector<FixtureCase> all_cases() {
+  std::vector<FixtureCase> cases;
+  // Dynamic NTK rope recomputes its frequencies from each forward's length, as transformers
+  // does, so where a prompt's chunks end changes the math there.
+  for (auto& c : test::fixture_cases({}))
+    if (c.name != "llama_rope_dynamic") cases.push_back(std::move(c));
+  return cases;
+}
+
+// Small prefill chunks and step budgets, so prompts take several steps and share them with
+// decode tokens.
+std::unique_ptr<Engine> make_engine(const FixtureCase& c) {
+  EngineOptions o;
+  o.model_dir = c.dir;
+  o.cache_bytes = 0;  // every request runs its whole prompt
+  o.prefill_chunk = 8;
+  o.max_step_tokens = 24;
+  o.max_running = 20;
+  return std::make_unique<Engine>(load_model(c.dir), nullptr, ModelConfig::load(c.dir), o);
+}
+
+// Request i: a prompt of 1 to 70 tokens made from the fixture's prompt, 3 to 10 greedy tokens,
+// with each token's top-2 logprobs (to tell a rounding tie from a real difference).
+GenerationRequest request(const FixtureCase& c, int i, int64_t n_vocab) {
+  const auto base = c.reference["prompt"].get<std::vector<int32_t>>();
+  GenerationRequest r;
+  const size_t len = 1 + size_t(i * 37 % 70);
+  for (size_t k = 0; k < len; ++k)
+    r.prompt.push_back(
+        int32_t((base[(k + size_t(i)) % base.size()] + i * (k / base.size())) % uint64_t(n_vocab)));
+  r.max_tokens = 3 + i % 8;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  r.logprobs = 2;
+  return r;
+}
+
+// The batched result agrees with the lone one: the same tokens with logprobs within `tol`, up
+// to a point where the lone run's two best tokens were within `tol` of each other (a tie that
+// rounding may break either way); there the comparison ends.
+void expect_same_tokens(const GenerationResult& alone, const GenerationResult& batched, double tol,
+                        const std::string& what) {
+  ASSERT_EQ(batched.finish_reason, alone.finish_reason) << what << ": " << batched.error;
+  ASSERT_EQ(batched.tokens.size(), alone.tokens.size()) << what;
+  ASSERT_EQ(alone.logprobs.size(), alone.tokens.size()) << what;
+  for (size_t k = 0; k < alone.tokens.size(); ++k) {
+    const auto& top = alone.logprobs[k].top;
+    const bool tie = top.size() == 2 && top[0].second - top[1].second < tol;
+    if (batched.tokens[k] != alone.tokens[k]) {
+      ASSERT_TRUE(tie) << what << ": token " << k << " is " << batched.tokens[k] << ", alone "
+                       << alone.tokens[k];
+      return;
+    }
+    EXPECT_NEAR(batched.logprobs[k].logprob, alone.logprobs[k].logprob, tol)
+        << what << ": token " << k;
+    if (tie) return;
+  }
+}
+
+class EngineBatch : public ::testing::TestWithParam<FixtureCase> {};
+
+TEST_P(EngineBatch, EachRequestGetsItsLoneTokens) {
+  const FixtureCase& c = GetParam();
+  auto engine = make_engine(c);
+  const int64_t n_vocab = engine->info().n_vocab;
+  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  constexpr int kMost = 17;
+  std::vector<GenerationResult> alone;
+  for (int i = 0; i < kMost; ++i) alone.push_back(engine->generate(request(c, i, n_vocab)));
+
+  for (int n : {1, 3, 8, 17}) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<GenerationResult> got(static_cast<size_t>(n));
+    int finished = 0, first_tokens = 0;
+    auto submit = [&](int i) {
+      GenerationCallbacks cb;
+      cb.on_delta = [&, i](const GenerationDelta&) {
+        std::lock_guard lock(mu);
+        if (i == 0) ++first_tokens;
+        cv.notify_all();
+      };
+      cb.on_done = [&, i](const GenerationResult& r) {
+        std::lock_guard lock(mu);
+        got[size_t(i)] = r;
+        ++finished;
+        cv.notify_all();
+      };
+      engine->submit(request(c, i, n_vocab), std::move(cb));
+    };
+    // Half arrive at once; the rest once the first has a token (they join a running batch).
+    const int early = (n + 1) / 2;
+    for (int i = 0; i < early; ++i) submit(i);
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return first_tokens > 0 || finished == early; });
+    }
+    for (int i = early; i < n; ++i) submit(i);
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return finished == n; });
+    for (int i = 0; i < n; ++i)
+      expect_same_tokens(
+          alone[size_t(i)], got[size_t(i)], tol,
+          c.name + " batch of " + std::to_string(n) + ", request " + std::to_string(i));
+  }
+}
+
+TEST_P(EngineBatch, CancelledRequestsLeaveTheOthersAlone) {
+  const FixtureCase& c = GetParam();
+  if (c.model_type != "qwen3" && c.model_type != "qwen3_5") GTEST_SKIP() << "one per family";
+  auto engine = make_engine(c);
+  const int64_t n_vocab = engine->info().n_vocab;
+  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  GenerationRequest keep = request(c, 5, n_vocab);
+  keep.max_tokens = 12;
+  const GenerationResult alone = engine->generate(keep);
+
+  // Two requests to cancel: one with a long prompt, cancelled in its prefill when the other
+  // has its first token; the other cancels itself at its third token.
+  GenerationRequest in_prompt = request(c, 6, n_vocab), in_decode = request(c, 7, n_vocab);
+  in_prompt.prompt.resize(200, 1);
+  in_decode.max_tokens = 100;
+  in_prompt.cancel = std::make_shared<std::atomic<bool>>(false);
+  in_decode.cancel = std::make_shared<std::atomic<bool>>(false);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<GenerationResult> got(3);
+  int finished = 0;
+  auto callbacks = [&](size_t slot) {
+    GenerationCallbacks cb;
+    cb.on_done = [&, slot](const GenerationResult& r) {
+      std::lock_guard lock(mu);
+      got[slot] = r;
+      ++finished;
+      cv.notify_all();
+    };
+    return cb;
+  };
+  GenerationCallbacks decode_cb = callbacks(1);
+  decode_cb.on_delta = [tokens = 0, p = in_prompt.cancel,
+                        d = in_decode.cancel](const GenerationDelta&) mutable {
+    if (++tokens == 1) p->store(true);
+    if (tokens == 3) d->store(true);
+  };
+  engine->submit(in_decode, std::move(decode_cb));
+  engine->submit(in_prompt, callbacks(2));
+  engine->submit(keep, callbacks(0));
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return finished == 3; });
+  expect_same_tokens(alone, got[0], tol, c.name + " kept request");
+  EXPECT_EQ(got[1].finish_reason, "cancelled");
+  EXPECT_LT(got[1].tokens.size(), 100u);
+  EXPECT_EQ(got[2].finish_reason, "cancelled");
+  EXPECT_TRUE(got[2].tokens.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace hearth
