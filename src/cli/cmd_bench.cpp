@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "backend/token_pick.h"
 #include "cli/command.h"
 #include "cli/common.h"
 #include "core/error.h"
@@ -25,6 +26,7 @@ struct BenchOptions {
   int repetitions = 3;
   int64_t prefill_chunk = 0;  // 0: the model's default (512 CPU, 2048 CUDA)
   bool sampled = false;       // decode samples (T 0.8, top-k 40, top-p 0.95, min-p 0.05) instead
+  std::vector<int64_t> parallel{1};  // sequences decoding together (tg rows)
 };
 
 double run_prompt(Model& model, int64_t n, int64_t chunk, std::mt19937& rng) {
@@ -67,6 +69,38 @@ double run_gen(Model& model, int64_t n, bool sampled, std::mt19937& rng) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// n decode steps of `batch` fresh sequences together (Model::forward_batch), as the engine steps
+// its running requests; each sequence's next input is picked from its own logits row.
+double run_gen_batch(Model& model, int64_t n, int64_t batch, bool sampled, std::mt19937& rng) {
+  const int64_t n_vocab = model.info().n_vocab;
+  std::uniform_int_distribution<int32_t> dist(0, int32_t(n_vocab - 1));
+  std::uniform_real_distribution<double> draw(0.0, 1.0);
+  std::vector<std::unique_ptr<SequenceState>> states;
+  std::vector<int32_t> tokens(static_cast<size_t>(batch));
+  std::vector<float> logits(size_t(batch * n_vocab));
+  for (auto& t : tokens) {
+    t = dist(rng);
+    states.push_back(model.new_sequence());
+  }
+  TokenPick pick;
+  if (sampled) pick = {0.8f, 40, 0.95f, 0.05f, 0.0};
+  std::vector<std::pair<float, int32_t>> scratch;
+  std::vector<Model::BatchItem> items(static_cast<size_t>(batch));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < n; ++step) {
+    for (int64_t b = 0; b < batch; ++b)
+      items[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&tokens[size_t(b)], 1),
+                          logits.data() + b * n_vocab};
+    model.forward_batch(items);
+    for (int64_t b = 0; b < batch; ++b) {
+      pick.u = draw(rng);
+      tokens[size_t(b)] = pick_token_host(
+          std::span<float>(logits.data() + b * n_vocab, size_t(n_vocab)), pick, scratch);
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // "2.87 TB/s", "457.1 GFLOP/s": the rate in the unit that keeps it readable.
 std::string achieved(double per_second, const char* unit) {
   char buf[32];
@@ -78,17 +112,17 @@ std::string achieved(double per_second, const char* unit) {
 }
 
 // One row: the rate's mean ± sample standard deviation, and what it achieved — weight bytes
-// read per second for decode (ModelInfo::decode_bytes), and for a prefill of n tokens 2 FLOPs per
-// active parameter per token, the head's only once (logits of the last token; attention not
-// counted).
+// read per second for decode (ModelInfo::decode_bytes, read once per step of `batch` sequences),
+// and for a prefill of n tokens 2 FLOPs per active parameter per token, the head's only once
+// (logits of the last token; attention not counted).
 void print_row(const BenchOptions& o, const ModelInfo& info, const std::string& test,
-               const std::vector<double>& rates, bool decode, int64_t n_tokens) {
+               const std::vector<double>& rates, bool decode, int64_t n_tokens, int64_t batch = 1) {
   double mean = 0, var = 0;
   for (double r : rates) mean += r;
   mean /= double(rates.size());
   for (double r : rates) var += (r - mean) * (r - mean);
   const double sd = rates.size() > 1 ? std::sqrt(var / double(rates.size() - 1)) : 0.0;
-  const std::string rate = decode ? achieved(mean * double(info.decode_bytes), "B")
+  const std::string rate = decode ? achieved(mean / double(batch) * double(info.decode_bytes), "B")
                                   : achieved(mean * 2.0 *
                                                  (double(info.active_params - info.head_params) +
                                                   double(info.head_params) / double(n_tokens)),
@@ -121,11 +155,19 @@ int run_bench(BenchOptions& o) {
   }
   for (int64_t n : o.n_gen) {
     if (n <= 0) continue;
-    run_gen(*model, std::min<int64_t>(n, 16), o.sampled, rng);
-    std::vector<double> rates;
-    for (int r = 0; r < o.repetitions; ++r)
-      rates.push_back(double(n) / run_gen(*model, n, o.sampled, rng));
-    print_row(o, model->info(), "tg" + std::to_string(n) + (o.sampled ? "s" : ""), rates, true, 1);
+    for (int64_t batch : o.parallel) {
+      if (batch < 1) fail("--parallel must be >= 1, got {}", batch);
+      auto time = [&](int64_t steps) {
+        return batch == 1 ? run_gen(*model, steps, o.sampled, rng)
+                          : run_gen_batch(*model, steps, batch, o.sampled, rng);
+      };
+      time(std::min<int64_t>(n, 16));
+      std::vector<double> rates;
+      for (int r = 0; r < o.repetitions; ++r) rates.push_back(double(n * batch) / time(n));
+      std::string test = "tg" + std::to_string(n) + (o.sampled ? "s" : "");
+      if (batch > 1) test += " x" + std::to_string(batch);
+      print_row(o, model->info(), test, rates, true, 1, batch);
+    }
   }
   return 0;
 }
@@ -140,6 +182,11 @@ CommandRegistration bench_command(
           ->capture_default_str();
       sub.add_option("--ubatch", o->prefill_chunk,
                      "prefill chunk size (0: the device's default, 512 on the CPU, 2048 on CUDA)")
+          ->capture_default_str();
+      sub.add_option("--parallel", o->parallel,
+                     "sequences decoding together in the tg tests (row tgN xB: tokens/s over all "
+                     "of them, as the engine steps concurrent requests)")
+          ->delimiter(',')
           ->capture_default_str();
       sub.add_flag("--sampled", o->sampled,
                    "decode with sampling (T 0.8, top-k 40, top-p 0.95, min-p 0.05; row tgNs) "

@@ -75,6 +75,7 @@ int run_serve(ServeOptions& o) {
   ThreadPool::set_global_threads(o.model.threads);
   o.server.model_dir = resolve_model_dir(o.model.dir);
   o.server.device = o.model.device;
+  o.server.mmap = !o.model.no_mmap;
   o.server.cache_mb = size_t(o.cache_mb);
   o.server.http_threads = o.http_threads;
 
@@ -162,6 +163,15 @@ CommandRegistration serve_command(
           ->capture_default_str();
       sub.add_option("--max-prompt-tokens", o->server.max_prompt_tokens,
                      "refuse prompts longer than this (0: the context length)")
+          ->capture_default_str();
+      sub.add_option("--parallel", o->server.max_running,
+                     "requests decoding together, one step for all (0: 16 on the CPU, 256 on a "
+                     "GPU); more wait in the queue")
+          ->capture_default_str();
+      sub.add_option("--max-batch-tokens", o->server.max_batch_tokens,
+                     "tokens in a step while requests decode, prompt chunks included: bounds how "
+                     "long a new prompt holds up the others' next token (0: 128 on the CPU, the "
+                     "prefill chunk on a GPU)")
           ->capture_default_str();
       sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")
           ->capture_default_str();

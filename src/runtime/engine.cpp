@@ -80,6 +80,7 @@ const std::string& StopStringFilter::matched_stop() const {
 std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   LoadOptions load;
   load.device = options.device;
+  load.mmap = options.mmap;
   auto model = load_model(options.model_dir, load);
   ModelConfig config = ModelConfig::load(options.model_dir);
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -110,6 +111,9 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
         n_ctx_, kv_bytes, max_ctx);
     n_ctx_ = max_ctx;
   }
+  if (options_.max_running < 0) fail("--parallel must be >= 0, got {}", options_.max_running);
+  if (options_.max_step_tokens < 0)
+    fail("--max-batch-tokens must be >= 0, got {}", options_.max_step_tokens);
   const bool cpu = options_.device == "cpu";
   max_running_ = options_.max_running > 0 ? options_.max_running : cpu ? 16 : 256;
   max_step_tokens_ = options_.max_step_tokens > 0 ? options_.max_step_tokens

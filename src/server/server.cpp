@@ -54,6 +54,9 @@ void Server::load() {
     EngineOptions eo;
     eo.model_dir = state_.options.model_dir;
     eo.device = state_.options.device;
+    eo.mmap = state_.options.mmap;
+    eo.max_running = state_.options.max_running;
+    eo.max_step_tokens = state_.options.max_batch_tokens;
     eo.n_ctx = state_.options.n_ctx;
     eo.cache_bytes = state_.options.cache_mb << 20;
     std::shared_ptr<Engine> engine = Engine::load(eo);

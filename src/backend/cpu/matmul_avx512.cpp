@@ -155,12 +155,20 @@ inline void row_group(const MatmulArgs& a, int64_t o) {
   }
 }
 
-template <DType WT>
-void rows(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
+template <DType WT, int R>
+void rows_by(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
   int64_t o = o_begin;
-  constexpr int R = HEARTH_MATMUL_ROWS;
   for (; o + R <= o_end; o += R) row_group<WT, R>(a, o);
   for (; o < o_end; ++o) row_group<WT, 1>(a, o);
+}
+
+// With 3 or 4 rows of x in a block, 8 weight rows would need 24-32 accumulators and spill;
+// 5 weight rows keep accumulators, x and weights in the 32 registers (batched decode of 8
+// sequences: +20 % on a 2-core Zen 4).
+template <DType WT>
+void rows(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
+  if (a.n >= 3) return rows_by<WT, 5>(a, o_begin, o_end);
+  rows_by<WT, HEARTH_MATMUL_ROWS>(a, o_begin, o_end);
 }
 
 }  // namespace
