@@ -53,8 +53,14 @@ class Qwen35Model final : public StepModel {
   std::unique_ptr<SequenceState> new_sequence() const override {
     return std::make_unique<Qwen35Sequence>(*backend_, d_);
   }
+  void forward_batch(std::span<const BatchItem> items) override;
 
  private:
+  // The rows [first, first + rows) of a step that belong to one sequence.
+  struct SequenceRows {
+    Qwen35Sequence* seq;
+    int64_t first, rows;
+  };
   Backend& step_backend() const override { return *backend_; }
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
            const TokenPick* pick, int32_t* token) override;
@@ -62,8 +68,11 @@ class Qwen35Model final : public StepModel {
   std::vector<UnreadWeight> unread_in_decode() const;
   bool one_kernel_stack() const;
   bool decode_layers(Qwen35Sequence& seq, const Tensor& x, int32_t position);
-  void attention_block(int il, Qwen35Sequence& seq, int64_t n);
-  void linear_block(int il, Qwen35Sequence& seq, int64_t n);
+  // The products take all n rows; RoPE, the K/V store, attention and the Gated DeltaNet
+  // recurrence run per sequence, on its own state.
+  void attention_block(int il, std::span<const SequenceRows> parts, int64_t n);
+  void linear_block(int il, std::span<const SequenceRows> parts, int64_t n);
+  void layers(std::span<const SequenceRows> parts, int64_t n);
   void mlp_block(int il, int64_t n);
 
   Qwen35Descriptor d_;
@@ -205,7 +214,7 @@ void Qwen35Model::reserve_scratch(int64_t n) {
   scratch_tokens_ = n;
 }
 
-void Qwen35Model::attention_block(int il, Qwen35Sequence& seq, int64_t n) {
+void Qwen35Model::attention_block(int il, std::span<const SequenceRows> parts, int64_t n) {
   const Qwen35Layer& L = w_.layers[size_t(il)];
   const int64_t D = d_.head_dim, nq = d_.n_head * D;
   Backend& be = *backend_;
@@ -225,21 +234,25 @@ void Qwen35Model::attention_block(int il, Qwen35Sequence& seq, int64_t n) {
                                      {gate, L.gate.w, L.gate.bias}};
   be.linear_many(x, proj, d_.attn_output_gate ? 4 : 3, &norm);
   const RopeParams rp{inv_freq_.data(), d_.rope.rotary_dim, rope_scale_};
-  const KvView kv = seq.kv().view(seq.kv_index(il));
-  be.qk_norm_rope_store(q, k, v, L.q_norm, L.k_norm, d_.norm_eps, w_.norm_offset, &rp, kv,
-                        positions_.data());
   AttentionParams ap;
   ap.n_head = int(d_.n_head);
   ap.n_head_kv = int(d_.n_head_kv);
   ap.head_dim = int(D);
   ap.scale = 1.0f / std::sqrt(float(D));
-  be.attention(attn, q, kv, positions_.data(), ap);
+  for (const SequenceRows& p : parts) {
+    const int64_t f = p.first, e = p.first + p.rows;
+    const KvView kv = p.seq->kv().view(p.seq->kv_index(il));
+    const Tensor qs = q.slice_rows(f, e);
+    be.qk_norm_rope_store(qs, k.slice_rows(f, e), v.slice_rows(f, e), L.q_norm, L.k_norm,
+                          d_.norm_eps, w_.norm_offset, &rp, kv, positions_.data() + f);
+    be.attention(attn.slice_rows(f, e), qs, kv, positions_.data() + f, ap);
+  }
   const Tensor attn2 = attn.reshaped({n, nq});
   if (d_.attn_output_gate) be.mul_sigmoid(attn2, attn2, gate);
   be.linear_residual(x, attn2, {o_.view(act_, {n, d_.n_embd}), L.o.w, L.o.bias}, 1.0f);
 }
 
-void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
+void Qwen35Model::linear_block(int il, std::span<const SequenceRows> parts, int64_t n) {
   const Qwen35Layer& L = w_.layers[size_t(il)];
   const int64_t C = d_.conv_dim(), Hv = d_.lin_v_heads, Dv = d_.lin_v_dim;
   Backend& be = *backend_;
@@ -260,17 +273,22 @@ void Qwen35Model::linear_block(int il, Qwen35Sequence& seq, int64_t n) {
                                      {b, L.in_b, Tensor()},
                                      {a, L.in_a, Tensor()}};
   be.linear_many(x, proj, 4, &norm);
-  const int li = seq.lin_index(il);
-  GatedDeltaParams p;
-  p.n_k_heads = int(d_.lin_k_heads);
-  p.n_v_heads = int(Hv);
-  p.k_dim = int(d_.lin_k_dim);
-  p.v_dim = int(Dv);
-  p.chunked = chunked_prefill_ && n > 1;
-  // conv → gates → delta rule → gated norm (one kernel for a decode token on the GPU).
-  be.gated_delta_mixer(normed, qkv, seq.conv_state(li), L.conv_w, a, b, L.a_log, L.dt_bias,
-                       seq.recurrent_state(li), p, L.lin_norm, z, d_.norm_eps,
-                       {conv, g, beta, core});
+  GatedDeltaParams gp;
+  gp.n_k_heads = int(d_.lin_k_heads);
+  gp.n_v_heads = int(Hv);
+  gp.k_dim = int(d_.lin_k_dim);
+  gp.v_dim = int(Dv);
+  for (const SequenceRows& p : parts) {
+    const int64_t f = p.first, e = p.first + p.rows;
+    const int li = p.seq->lin_index(il);
+    gp.chunked = chunked_prefill_ && p.rows > 1;
+    // conv → gates → delta rule → gated norm (one kernel for a decode token on the GPU).
+    be.gated_delta_mixer(
+        normed.slice_rows(f, e), qkv.slice_rows(f, e), p.seq->conv_state(li), L.conv_w,
+        a.slice_rows(f, e), b.slice_rows(f, e), L.a_log, L.dt_bias, p.seq->recurrent_state(li), gp,
+        L.lin_norm, z.slice_rows(f, e), d_.norm_eps,
+        {conv.slice_rows(f, e), g.slice_rows(f, e), beta.slice_rows(f, e), core.slice_rows(f, e)});
+  }
   be.linear_residual(x, normed, {o_.view(act_, {n, d_.n_embd}), L.out_proj, Tensor()}, 1.0f);
 }
 
@@ -311,16 +329,48 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   // Each block's products end in a residual add into x (linear_residual), and the next block's
   // input norm happens inside its first products (InputNorm): no pass over x in between.
   if (n != 1 || !decode_layers(seq, x, positions_[0])) {
-    for (int il = 0; il < int(d_.n_layer); ++il) {
-      if (d_.linear_layer[size_t(il)])
-        linear_block(il, seq, n);
-      else
-        attention_block(il, seq, n);
-      mlp_block(il, n);
-    }
+    const SequenceRows one[] = {{&seq, 0, n}};
+    layers(one, n);
   }
   seq.kv().commit_batch();
   finish_with_logits(be, x, h, rows, head_, logits, pick, token);
+}
+
+void Qwen35Model::layers(std::span<const SequenceRows> parts, int64_t n) {
+  for (int il = 0; il < int(d_.n_layer); ++il) {
+    if (d_.linear_layer[size_t(il)])
+      linear_block(il, parts, n);
+    else
+      attention_block(il, parts, n);
+    mlp_block(il, n);
+  }
+}
+
+// The rows of several sequences through the layers together: each product (and each MoE
+// expert) reads its weights once for all of them. CPU only for now, as in the llama family.
+void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
+  check_batch(items);
+  if (items.size() < 2 || backend_->name() != "cpu") return Model::forward_batch(items);
+  std::vector<SequenceRows> parts;
+  std::vector<int32_t> tokens;
+  positions_.clear();
+  for (const BatchItem& item : items) {
+    check_tokens(item.tokens, d_.n_vocab);
+    auto* seq = static_cast<Qwen35Sequence*>(item.state);
+    parts.push_back({seq, int64_t(tokens.size()), int64_t(item.tokens.size())});
+    tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+    for (int64_t i = 0; i < int64_t(item.tokens.size()); ++i)
+      positions_.push_back(int32_t(seq->n_past() + i));
+  }
+  const int64_t n = int64_t(tokens.size());
+  reserve_scratch(n);
+  backend_->begin_step(n);
+  const Tensor x = x_.view(act_, {n, d_.n_embd});
+  backend_->embedding(x, w_.embed, tokens.data(), 1.0f);
+  for (const SequenceRows& p : parts) p.seq->kv().reserve_batch(p.rows);
+  layers(parts, n);
+  for (const SequenceRows& p : parts) p.seq->kv().commit_batch();
+  finish_with_item_logits(*backend_, x, o_, h_, act_, items, head_);
 }
 
 }  // namespace
