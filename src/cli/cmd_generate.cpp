@@ -1,5 +1,6 @@
 // `hearth generate`: generate from token ids (and from text once a tokenizer is present).
 // --json prints one line: {"tokens": [...], "text": ..., "finish_reason": ..., "timings": {...}}.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +9,7 @@
 #include "cli/text_io.h"
 #include "core/error.h"
 #include "loader/config.h"
+#include "runtime/engine.h"
 #include "runtime/generate.h"
 
 namespace hearth::cli {
@@ -41,38 +43,47 @@ int run_generate(GenerateOptions& o) {
   for (int32_t t : prompt)
     if (t >= model->info().n_vocab)
       fail("--prompt-tokens: token id {} is out of range [0, {})", t, model->info().n_vocab);
-  GenerateParams params;
-  params.max_tokens = o.n_predict;
-  params.ignore_eos = o.ignore_eos;
-  params.sampling = make_sampling_params(o.sampling, sampling_defaults(config));
-  params.sampling.validate(model->info().n_vocab);
+  const int64_t n_ctx = model->info().n_ctx_train > 0 ? model->info().n_ctx_train : 4096;
+  if (int64_t(prompt.size()) > n_ctx)
+    fail("the prompt has {} tokens, more than the model's context of {}", prompt.size(), n_ctx);
+  GenerationRequest request;
+  request.prompt = prompt;
+  // As llama.cpp does, generation stops at the end of the context rather than refusing.
+  request.max_tokens = std::min<int64_t>(o.n_predict, n_ctx - int64_t(prompt.size()));
+  request.ignore_eos = o.ignore_eos;
+  request.sampling = make_sampling_params(o.sampling, sampling_defaults(config));
+  request.sampling.validate(model->info().n_vocab);
 
-  auto state = model->new_sequence();
+  // The server's engine runs this request too (one generation loop); the text is printed here
+  // from the tokens, as they come.
+  EngineOptions eo;
+  eo.device = o.model.device;
+  eo.cache_bytes = 0;
+  Engine engine(std::move(model), nullptr, config, eo);
   StreamPrinter printer(codec, !o.json);
-  GenerateResult result = generate(*model, *state, prompt, params, [&](int32_t token) {
-    printer.push(token);
-    return true;
+  const GenerationResult result = engine.generate(request, [&](const GenerationDelta& delta) {
+    for (int32_t token : delta.tokens) printer.push(token);
   });
+  if (result.finish_reason == "error") fail("{}", result.error);
   const std::string text = codec.decode(result.tokens);
-  const auto& t = result.timings;
+  const GenerationTimings& t = result.timings;
+  const int64_t n_gen = int64_t(result.tokens.size());
+  const double prompt_per_s = t.prefill_ms > 0 ? double(prompt.size()) * 1e3 / t.prefill_ms : 0;
+  const double gen_per_s = t.decode_ms > 0 && n_gen > 1 ? double(n_gen - 1) * 1e3 / t.decode_ms : 0;
   if (o.json) {
     nlohmann::json out;
     out["tokens"] = result.tokens;
     out["text"] = text;
     out["finish_reason"] = result.finish_reason;
-    out["timings"] = {{"prompt_tokens", t.prompt_tokens},
-                      {"prompt_ms", t.prompt_ms},
-                      {"prompt_tokens_per_s", t.prompt_tokens_per_s()},
-                      {"generated_tokens", t.generated_tokens},
-                      {"generate_ms", t.generate_ms},
-                      {"generate_tokens_per_s", t.generate_tokens_per_s()}};
+    out["timings"] = {{"prompt_tokens", prompt.size()},      {"prompt_ms", t.prefill_ms},
+                      {"prompt_tokens_per_s", prompt_per_s}, {"generated_tokens", n_gen},
+                      {"generate_ms", t.decode_ms},          {"generate_tokens_per_s", gen_per_s}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     printer.finish();
     std::fprintf(stderr,
                  "\nprompt: %lld tokens, %.1f ms (%.1f t/s) | generated: %lld tokens, %.2f t/s\n",
-                 (long long)t.prompt_tokens, t.prompt_ms, t.prompt_tokens_per_s(),
-                 (long long)t.generated_tokens, t.generate_tokens_per_s());
+                 (long long)prompt.size(), t.prefill_ms, prompt_per_s, (long long)n_gen, gen_per_s);
   }
   return 0;
 }

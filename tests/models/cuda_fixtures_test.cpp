@@ -27,6 +27,9 @@ namespace hearth {
 namespace {
 
 using test::FixtureCase;
+using test::generate;
+using test::GenerateParams;
+using test::GenerateResult;
 
 std::vector<FixtureCase> cuda_cases() {
   std::vector<std::string> types = llama_model_types();

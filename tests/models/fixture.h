@@ -12,7 +12,7 @@
 
 #include "loader/npy.h"
 #include "models/model.h"
-#include "runtime/generate.h"
+#include "reference_loop.h"
 
 namespace hearth::test {
 
