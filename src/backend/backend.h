@@ -73,6 +73,8 @@ class Backend {
   virtual DType activation_dtype() const = 0;
   // Memory for activations, caches and converted weights; throws hearth::Error when exhausted.
   virtual DeviceBuffer alloc(size_t bytes) = 0;
+  // Memory free for alloc() now (the CPU: the kernel's MemAvailable); 0 when unknown.
+  virtual size_t memory_available() const { return 0; }
   // Makes a checkpoint tensor (host view into the mapped file) usable by this backend's ops:
   // the CPU reads it in place; a GPU backend uploads it once and owns the copy.
   virtual Tensor prepare_weight(const Tensor& host) = 0;

@@ -173,6 +173,12 @@ CommandRegistration serve_command(
                      "long a new prompt holds up the others' next token (0: 128 on the CPU, the "
                      "prefill chunk on a GPU)")
           ->capture_default_str();
+      sub.add_option("--kv-budget", o->server.kv_budget_mb,
+                     "MB the running requests' KV caches and recurrent states may hold together "
+                     "(0: half the free RAM on the CPU, 80 % of the free GPU memory); past it the "
+                     "latest request is preempted and recomputed later, and the context is "
+                     "clamped to what one request can hold")
+          ->capture_default_str();
       sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")
           ->capture_default_str();
       sub.add_option("--web-dir", o->server.web_dir,

@@ -34,15 +34,20 @@ void KvCache::grow(Layer& layer, int64_t capacity) {
   layer.capacity = capacity;
 }
 
+int64_t KvCache::capacity_for(const Layer& layer, int64_t n_tokens) const {
+  int64_t needed = end_ + n_tokens;
+  if (layer.window > 0) needed = std::min<int64_t>(needed, layer.window - 1 + n_tokens);
+  if (needed <= layer.capacity) return layer.capacity;
+  int64_t capacity = std::max<int64_t>(256, layer.capacity);
+  while (capacity < needed) capacity *= 2;
+  if (layer.window > 0) capacity = std::max<int64_t>(needed, std::min(capacity, end_ + n_tokens));
+  return capacity;
+}
+
 void KvCache::reserve_batch(int64_t n_tokens) {
   for (auto& layer : layers_) {
-    int64_t needed = end_ + n_tokens;
-    if (layer.window > 0) needed = std::min<int64_t>(needed, layer.window - 1 + n_tokens);
-    if (needed <= layer.capacity) continue;
-    int64_t capacity = std::max<int64_t>(256, layer.capacity);
-    while (capacity < needed) capacity *= 2;
-    if (layer.window > 0) capacity = std::max<int64_t>(needed, std::min(capacity, end_ + n_tokens));
-    grow(layer, capacity);
+    const int64_t capacity = capacity_for(layer, n_tokens);
+    if (capacity != layer.capacity) grow(layer, capacity);
   }
   pending_ = n_tokens;
 }
@@ -72,6 +77,12 @@ KvView KvCache::view(int layer_index) const {
   kv.first = layer.first;
   kv.end = end_ + pending_;
   return kv;
+}
+
+size_t KvCache::bytes_after(int64_t n_more) const {
+  size_t total = 0;
+  for (const auto& layer : layers_) total += 2 * size_t(capacity_for(layer, n_more)) * row_bytes_;
+  return total;
 }
 
 size_t KvCache::bytes() const {

@@ -28,6 +28,8 @@ class KvCache {
   bool truncate(int64_t n);
   KvView view(int layer) const;
   size_t bytes() const;
+  // bytes() once n_more more positions are stored (the buffers' growth included).
+  size_t bytes_after(int64_t n_more) const;
 
  private:
   struct Layer {
@@ -37,6 +39,8 @@ class KvCache {
     int window = 0;
   };
   void grow(Layer& layer, int64_t capacity);
+  // The capacity `layer` needs to hold a batch of n_tokens after the stored positions.
+  int64_t capacity_for(const Layer& layer, int64_t n_tokens) const;
 
   Backend* backend_;
   std::vector<Layer> layers_;

@@ -26,6 +26,7 @@ class LlamaSequence final : public SequenceState {
   int64_t n_past() const override { return kv.n_past(); }
   bool truncate(int64_t n) override { return kv.truncate(n); }
   size_t bytes() const override { return kv.bytes(); }
+  size_t bytes_after(int64_t n_more) const override { return kv.bytes_after(n_more); }
 
   KvCache kv;
   // Dynamic NTK rope: the longest sequence the frequencies were computed for (HF semantics).

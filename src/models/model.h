@@ -63,6 +63,8 @@ class SequenceState {
   // chunks on checkpoint boundaries so a later prompt can resume there.
   virtual bool needs_checkpoints() const { return false; }
   virtual size_t bytes() const = 0;
+  // bytes() once n_more more positions are stored: what a step of n_more tokens will need.
+  virtual size_t bytes_after(int64_t n_more) const = 0;
 };
 
 enum class LogitsRows : uint8_t { None, Last, All };
@@ -109,6 +111,9 @@ class Model {
   virtual bool picks_ahead() const { return false; }
   virtual void queue_pick(SequenceState& state, int32_t token, const TokenPick& pick);
   virtual int32_t take_pick();
+  // Memory free for sequence states where they live (host RAM on the CPU, device memory on a
+  // GPU); 0 when unknown.
+  virtual size_t memory_available() const { return 0; }
   // Tokens per prefill forward when the caller leaves it to the model (a prefill_chunk of 0):
   // 512 on the CPU, 2048 on a GPU, where cuBLAS needs the larger products to reach its peak
   // (docs/design-notes.md). load_model sets it from the backend.

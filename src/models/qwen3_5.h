@@ -72,6 +72,10 @@ class Qwen35Sequence final : public SequenceState {
   int64_t n_past() const override { return kv_.n_past(); }
   bool truncate(int64_t n) override;
   size_t bytes() const override;
+  // The KV's growth; the recurrent state has a fixed size (snapshots kept later not counted).
+  size_t bytes_after(int64_t n_more) const override {
+    return bytes() - kv_.bytes() + kv_.bytes_after(n_more);
+  }
 
   std::unique_ptr<RecurrentSnapshot> snapshot() const;
   // Returns to the snapshot's position; false (and no change) when the sequence is already

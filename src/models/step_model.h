@@ -32,6 +32,7 @@ class StepModel : public Model {
   // in pick_token_ahead, and a kPickedToken input is embedded where the previous pick lies
   // (embedding_of_pick).
   bool picks_ahead() const final { return step_backend().picks_ahead(); }
+  size_t memory_available() const final { return step_backend().memory_available(); }
   void queue_pick(SequenceState& state, int32_t token, const TokenPick& pick) final {
     if (!picks_ahead()) return Model::queue_pick(state, token, pick);
     picked_input_ = token == kPickedToken;

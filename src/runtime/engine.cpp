@@ -115,6 +115,32 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   if (options_.max_step_tokens < 0)
     fail("--max-batch-tokens must be >= 0, got {}", options_.max_step_tokens);
   const bool cpu = options_.device == "cpu";
+  // The KV budget: what the running requests' states may hold together. By default half the
+  // memory the CPU has free, or 80 % of a GPU's free memory after the weights (the rest is the
+  // step's activations and the prompt cache's room); unlimited where the backend cannot say.
+  state_fixed_bytes_ = model_->new_sequence()->bytes();
+  if (options_.kv_budget_bytes > 0) {
+    kv_budget_ = options_.kv_budget_bytes;
+  } else if (const size_t free = model_->memory_available(); free > 0) {
+    kv_budget_ = size_t(double(free) * (cpu ? 0.5 : 0.8));
+  }
+  // A request must fit alone: the context is at most what the budget holds for one sequence.
+  if (kv_budget_ < SIZE_MAX) {
+    if (state_bytes_for(256) > kv_budget_)
+      fail(
+          "the KV budget of {:.1f} MiB (--kv-budget) cannot hold even 256 positions of this "
+          "model ({:.1f} MiB)",
+          double(kv_budget_) / (1 << 20), double(state_bytes_for(256)) / (1 << 20));
+    int64_t fit = 256;
+    while (fit < n_ctx_ && state_bytes_for(fit * 2) <= kv_budget_) fit *= 2;
+    if (fit < n_ctx_) {
+      log(LogLevel::Warn,
+          "context length {} clamped to {}: the KV budget of {:.1f} MiB holds {} positions of "
+          "one sequence (--kv-budget to change it)",
+          n_ctx_, fit, double(kv_budget_) / (1 << 20), fit);
+      n_ctx_ = fit;
+    }
+  }
   max_running_ = options_.max_running > 0 ? options_.max_running : cpu ? 16 : 256;
   max_step_tokens_ = options_.max_step_tokens > 0 ? options_.max_step_tokens
                      : cpu                        ? 128
@@ -201,16 +227,55 @@ bool Engine::requests_waiting() const {
   return !queue_.empty();
 }
 
-bool Engine::admit(std::vector<std::unique_ptr<RunningRequest>>& running) {
+size_t Engine::state_bytes_for(int64_t n_tokens) const {
+  // The KV caches grow by doubling from 256 positions (kv_cache.h).
+  int64_t capacity = 256;
+  while (capacity < n_tokens) capacity *= 2;
+  const double bytes =
+      double(state_fixed_bytes_) + double(capacity) * double(model_->info().kv_bytes_per_token);
+  return bytes >= double(SIZE_MAX) ? SIZE_MAX : size_t(bytes);
+}
+
+size_t Engine::bytes_in_use() const {
+  size_t used = 0;
+  for (const auto& r : running_)
+    if (!r->done() && r->has_state()) used += r->state().bytes();
+  return used;
+}
+
+bool Engine::admit() {
+  // Preempted requests come back first, oldest first, once their prefix fits again.
+  size_t used = bytes_in_use();
+  for (auto& r : preempted_)
+    if (r->cancel_requested()) r->finish("cancelled");
+  std::erase_if(preempted_, [](const auto& r) { return r->done(); });
+  while (!preempted_.empty() && int64_t(running_.size()) < max_running_) {
+    RunningRequest& r = *preempted_.front();
+    const size_t need = state_bytes_for(r.prompt_left() + 1);
+    if (!running_.empty() && used + need > kv_budget_) break;
+    r.resume();
+    used += need;
+    running_.push_back(std::move(preempted_.front()));
+    preempted_.pop_front();
+  }
   std::vector<Job> admitted;
   {
     std::unique_lock lock(mu_);
-    if (running.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (running_.empty() && preempted_.empty())
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) {  // shutdown() failed the queued ones; the running ones end cancelled
-      for (auto& r : running) r->finish("cancelled");
+      for (auto& r : running_) r->finish("cancelled");
+      for (auto& r : preempted_) r->finish("cancelled");
+      preempted_.clear();
       return !queue_.empty();
     }
-    while (!queue_.empty() && int64_t(running.size() + admitted.size()) < max_running_) {
+    // New requests wait while a preempted one does (first come, first served), and while the
+    // KV budget cannot hold their prompts next to the running ones.
+    while (preempted_.empty() && !queue_.empty() &&
+           int64_t(running_.size() + admitted.size()) < max_running_) {
+      const size_t need = state_bytes_for(int64_t(queue_.front().request.prompt.size()) + 1);
+      if (!(running_.empty() && admitted.empty()) && used + need > kv_budget_) break;
+      used += need;
       admitted.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
@@ -227,8 +292,9 @@ bool Engine::admit(std::vector<std::unique_ptr<RunningRequest>>& running) {
     } else {
       try {
         validate(job.request);
-        running.push_back(std::make_unique<RunningRequest>(
-            context, std::move(job.request), std::move(job.callbacks), job.submitted_at_ms, now));
+        running_.push_back(std::make_unique<RunningRequest>(context, job.id, std::move(job.request),
+                                                            std::move(job.callbacks),
+                                                            job.submitted_at_ms, now));
         continue;
       } catch (const std::exception& e) {
         failed.finish_reason = "error";
@@ -242,19 +308,25 @@ bool Engine::admit(std::vector<std::unique_ptr<RunningRequest>>& running) {
 }
 
 void Engine::worker_loop() {
-  std::vector<std::unique_ptr<RunningRequest>> running;
-  while (admit(running)) {
-    std::erase_if(running, [](const auto& r) { return r->done(); });
-    step(running);
-    std::erase_if(running, [](const auto& r) { return r->done(); });
+  while (admit()) {
+    std::erase_if(running_, [](const auto& r) { return r->done(); });
+    step();
+    // Preempted requests leave the running list for the front of the line, by arrival.
+    for (auto& r : running_) {
+      if (r->done() || r->has_state()) continue;
+      auto at = std::upper_bound(preempted_.begin(), preempted_.end(), r,
+                                 [](const auto& a, const auto& b) { return a->id() < b->id(); });
+      preempted_.insert(at, std::move(r));
+    }
+    std::erase_if(running_, [](const auto& r) { return !r || r->done(); });
   }
 }
 
-void Engine::step(std::span<const std::unique_ptr<RunningRequest>> running) {
-  for (const auto& r : running)
+void Engine::step() {
+  for (const auto& r : running_)
     if (!r->done() && r->cancel_requested()) r->finish("cancelled");
   std::vector<RunningRequest*> live;
-  for (const auto& r : running)
+  for (const auto& r : running_)
     if (!r->done()) live.push_back(r.get());
   if (live.empty()) return;
   // A lone decoding request on a backend that picks ahead keeps its steps queued one ahead, until
@@ -278,47 +350,91 @@ void Engine::step(std::span<const std::unique_ptr<RunningRequest>> running) {
     }
   }
 
-  // Decode tokens first, then prompt chunks, oldest request first, within the token budget.
-  std::vector<Model::BatchItem> items;
-  std::vector<RunningRequest*> in_step;
-  std::vector<int32_t> inputs(live.size());
+  // The step's plan: a decode token for each request past its prompt, then prompt chunks, oldest
+  // request first, within the token budget.
+  struct Part {
+    RunningRequest* r;
+    int64_t n;      // tokens
+    int32_t input;  // a decode step's token; -1 for a prompt chunk
+  };
+  std::vector<Part> plan;
   for (RunningRequest* r : live) {
     if (r->done() || r->prefilling()) continue;
     const std::optional<int32_t> input = r->decode_input();
     if (!input) continue;  // context full: finished "length"
-    inputs[in_step.size()] = *input;
-    items.push_back(
-        {&r->state(), std::span<const int32_t>(&inputs[in_step.size()], 1), r->logits()});
-    in_step.push_back(r);
+    plan.push_back({r, 1, *input});
   }
-  const int64_t n_decode = int64_t(items.size());
+  const int64_t n_decode = int64_t(plan.size());
   const int64_t chunk =
       options_.prefill_chunk > 0 ? options_.prefill_chunk : model_->default_prefill_chunk();
   int64_t budget = (n_decode > 0 ? max_step_tokens_ : chunk) - n_decode;
   for (RunningRequest* r : live) {
     if (budget <= 0) break;
     if (r->done() || !r->prefilling()) continue;
-    const std::span<const int32_t> part = r->prompt_chunk(std::min(budget, chunk));
-    const bool ends_prompt = int64_t(part.size()) == r->prompt_left();
-    items.push_back({&r->state(), part, ends_prompt ? r->logits() : nullptr});
-    in_step.push_back(r);
-    budget -= int64_t(part.size());
+    const int64_t n = int64_t(r->prompt_chunk(std::min(budget, chunk)).size());
+    plan.push_back({r, n, -1});
+    budget -= n;
   }
-  if (items.empty()) return;
+  // The KV budget: while the step would not fit, the latest arrival gives way (preempted: its
+  // state is freed, and it recomputes when there is room again), as vLLM does.
+  auto projected = [&] {
+    size_t total = 0;
+    for (RunningRequest* r : live) {
+      if (r->done() || !r->has_state()) continue;
+      int64_t n = 0;
+      for (const Part& p : plan)
+        if (p.r == r) n = p.n;
+      total += r->state().bytes_after(n);
+    }
+    return total;
+  };
+  for (size_t need = projected(); need > kv_budget_;) {
+    RunningRequest* victim = nullptr;
+    int holding = 0;
+    for (RunningRequest* r : live) {
+      if (r->done() || !r->has_state()) continue;
+      ++holding;
+      if (!victim || r->id() > victim->id()) victim = r;
+    }
+    if (!victim) break;
+    if (holding <= 1) {  // the context bound keeps this from happening: a request fits alone
+      victim->finish("error", fmt::format("the KV cache budget of {} bytes cannot hold this "
+                                          "request's next step ({} bytes)",
+                                          kv_budget_, need));
+    } else {
+      victim->preempt();
+      preemptions_.fetch_add(1);
+    }
+    std::erase_if(plan, [&](const Part& p) { return p.r == victim; });
+    need = projected();
+    if (holding <= 1) break;
+  }
+  if (plan.empty()) return;
+
+  std::vector<Model::BatchItem> items;
+  for (const Part& p : plan) {
+    RunningRequest* r = p.r;
+    if (p.input >= 0) {
+      items.push_back({&r->state(), std::span<const int32_t>(&p.input, 1), r->logits()});
+    } else {
+      items.push_back(
+          {&r->state(), r->prompt_chunk(p.n), r->chunk_wants_logits(p.n) ? r->logits() : nullptr});
+    }
+  }
   try {
     model_->forward_batch(items);
   } catch (const std::exception& e) {
-    for (RunningRequest* r : in_step) r->finish("error", e.what());
+    for (const Part& p : plan) p.r->finish("error", e.what());
     return;
   }
-  for (size_t i = 0; i < items.size(); ++i) {
-    RunningRequest* r = in_step[i];
+  for (size_t i = 0; i < plan.size(); ++i) {
+    RunningRequest* r = plan[i].r;
     const std::span<float> logits(items[i].logits, items[i].logits ? size_t(info().n_vocab) : 0);
     try {
-      if (int64_t(i) < n_decode)
+      if (plan[i].input >= 0)
         r->token_ran(logits);
       else
-        r->prompt_chunk_ran(int64_t(items[i].tokens.size()), logits);
+        r->prompt_chunk_ran(plan[i].n, logits);
     } catch (const std::exception& e) {
       r->finish("error", e.what());
     }

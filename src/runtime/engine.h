@@ -42,6 +42,11 @@ struct EngineOptions {
   int64_t prefill_chunk = 0;                // tokens per prefill forward; 0: the model's default
   int64_t checkpoint_interval = 256;        // keep_checkpoint() every N prompt positions
   int64_t max_running = 0;  // requests decoding together; 0: 16 on the CPU, 256 on a GPU
+  // Bytes the running requests' sequence states (KV caches, recurrent states) may hold together;
+  // 0: half the free RAM on the CPU, 80 % of the free GPU memory after loading. When a step would
+  // not fit, the latest request is preempted and recomputed later. The context is clamped to
+  // what one sequence can hold in it.
+  size_t kv_budget_bytes = 0;
   // Tokens in a step while requests are decoding (their tokens plus prompt chunks): the bound on
   // how long a prompt may hold up everyone's next token. 0: 128 on the CPU, the prefill chunk
   // on a GPU. A step with nothing decoding runs a whole prefill chunk.
@@ -151,6 +156,8 @@ class Engine {
   const SamplingParams& default_sampling() const { return default_sampling_; }
   int64_t n_ctx() const { return n_ctx_; }
   size_t queue_depth() const;
+  size_t kv_budget() const { return kv_budget_; }
+  uint64_t preemptions() const { return preemptions_.load(); }
   PromptCacheStats cache_stats() const { return cache_.stats(); }
 
  private:
@@ -161,11 +168,16 @@ class Engine {
     double submitted_at_ms;
   };
   void worker_loop();
-  // Admits queued requests up to max_running; false when stopping and nothing is left.
-  bool admit(std::vector<std::unique_ptr<RunningRequest>>& running);
-  // One step of the running requests (those finished by it are done() afterwards).
-  void step(std::span<const std::unique_ptr<RunningRequest>> running);
+  // Admits preempted, then queued requests up to max_running and the KV budget; false when
+  // stopping and nothing is left.
+  bool admit();
+  // One step of the running requests (those it finishes are done() afterwards, those it
+  // preempts have no state).
+  void step();
   bool requests_waiting() const;
+  // An upper bound of a sequence state's bytes once it holds n_tokens positions.
+  size_t state_bytes_for(int64_t n_tokens) const;
+  size_t bytes_in_use() const;
 
   std::unique_ptr<Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -175,6 +187,11 @@ class Engine {
   int64_t n_ctx_ = 0;
   PromptCache cache_;
   int64_t max_running_ = 0, max_step_tokens_ = 0;
+  size_t kv_budget_ = SIZE_MAX, state_fixed_bytes_ = 0;
+  std::atomic<uint64_t> preemptions_{0};
+  // The worker's: requests running (admission order), and preempted ones (arrival order).
+  std::vector<std::unique_ptr<RunningRequest>> running_;
+  std::deque<std::unique_ptr<RunningRequest>> preempted_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -41,10 +41,11 @@ TokenLogprob compute_logprobs(std::span<const float> logits, int32_t chosen, int
 
 }  // namespace
 
-RunningRequest::RunningRequest(const Context& context, GenerationRequest request,
+RunningRequest::RunningRequest(const Context& context, uint64_t id, GenerationRequest request,
                                GenerationCallbacks callbacks, double submitted_at_ms,
                                double started_at_ms)
     : ctx_(context),
+      id_(id),
       request_(std::move(request)),
       callbacks_(std::move(callbacks)),
       submitted_at_ms_(submitted_at_ms),
@@ -55,15 +56,9 @@ RunningRequest::RunningRequest(const Context& context, GenerationRequest request
       logits_(size_t(context.model.info().n_vocab)) {
   result_.timings.queue_ms = started_at_ms - submitted_at_ms;
   result_.usage.prompt_tokens = n_prompt();
-  // Prompt cache: reuse the longest common prefix, but always run the last prompt token.
-  if (ctx_.cache) {
-    auto hit = ctx_.cache->acquire(request_.prompt, n_prompt() - 1);
-    state_ = std::move(hit.state);
-    result_.usage.cached_tokens = hit.n_reused;
-    checkpoints_ = std::move(hit.checkpoints);
-  }
-  if (!state_) state_ = ctx_.model.new_sequence();
-  prompt_pos_ = state_->n_past();
+  prefill_target_ = n_prompt();
+  take_state();
+  result_.usage.cached_tokens = prompt_pos_;
   stop_ids_ = request_.stop_token_ids;
   if (!request_.ignore_eos)
     for (int64_t id : ctx_.model.info().eos_token_ids) stop_ids_.push_back(int32_t(id));
@@ -73,24 +68,46 @@ RunningRequest::RunningRequest(const Context& context, GenerationRequest request
   result_.finish_reason = "length";
 }
 
+void RunningRequest::take_state() {
+  // Prompt cache: reuse the longest common prefix; a prompt's last token always runs (its
+  // logits give the first token), a recomputation needs none of its tokens' logits.
+  const std::span<const int32_t> tokens(history_.data(), size_t(prefill_target_));
+  if (ctx_.cache) {
+    auto hit = ctx_.cache->acquire(tokens, prefill_target_ - (result_.tokens.empty() ? 1 : 0));
+    state_ = std::move(hit.state);
+    checkpoints_ = std::move(hit.checkpoints);
+  }
+  if (!state_) state_ = ctx_.model.new_sequence();
+  prompt_pos_ = state_->n_past();
+}
+
+void RunningRequest::preempt() {
+  state_.reset();
+  checkpoints_.clear();
+  // The last generated token is the next step's input: it is not recomputed.
+  prefill_target_ = result_.tokens.empty() ? n_prompt() : int64_t(history_.size()) - 1;
+  prompt_pos_ = 0;
+}
+
+void RunningRequest::resume() { take_state(); }
+
 std::span<const int32_t> RunningRequest::prompt_chunk(int64_t max) const {
   const int64_t interval = std::max<int64_t>(ctx_.checkpoint_interval, 1);
   const int64_t next_cp =
-      state_->needs_checkpoints() ? (prompt_pos_ / interval + 1) * interval : n_prompt();
-  const int64_t end = std::min({n_prompt(), prompt_pos_ + std::max<int64_t>(max, 1), next_cp});
-  return std::span<const int32_t>(request_.prompt)
-      .subspan(size_t(prompt_pos_), size_t(end - prompt_pos_));
+      state_->needs_checkpoints() ? (prompt_pos_ / interval + 1) * interval : prefill_target_;
+  const int64_t end = std::min({prefill_target_, prompt_pos_ + std::max<int64_t>(max, 1), next_cp});
+  return std::span<const int32_t>(history_).subspan(size_t(prompt_pos_), size_t(end - prompt_pos_));
 }
 
 void RunningRequest::prompt_chunk_ran(int64_t n, std::span<float> logits) {
   prompt_pos_ += n;
-  const bool last = prompt_pos_ == n_prompt();
+  const bool last = prompt_pos_ == prefill_target_;
   const int64_t interval = std::max<int64_t>(ctx_.checkpoint_interval, 1);
   if ((state_->needs_checkpoints() && prompt_pos_ % interval == 0) || last) {
     state_->keep_checkpoint();
     checkpoints_.push_back(prompt_pos_);
   }
-  if (!last) return;
+  if (!last || !result_.tokens.empty()) return;  // a recomputation goes on decoding
   if (request_.max_tokens == 0) return finish("length");
   token_ran(logits);
 }

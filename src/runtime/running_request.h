@@ -4,7 +4,8 @@
 // final result. The engine decides which requests step together; this class knows nothing of
 // the others. Not thread-safe: only the engine's worker touches it.
 // Invariants: finish() runs exactly once and calls on_done; after it, done() is true and the
-// state is back in the prompt cache (unless the request failed) or freed.
+// state is back in the prompt cache (unless the request failed) or freed. A preempted request
+// has no state until resume(); it then recomputes its prompt and the tokens it generated.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -28,22 +29,26 @@ class RunningRequest {
   };
   // Takes the prompt-cache entry sharing the longest prefix, or a new state. `started_at_ms`
   // is when the engine admitted it (the queue time ends there).
-  RunningRequest(const Context& context, GenerationRequest request, GenerationCallbacks callbacks,
-                 double submitted_at_ms, double started_at_ms);
+  RunningRequest(const Context& context, uint64_t id, GenerationRequest request,
+                 GenerationCallbacks callbacks, double submitted_at_ms, double started_at_ms);
   RunningRequest(const RunningRequest&) = delete;
   RunningRequest& operator=(const RunningRequest&) = delete;
 
+  uint64_t id() const { return id_; }  // the engine's, in arrival order
   bool done() const { return done_; }
   bool cancel_requested() const { return request_.cancel->load(); }
   SequenceState& state() { return *state_; }
 
-  // Prefill: prompt tokens not run yet, and the next chunk of at most `max` of them (ending on
-  // a checkpoint boundary where the state needs checkpoints, so a later prompt can resume
-  // there). prompt_chunk_ran() records that the chunk went through the model; when it ended the
-  // prompt, `logits` (the last row's) give the first token.
-  bool prefilling() const { return prompt_pos_ < n_prompt(); }
-  int64_t prompt_left() const { return n_prompt() - prompt_pos_; }
+  // Prefill: the tokens to run before decoding (the prompt; after a preemption, the prompt and
+  // the tokens generated but the last), and the next chunk of at most `max` of them (ending on a
+  // checkpoint boundary where the state needs checkpoints, so a later prompt can resume there).
+  // prompt_chunk_ran() records that the chunk went through the model; when it ended the prompt
+  // of a request that has no token yet, `logits` (the last row's) give the first token.
+  bool prefilling() const { return prompt_pos_ < prefill_target_; }
+  int64_t prompt_left() const { return prefill_target_ - prompt_pos_; }
   std::span<const int32_t> prompt_chunk(int64_t max) const;
+  // Whether a chunk of n tokens needs its last row's logits.
+  bool chunk_wants_logits(int64_t n) const { return n == prompt_left() && result_.tokens.empty(); }
   void prompt_chunk_ran(int64_t n, std::span<float> logits);
 
   // Decode: the input of the next step (the last token), or nullopt after finishing with
@@ -62,6 +67,13 @@ class RunningRequest {
   void decode_ahead(bool queue_more);
   void drain_picks();
 
+  // Preemption (the KV budget is full): frees the state; the request keeps its tokens, sampler
+  // and text, and resume() gives it a state again (from the prompt cache where it can) with
+  // everything to recompute. Not while steps are queued ahead.
+  void preempt();
+  void resume();
+  bool has_state() const { return state_ != nullptr; }
+
   // Ends the request: "stop", "length", "cancelled" or "error" (with `error`).
   void finish(const std::string& reason, const std::string& error = {});
 
@@ -71,14 +83,18 @@ class RunningRequest {
   void accept(int32_t token, std::optional<TokenLogprob> logprob);
   void emit(std::string text, bool force);
   void give_back_state();
+  // A state holding the longest cached prefix of the first prefill_target_ tokens, or a new one.
+  void take_state();
 
   Context ctx_;
+  uint64_t id_;
   GenerationRequest request_;
   GenerationCallbacks callbacks_;
   double submitted_at_ms_, started_at_ms_, first_token_ms_ = 0;
   std::unique_ptr<SequenceState> state_;
   std::vector<int64_t> checkpoints_;  // positions the state can go back to (prompt cache)
-  int64_t prompt_pos_ = 0;            // prompt tokens the state holds
+  int64_t prompt_pos_ = 0;            // tokens of history_ the state holds
+  int64_t prefill_target_ = 0;        // tokens of history_ to run before decoding
   std::vector<int32_t> history_;      // prompt + generated tokens
   Sampler sampler_;
   std::vector<int32_t> stop_ids_;

@@ -57,6 +57,7 @@ void Server::load() {
     eo.mmap = state_.options.mmap;
     eo.max_running = state_.options.max_running;
     eo.max_step_tokens = state_.options.max_batch_tokens;
+    eo.kv_budget_bytes = state_.options.kv_budget_mb << 20;
     eo.n_ctx = state_.options.n_ctx;
     eo.cache_bytes = state_.options.cache_mb << 20;
     std::shared_ptr<Engine> engine = Engine::load(eo);

@@ -25,6 +25,7 @@ struct ServerOptions {
   bool mmap = true;              // read CPU weights in place (false: copy into huge pages)
   int64_t max_running = 0;       // requests decoding together (0: the engine's default)
   int64_t max_batch_tokens = 0;  // tokens per step while requests decode (0: the engine's)
+  size_t kv_budget_mb = 0;       // the running requests' states together (0: the engine's)
   std::string web_dir;           // the chat page's files; empty: no page
   size_t max_body_bytes = size_t{32} << 20;
   int http_threads = 64;          // requests handled at once (the rest wait, in order)

@@ -21,6 +21,7 @@ class FakeState : public SequenceState {
   }
   void keep_checkpoint() override { cps_.push_back(n_); }
   size_t bytes() const override { return size_t(n_) * bpt_; }
+  size_t bytes_after(int64_t n_more) const override { return size_t(n_ + n_more) * bpt_; }
   std::vector<int64_t> cps_;
 
  private:

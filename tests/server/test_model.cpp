@@ -162,6 +162,7 @@ class ScriptedState : public SequenceState {
     return true;
   }
   size_t bytes() const override { return tokens.size() * 4 + 64; }
+  size_t bytes_after(int64_t n_more) const override { return bytes() + size_t(n_more) * 4; }
 };
 
 class ScriptedModel : public Model {

@@ -366,10 +366,33 @@ TEST(ConfigMutation, UserContextBeyondAddressableIsClamped) {
   EngineOptions options;
   options.model_dir = std::string(HEARTH_TEST_DATA) + "/models/llama";
   options.n_ctx = INT64_MAX;
+  options.kv_budget_bytes = SIZE_MAX;  // no KV budget (it would clamp the context too)
   auto engine = Engine::load(options);
   EXPECT_EQ(engine->n_ctx(), INT32_MAX);
   options.n_ctx = 0;  // the model's max_position_embeddings
   EXPECT_EQ(Engine::load(options)->n_ctx(), 256);
+}
+
+// The KV budget bounds the context to what one sequence can hold (the caches grow by doubling
+// from 256 positions); a budget below 256 positions is refused, naming the option.
+TEST(ConfigMutation, KvBudgetBoundsTheContext) {
+  EngineOptions options;
+  options.model_dir = std::string(HEARTH_TEST_DATA) + "/models/llama";
+  auto model = load_model(options.model_dir);
+  const size_t fixed = model->new_sequence()->bytes();
+  const size_t per_token = size_t(model->info().kv_bytes_per_token);
+  options.n_ctx = 100000;
+  options.kv_budget_bytes = fixed + 1024 * per_token + per_token / 2;
+  auto engine = Engine::load(options);
+  EXPECT_EQ(engine->n_ctx(), 1024);
+  EXPECT_EQ(engine->kv_budget(), options.kv_budget_bytes);
+  options.kv_budget_bytes = fixed + 100 * per_token;
+  try {
+    Engine::load(options);
+    FAIL() << "a budget below 256 positions loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-budget"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/packed_matmul.h"
 #include "core/error.h"
+#include "core/memory_limit.h"
 #include "core/thread_pool.h"
 
 namespace hearth {
@@ -40,6 +41,7 @@ class CpuBackend final : public Backend {
     if (align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);
     return DeviceBuffer(p, bytes, Device::CPU, [](void* q) { std::free(q); });
   }
+  size_t memory_available() const override { return available_memory_bytes(); }
   // Weights are read in place from the mapped checkpoint (fast load, no copy). Without
   // keep_mapped (--no-mmap) each large tensor is copied once into 2 MiB-aligned anonymous memory
   // advised for huge pages and the mapped source pages are released: decode streams weights

@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return DType::BF16; }
 
   DeviceBuffer alloc(size_t bytes) override;
+  size_t memory_available() const override;
 
   // Weights are uploaded once and owned here. 2-D F16 matrices become BF16 (one GEMM/GEMV path;
   // bf16 keeps f16's precision within 3 bits and has f32's range); F32 and BF16 stay as stored
@@ -195,7 +196,7 @@ class CudaBackend final : public Backend {
 
  private:
   // The calling thread's current device must be ours (the server may call from any thread).
-  void bind() {
+  void bind() const {
     thread_local int current = -1;
     if (current != device_) {
       HEARTH_CUDA_CHECK(cudaSetDevice(device_));

@@ -29,6 +29,16 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
   return DeviceBuffer(p, bytes, Device::CUDA, free_device);
 }
 
+size_t CudaBackend::memory_available() const {
+  bind();
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return free_b;
+}
+
 Tensor CudaBackend::prepare_weight(const Tensor& host) {
   if (host.is_packed()) return prepare_packed(host);
   bind();
