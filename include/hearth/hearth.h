@@ -56,7 +56,9 @@ struct Completion {
 };
 
 struct RuntimeMetrics {
-  int64_t requests_waiting = 0;
+  int64_t requests_waiting = 0;   // queued (and preempted, waiting to recompute)
+  int64_t requests_running = 0;   // in the engine's batch
+  int64_t preemptions = 0;        // requests preempted for KV memory since load
   int64_t requests_finished = 0;  // completed in any way since load
   int64_t prompt_tokens = 0;      // over finished requests
   int64_t completion_tokens = 0;

@@ -138,7 +138,10 @@ RuntimeMetrics Runtime::metrics() const {
     std::lock_guard lock(impl_->mu);
     m = impl_->finished;
   }
-  m.requests_waiting = int64_t(impl_->engine->queue_depth());
+  const EngineStats load = impl_->engine->stats();
+  m.requests_waiting = int64_t(load.waiting);
+  m.requests_running = int64_t(load.running);
+  m.preemptions = int64_t(load.preemptions);
   return m;
 }
 

@@ -222,6 +222,16 @@ void Engine::shutdown() {
   if (worker_.joinable()) worker_.join();
 }
 
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.waiting = queue_depth() + preempted_count_.load();
+  s.running = running_count_.load();
+  s.preemptions = preemptions_.load();
+  s.kv_bytes = kv_bytes_in_use_.load();
+  s.kv_budget = kv_budget_;
+  return s;
+}
+
 bool Engine::requests_waiting() const {
   std::lock_guard lock(mu_);
   return !queue_.empty();
@@ -269,12 +279,23 @@ bool Engine::admit() {
       preempted_.clear();
       return !queue_.empty();
     }
+    // Requests cancelled while they wait leave the queue at once (a client that went away, a
+    // time limit), not when their turn comes.
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (!it->request.cancel->load()) {
+        ++it;
+        continue;
+      }
+      admitted.push_back(std::move(*it));  // completed as cancelled below
+      it = queue_.erase(it);
+    }
     // New requests wait while a preempted one does (first come, first served), and while the
     // KV budget cannot hold their prompts next to the running ones.
+    const size_t cancelled = admitted.size();
     while (preempted_.empty() && !queue_.empty() &&
-           int64_t(running_.size() + admitted.size()) < max_running_) {
+           int64_t(running_.size() + admitted.size() - cancelled) < max_running_) {
       const size_t need = state_bytes_for(int64_t(queue_.front().request.prompt.size()) + 1);
-      if (!(running_.empty() && admitted.empty()) && used + need > kv_budget_) break;
+      if (!(running_.empty() && admitted.size() == cancelled) && used + need > kv_budget_) break;
       used += need;
       admitted.push_back(std::move(queue_.front()));
       queue_.pop_front();
@@ -319,6 +340,9 @@ void Engine::worker_loop() {
       preempted_.insert(at, std::move(r));
     }
     std::erase_if(running_, [](const auto& r) { return !r || r->done(); });
+    running_count_ = running_.size();
+    preempted_count_ = preempted_.size();
+    kv_bytes_in_use_ = bytes_in_use();
   }
 }
 

@@ -103,6 +103,15 @@ struct GenerationResult {
   std::vector<TokenLogprob> logprobs;
 };
 
+// The engine's load, as of its last step.
+struct EngineStats {
+  size_t waiting = 0;        // queued and preempted requests
+  size_t running = 0;        // requests in the engine's steps
+  uint64_t preemptions = 0;  // since start
+  size_t kv_bytes = 0;       // held by the running requests' sequence states
+  size_t kv_budget = 0;      // SIZE_MAX: no budget
+};
+
 struct GenerationCallbacks {
   std::function<void(const GenerationDelta&)> on_delta;  // worker thread; keep it quick
   std::function<void(const GenerationResult&)> on_done;  // exactly once
@@ -158,6 +167,7 @@ class Engine {
   size_t queue_depth() const;
   size_t kv_budget() const { return kv_budget_; }
   uint64_t preemptions() const { return preemptions_.load(); }
+  EngineStats stats() const;
   PromptCacheStats cache_stats() const { return cache_.stats(); }
 
  private:
@@ -189,6 +199,7 @@ class Engine {
   int64_t max_running_ = 0, max_step_tokens_ = 0;
   size_t kv_budget_ = SIZE_MAX, state_fixed_bytes_ = 0;
   std::atomic<uint64_t> preemptions_{0};
+  std::atomic<size_t> running_count_{0}, preempted_count_{0}, kv_bytes_in_use_{0};
   // The worker's: requests running (admission order), and preempted ones (arrival order).
   std::vector<std::unique_ptr<RunningRequest>> running_;
   std::deque<std::unique_ptr<RunningRequest>> preempted_;

@@ -55,8 +55,7 @@ void Metrics::add_tokens(int64_t prompt, int64_t generated, int64_t cached) {
   cached_tokens_ += uint64_t(cached);
 }
 
-std::string Metrics::render(size_t queue_depth, size_t running,
-                            const PromptCacheStats& cache) const {
+std::string Metrics::render(const EngineStats& engine, const PromptCacheStats& cache) const {
   std::lock_guard lock(mu_);
   std::string out;
   out +=
@@ -85,14 +84,23 @@ std::string Metrics::render(size_t queue_depth, size_t running,
       "# HELP hearth_prompt_cache_entries Sequences held by the prompt cache.\n# TYPE "
       "hearth_prompt_cache_entries gauge\n"
       "hearth_prompt_cache_entries {}\n"
-      "# HELP hearth_requests_waiting Requests queued for the engine.\n# TYPE "
-      "hearth_requests_waiting gauge\n"
+      "# HELP hearth_requests_waiting Requests queued for the engine (preempted ones included).\n"
+      "# TYPE hearth_requests_waiting gauge\n"
       "hearth_requests_waiting {}\n"
-      "# HELP hearth_requests_running Requests being generated.\n# TYPE hearth_requests_running "
-      "gauge\n"
-      "hearth_requests_running {}\n",
+      "# HELP hearth_requests_running Requests in the engine's batch.\n# TYPE "
+      "hearth_requests_running gauge\n"
+      "hearth_requests_running {}\n"
+      "# HELP hearth_preemptions_total Requests preempted for KV memory (recomputed later).\n"
+      "# TYPE hearth_preemptions_total counter\nhearth_preemptions_total {}\n"
+      "# HELP hearth_kv_cache_bytes Bytes held by the running requests' KV caches and "
+      "recurrent states.\n# TYPE hearth_kv_cache_bytes gauge\nhearth_kv_cache_bytes {}\n",
       prompt_tokens_, generated_tokens_, cached_tokens_, cache.lookups, cache.hits, cache.bytes,
-      cache.entries, queue_depth, running);
+      cache.entries, engine.waiting, engine.running, engine.preemptions, engine.kv_bytes);
+  if (engine.kv_budget != SIZE_MAX)
+    out += fmt::format(
+        "# HELP hearth_kv_cache_budget_bytes The KV budget (--kv-budget).\n# TYPE "
+        "hearth_kv_cache_budget_bytes gauge\nhearth_kv_cache_budget_bytes {}\n",
+        engine.kv_budget);
   ttft_.render(out, "hearth_time_to_first_token_seconds", "Request arrival to first token.");
   itl_.render(out, "hearth_inter_token_latency_seconds", "Time between generated tokens.");
   e2e_.render(out, "hearth_request_duration_seconds", "Request arrival to last token.");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kv/prompt_cache.h"
+#include "runtime/engine.h"
 
 namespace hearth::server {
 
@@ -34,7 +35,7 @@ class Metrics {
   void observe_itl(double seconds);
   void observe_e2e(double seconds);
   void add_tokens(int64_t prompt, int64_t generated, int64_t cached);
-  std::string render(size_t queue_depth, size_t running, const PromptCacheStats& cache) const;
+  std::string render(const EngineStats& engine, const PromptCacheStats& cache) const;
 
  private:
   mutable std::mutex mu_;

@@ -76,8 +76,7 @@ void register_misc_routes(http::Router& http, ServerState& s) {
       "/metrics",
       [&s](const http::Request&, http::Response& res) {
         const bool ready = s.ready.load();
-        res.set_content(s.metrics.render(ready ? s.engine->queue_depth() : 0,
-                                         size_t(std::max(0, s.running.load())),
+        res.set_content(s.metrics.render(ready ? s.engine->stats() : EngineStats{},
                                          ready ? s.engine->cache_stats() : PromptCacheStats{}),
                         "text/plain; version=0.0.4");
       },

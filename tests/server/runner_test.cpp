@@ -58,16 +58,19 @@ TEST_F(RequestTimeout, ARunningGenerationEndsWithA504) {
 TEST_F(RequestTimeout, AQueuedRequestTimesOutWhileWaiting) {
   start_engine(1);  // one request at a time: the second waits in the queue
   const auto start = Clock::now();
-  EngineRequest first(state_, long_request(), start);
-  EngineRequest second(state_, long_request(), start);  // waits behind the first
+  // The first holds the engine well past the second's limit (its own limit is far off).
+  EngineRequest first(state_, long_request(), start + std::chrono::seconds(60));
+  EngineRequest second(state_, long_request(), start);
   GenerationResult r1;
   std::thread first_handler([&] { r1 = pump(first, nullptr, {}); });
   const GenerationResult r2 = pump(second, nullptr, {});
+  first.cancel();
   first_handler.join();
-  EXPECT_EQ(r1.finish_reason, "timeout");
   EXPECT_EQ(r2.finish_reason, "timeout");
   EXPECT_EQ(r2.usage.completion_tokens, 0);  // it never ran
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  EXPECT_EQ(r1.finish_reason, "cancelled");
+  EXPECT_GT(r1.usage.completion_tokens, 0);
 }
 
 TEST_F(RequestTimeout, NoLimitMeansNoTimeout) {
