@@ -310,6 +310,9 @@ class Backend {
 
 // keep_weights_mapped: read weights in place from the mapped checkpoint instead of copying them
 // into huge-page memory (see cpu_backend.cpp).
-std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped = true);
+// batch_invariant: every row's result independent of the other rows of the product and of how
+// a prompt is chunked (row kernels at every row count, attention one query at a time).
+std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped = true,
+                                          bool batch_invariant = false);
 
 }  // namespace hearth

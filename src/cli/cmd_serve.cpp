@@ -76,6 +76,7 @@ int run_serve(ServeOptions& o) {
   o.server.model_dir = resolve_model_dir(o.model.dir);
   o.server.device = o.model.device;
   o.server.mmap = !o.model.no_mmap;
+  o.server.deterministic = o.model.deterministic;
   o.server.cache_mb = size_t(o.cache_mb);
   o.server.http_threads = o.http_threads;
 

@@ -16,6 +16,9 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_flag("--no-mmap", o.no_mmap,
                "CPU: copy weights into huge-page memory (slower load, faster decode) instead of "
                "reading the mapped file");
+  app.add_flag("--deterministic", o.deterministic,
+               "batch-invariant kernels: a request's results are bit-identical whatever else "
+               "runs with it (CPU only; slower prefill)");
 }
 
 std::string resolve_model_dir(const std::string& dir) {
@@ -35,6 +38,7 @@ std::unique_ptr<Model> load_model_from(ModelOptions& o) {
   load.device = o.device;
   load.mmap = !o.no_mmap;
   load.gdn_recurrent_prefill = o.gdn_recurrent_prefill;
+  load.deterministic = o.deterministic;
   return load_model(o.dir, load);
 }
 

@@ -17,6 +17,7 @@ struct ModelOptions {
   int threads = 0;
   bool no_mmap = false;
   bool gdn_recurrent_prefill = false;  // LoadOptions::gdn_recurrent_prefill (`hearth bench`)
+  bool deterministic = false;          // LoadOptions::deterministic
 };
 
 // -m/--model, --device, --threads.

@@ -152,6 +152,9 @@ struct LoadOptions {
   // Qwen3.5 family: prefill through the Gated DeltaNet recurrence, token by token, instead of the
   // chunked delta rule. The two agree to rounding; tests and `hearth bench` compare them.
   bool gdn_recurrent_prefill = false;
+  // Batch-invariant kernels: a sequence's results are bit-identical whatever else runs in the
+  // same step and however its prompt is chunked (CPU only; docs/design-notes.md).
+  bool deterministic = false;
 };
 
 // Loads config.json + safetensors from dir; throws hearth::Error naming what is wrong.

@@ -24,7 +24,9 @@ class Qwen35Model final : public StepModel {
         store_(std::move(weights)),
         backend_(std::move(backend)),
         act_(backend_->activation_dtype()),
-        chunked_prefill_(!options.gdn_recurrent_prefill) {
+        // The chunked delta rule sums in another order than the recurrence: a deterministic
+        // model prefills through the recurrence, as it decodes.
+        chunked_prefill_(!options.gdn_recurrent_prefill && !options.deterministic) {
     w_ = qwen3_5_load_weights(store_, d_, *backend_);
     store_.audit();
     info_ = decoder_info(config, store_, d_, d_.n_full_layers(), act_);

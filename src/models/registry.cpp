@@ -34,9 +34,12 @@ const std::map<std::string, Factory>& factories() {
 }
 
 // cpu | cuda | cuda:N | auto (the first GPU when one is present, else the CPU).
-std::unique_ptr<Backend> make_backend(const std::string& device, bool mmap) {
+std::unique_ptr<Backend> make_backend(const std::string& device, bool mmap, bool deterministic) {
   const DeviceName d = parse_device_name(device);
-  if (d.kind == DeviceName::Kind::Cpu) return make_cpu_backend(mmap);
+  if (d.kind == DeviceName::Kind::Cpu) return make_cpu_backend(mmap, deterministic);
+  if (deterministic && d.kind != DeviceName::Kind::Auto)
+    fail("--deterministic runs on the CPU only for now (device '{}')", device);
+  if (deterministic) return make_cpu_backend(mmap, true);
 #ifdef HEARTH_HAVE_CUDA
   if (d.kind == DeviceName::Kind::Auto)
     return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend(mmap);
@@ -69,7 +72,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
     fail("{}: model_type '{}' is not supported; supported: {}", config.source(),
          config.model_type(), list);
   }
-  if (!backend) backend = make_backend(options.device, options.mmap);
+  if (!backend) backend = make_backend(options.device, options.mmap, options.deterministic);
   const bool gpu = backend->device() == Device::CUDA;
   WeightStore weights = WeightStore::open(dir);
   weights.set_quantization(QuantizationConfig::from_json(config.raw(), config.source()));

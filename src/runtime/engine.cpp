@@ -81,6 +81,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   LoadOptions load;
   load.device = options.device;
   load.mmap = options.mmap;
+  load.deterministic = options.deterministic;
   auto model = load_model(options.model_dir, load);
   ModelConfig config = ModelConfig::load(options.model_dir);
   std::shared_ptr<const Tokenizer> tokenizer;

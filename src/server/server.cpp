@@ -55,6 +55,7 @@ void Server::load() {
     eo.model_dir = state_.options.model_dir;
     eo.device = state_.options.device;
     eo.mmap = state_.options.mmap;
+    eo.deterministic = state_.options.deterministic;
     eo.max_running = state_.options.max_running;
     eo.max_step_tokens = state_.options.max_batch_tokens;
     eo.kv_budget_bytes = state_.options.kv_budget_mb << 20;

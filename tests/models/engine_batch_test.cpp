@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 
 #include "fixture.h"
@@ -26,14 +27,16 @@ std::vector<FixtureCase> all_cases() {
 
 // Small prefill chunks and step budgets, so prompts take several steps and share them with
 // decode tokens.
-std::unique_ptr<Engine> make_engine(const FixtureCase& c) {
+std::unique_ptr<Engine> make_engine(const FixtureCase& c, bool deterministic = false) {
+  LoadOptions load;
+  load.deterministic = deterministic;
   EngineOptions o;
   o.model_dir = c.dir;
   o.cache_bytes = 0;  // every request runs its whole prompt
   o.prefill_chunk = 8;
   o.max_step_tokens = 24;
   o.max_running = 20;
-  return std::make_unique<Engine>(load_model(c.dir), nullptr, ModelConfig::load(c.dir), o);
+  return std::make_unique<Engine>(load_model(c.dir, load), nullptr, ModelConfig::load(c.dir), o);
 }
 
 // Request i: a prompt of 1 to 70 tokens made from the fixture's prompt, 3 to 10 greedy tokens,
@@ -77,6 +80,41 @@ void expect_same_tokens(const GenerationResult& alone, const GenerationResult& b
   }
 }
 
+// Requests 0..n-1 of `make`: half submitted at once, the rest once the first has a token (they
+// join a running batch). Returns their results.
+std::vector<GenerationResult> run_staggered(Engine& engine, int n,
+                                            const std::function<GenerationRequest(int)>& make) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<GenerationResult> got(static_cast<size_t>(n));
+  int finished = 0, first_tokens = 0;
+  auto submit = [&](int i) {
+    GenerationCallbacks cb;
+    cb.on_delta = [&, i](const GenerationDelta&) {
+      std::lock_guard lock(mu);
+      if (i == 0) ++first_tokens;
+      cv.notify_all();
+    };
+    cb.on_done = [&, i](const GenerationResult& r) {
+      std::lock_guard lock(mu);
+      got[size_t(i)] = r;
+      ++finished;
+      cv.notify_all();
+    };
+    engine.submit(make(i), std::move(cb));
+  };
+  const int early = (n + 1) / 2;
+  for (int i = 0; i < early; ++i) submit(i);
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return first_tokens > 0 || finished == early; });
+  }
+  for (int i = early; i < n; ++i) submit(i);
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return finished == n; });
+  return got;
+}
+
 class EngineBatch : public ::testing::TestWithParam<FixtureCase> {};
 
 TEST_P(EngineBatch, EachRequestGetsItsLoneTokens) {
@@ -89,39 +127,46 @@ TEST_P(EngineBatch, EachRequestGetsItsLoneTokens) {
   for (int i = 0; i < kMost; ++i) alone.push_back(engine->generate(request(c, i, n_vocab)));
 
   for (int n : {1, 3, 8, 17}) {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<GenerationResult> got(static_cast<size_t>(n));
-    int finished = 0, first_tokens = 0;
-    auto submit = [&](int i) {
-      GenerationCallbacks cb;
-      cb.on_delta = [&, i](const GenerationDelta&) {
-        std::lock_guard lock(mu);
-        if (i == 0) ++first_tokens;
-        cv.notify_all();
-      };
-      cb.on_done = [&, i](const GenerationResult& r) {
-        std::lock_guard lock(mu);
-        got[size_t(i)] = r;
-        ++finished;
-        cv.notify_all();
-      };
-      engine->submit(request(c, i, n_vocab), std::move(cb));
-    };
-    // Half arrive at once; the rest once the first has a token (they join a running batch).
-    const int early = (n + 1) / 2;
-    for (int i = 0; i < early; ++i) submit(i);
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return first_tokens > 0 || finished == early; });
-    }
-    for (int i = early; i < n; ++i) submit(i);
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return finished == n; });
+    const auto got = run_staggered(*engine, n, [&](int i) { return request(c, i, n_vocab); });
     for (int i = 0; i < n; ++i)
       expect_same_tokens(
           alone[size_t(i)], got[size_t(i)], tol,
           c.name + " batch of " + std::to_string(n) + ", request " + std::to_string(i));
+  }
+}
+
+// --deterministic (batch-invariant kernels): alone or among 3, 8 or 17 requests, with prompts
+// chunked wherever the step budget falls, a request's tokens and logprobs are the same bits;
+// sampled requests (seeded) draw the same tokens too.
+TEST_P(EngineBatch, DeterministicIsBitIdenticalInAnyBatch) {
+  const FixtureCase& c = GetParam();
+  auto engine = make_engine(c, /*deterministic=*/true);
+  const int64_t n_vocab = engine->info().n_vocab;
+  auto make = [&](int i) {
+    GenerationRequest r = request(c, i, n_vocab);
+    if (i % 3 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.9f;
+      r.sampling.seed = uint64_t(100 + i);
+    }
+    return r;
+  };
+  constexpr int kMost = 17;
+  std::vector<GenerationResult> alone;
+  for (int i = 0; i < kMost; ++i) alone.push_back(engine->generate(make(i)));
+  for (int n : {3, 8, 17}) {
+    const auto got = run_staggered(*engine, n, make);
+    for (int i = 0; i < n; ++i) {
+      const std::string what =
+          c.name + " batch of " + std::to_string(n) + ", request " + std::to_string(i);
+      const GenerationResult &a = alone[size_t(i)], &b = got[size_t(i)];
+      ASSERT_EQ(b.tokens, a.tokens) << what;
+      ASSERT_EQ(b.logprobs.size(), a.logprobs.size()) << what;
+      for (size_t k = 0; k < a.logprobs.size(); ++k) {
+        ASSERT_EQ(b.logprobs[k].logprob, a.logprobs[k].logprob) << what << ", token " << k;
+        ASSERT_EQ(b.logprobs[k].top, a.logprobs[k].top) << what << ", token " << k;
+      }
+    }
   }
 }
 

@@ -236,5 +236,38 @@ TEST(Matmul, PublicEntryPoint) {
   EXPECT_FALSE(matmul_isa().empty());
 }
 
+// batch_invariant: every row of an n-row product is the bits that row gets alone (n = 1), for
+// each ISA, dtype and awkward n (the GEMM and AMX sizes included), and within the reference's
+// bound.
+TEST(Matmul, BatchInvariantRowsEqualTheRowAlone) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  const int64_t in = 300, out = 77;
+  for (int64_t n : {2, 5, 13, 40}) {
+    std::vector<float> x = random_floats(n * in, rng);
+    for (DType wdt : {DType::F32, DType::F16, DType::BF16}) {
+      Weights w = make_weights(wdt, out, in, rng);
+      const Tensor wt(w.data(), wdt, {out, in});
+      const Reference ref = reference(x, w, n, in, out);
+      for (MatmulIsa isa : supported_isas()) {
+        std::vector<float> y(size_t(n * out));
+        detail::matmul_with(isa, Tensor(y.data(), DType::F32, {n, out}),
+                            Tensor(x.data(), DType::F32, {n, in}), wt, Tensor(), pool, true);
+        EXPECT_LE(rel_error(y, ref), bound_for(isa, wdt, 1));
+        for (int64_t j = 0; j < n; ++j) {
+          std::vector<float> alone(static_cast<size_t>(out));
+          detail::matmul_with(isa, Tensor(alone.data(), DType::F32, {1, out}),
+                              Tensor(x.data() + j * in, DType::F32, {1, in}), wt, Tensor(), pool,
+                              true);
+          for (int64_t o = 0; o < out; ++o)
+            ASSERT_EQ(y[size_t(j * out + o)], alone[size_t(o)])
+                << "isa=" << detail::matmul_isa_name(isa) << " w=" << dtype_name(wdt) << " n=" << n
+                << " row " << j << " col " << o;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hearth::cpu

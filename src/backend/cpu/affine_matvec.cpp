@@ -224,7 +224,7 @@ void check_format(const Tensor& w) {
 }
 
 void run(Family f, Int8Kernel k8, const Tensor& y, const Tensor& x, const Tensor& w,
-         ThreadPool& pool) {
+         ThreadPool& pool, bool allow_gemm = true) {
   check_format(w);
   const int64_t n = x.rows(), in = w.cols(), out = w.rows();
   const int bits = w.packed.bits, group = w.packed.group_size;
@@ -237,7 +237,7 @@ void run(Family f, Int8Kernel k8, const Tensor& y, const Tensor& x, const Tensor
   // The int8 kernels read the scales and biases in their stored dtype.
   if (k8 != Int8Kernel::None && int8_supported(k8, bits) && in % 64 == 0) {
     thread_local Int8Activations q;
-    const bool gemm = n > kDirectRows && k8 == Int8Kernel::Avx512Vnni;
+    const bool gemm = allow_gemm && n > kDirectRows && k8 == Int8Kernel::Avx512Vnni;
     quantize_activations(x.as<const float>(), n, in, bits, group, !gemm, q, pool);
     const affine_int8::Args args = int8_args(w, n, q, y.as<float>());
     if (gemm) {  // tiles of 32 output rows, each repacked once for all input rows
@@ -355,8 +355,9 @@ bool affine_matvec_has_gemm(const Tensor& w) {
          best_int8(w.packed.bits) == Int8Kernel::Avx512Vnni;
 }
 
-void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool) {
-  run(best_family(), best_int8(w.packed.bits), y, x, w, pool);
+void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool,
+                   bool allow_gemm) {
+  run(best_family(), best_int8(w.packed.bits), y, x, w, pool, allow_gemm);
 }
 
 std::string affine_matvec_isa() { return kernel_family_name(best_family()); }

@@ -20,8 +20,10 @@
 
 namespace hearth::cpu {
 
-// y [n, out] f32, x [n, in] f32 contiguous, w a packed affine [out, in]; no bias.
-void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool);
+// y [n, out] f32, x [n, in] f32 contiguous, w a packed affine [out, in]; no bias. allow_gemm
+// false keeps many rows on the row kernels (the int8 GEMM rounds x differently).
+void affine_matvec(const Tensor& y, const Tensor& x, const Tensor& w, ThreadPool& pool,
+                   bool allow_gemm = true);
 
 // y [n, out] = act(x · gateᵀ) * (x · upᵀ) for two packed affine weights of one shape and
 // group size on the int8 decode path (n ≤ 8): x is rounded once and each task runs its rows of

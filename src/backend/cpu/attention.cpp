@@ -270,11 +270,11 @@ bool tiles_apply(int64_t n_tokens, const AttentionParams& p, int group) {
 }  // namespace
 
 void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
-               const AttentionParams& p, ThreadPool& pool) {
+               const AttentionParams& p, ThreadPool& pool, bool batch_invariant) {
   const int64_t n_tokens = q.dim(0);
   const int group = p.n_head / p.n_head_kv;
 #if defined(__x86_64__)
-  if (tiles_apply(n_tokens, p, group)) {
+  if (!batch_invariant && tiles_apply(n_tokens, p, group)) {
     const int tokens_per_tile = kTileRows / group;
     const int64_t tiles_per_head = (n_tokens + tokens_per_tile - 1) / tokens_per_tile;
     const int64_t n_tiles = tiles_per_head * p.n_head_kv;

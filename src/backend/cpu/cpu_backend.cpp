@@ -22,10 +22,12 @@ namespace {
 
 class CpuBackend final : public Backend {
   bool keep_mapped_;
+  bool batch_invariant_;
   std::vector<DeviceBuffer> owned_;
 
  public:
-  explicit CpuBackend(bool keep_mapped) : keep_mapped_(keep_mapped) {}
+  CpuBackend(bool keep_mapped, bool batch_invariant)
+      : keep_mapped_(keep_mapped), batch_invariant_(batch_invariant) {}
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
   DType activation_dtype() const override { return DType::F32; }
@@ -73,15 +75,15 @@ class CpuBackend final : public Backend {
   }
   void linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) override {
     if (w.is_packed())
-      cpu::packed_matmul(y, x, w, bias, ThreadPool::global());
+      cpu::packed_matmul(y, x, w, bias, ThreadPool::global(), batch_invariant_);
     else
-      cpu::matmul(y, x, w, bias, ThreadPool::global());
+      cpu::matmul(y, x, w, bias, ThreadPool::global(), batch_invariant_);
   }
   // Packed affine gate/up on the int8 decode path: both products and the activation in one pass
   // (cpu::affine_glu); everything else composes linear, linear and glu.
   void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x, const LinearOut& gate,
                   const LinearOut& up, Activation act, const InputNorm* norm) override {
-    if (!norm && gate.bias.empty() && up.bias.empty() && gate.w.is_packed() &&
+    if (!batch_invariant_ && !norm && gate.bias.empty() && up.bias.empty() && gate.w.is_packed() &&
         cpu::affine_glu(y, x, gate.w, up.w, act, ThreadPool::global()))
       return;
     Backend::linear_glu(y, up_scratch, x, gate, up, act, norm);
@@ -108,7 +110,7 @@ class CpuBackend final : public Backend {
   }
   void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
                  const AttentionParams& params) override {
-    cpu::attention(out, q, kv, positions, params, ThreadPool::global());
+    cpu::attention(out, q, kv, positions, params, ThreadPool::global(), batch_invariant_);
   }
   void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) override {
     cpu::glu(y, gate, up, act);
@@ -155,8 +157,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped) {
-  return std::make_unique<CpuBackend>(keep_weights_mapped);
+std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped, bool batch_invariant) {
+  return std::make_unique<CpuBackend>(keep_weights_mapped, batch_invariant);
 }
 
 }  // namespace hearth

@@ -205,7 +205,7 @@ void matmul_rows_generic(const MatmulArgs& a, int64_t o_begin, int64_t o_end) {
 }
 
 void matmul_with(MatmulIsa isa, const Tensor& y, const Tensor& x, const Tensor& w,
-                 const Tensor& bias, ThreadPool& pool) {
+                 const Tensor& bias, ThreadPool& pool, bool batch_invariant) {
   MatmulArgs a;
   a.y = y.as<float>();
   a.x = x.as<const float>();
@@ -220,7 +220,7 @@ void matmul_with(MatmulIsa isa, const Tensor& y, const Tensor& x, const Tensor& 
   if (a.n == 0 || a.out == 0) return;
   const int n_threads = pool.size();
 
-  if (isa == MatmulIsa::Amx && w.dtype == DType::BF16 && a.n >= kAmxMinRows) {
+  if (isa == MatmulIsa::Amx && w.dtype == DType::BF16 && a.n >= kAmxMinRows && !batch_invariant) {
     Buffer& b = scratch();
     size_t need = amx_packed_x_bytes(a.n, a.k);
     if (b.size() < need) b.reserve(need + (1 << 16));
@@ -236,7 +236,7 @@ void matmul_with(MatmulIsa isa, const Tensor& y, const Tensor& x, const Tensor& 
     return;
   }
   if (isa == MatmulIsa::Amx) isa = MatmulIsa::Avx512;
-  if (isa == MatmulIsa::Avx512 && a.n >= kGemmMinRows) {
+  if (isa == MatmulIsa::Avx512 && a.n >= kGemmMinRows && !batch_invariant) {
     pool.run([&](int t, int nt) {
       auto [o0, o1] = split(a.out, t, nt, 64);
       if (o0 < o1) matmul_cols_avx512_gemm(a, o0, o1);
@@ -277,10 +277,10 @@ void matmul_with(MatmulIsa isa, const Tensor& y, const Tensor& x, const Tensor& 
 
 }  // namespace detail
 
-void matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-            ThreadPool& pool) {
+void matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, ThreadPool& pool,
+            bool batch_invariant) {
   static const detail::MatmulIsa best = detail::matmul_best_isa();
-  detail::matmul_with(best, y, x, w, bias, pool);
+  detail::matmul_with(best, y, x, w, bias, pool, batch_invariant);
 }
 
 std::string matmul_isa() {

@@ -15,8 +15,11 @@
 namespace hearth::cpu {
 
 // y must not alias x; x, y contiguous f32 with rows = n. bias dtype F32/F16/BF16 or empty.
-void matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-            ThreadPool& pool);
+// batch_invariant: the row kernels at every n (no GEMM or AMX blocking), so each row's result is
+// the same bits whatever the other rows are (each output is one dot product summed in a fixed
+// order); slower prefill.
+void matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, ThreadPool& pool,
+            bool batch_invariant = false);
 
 // Which kernels were selected at run time, e.g. "avx512+amx-bf16".
 std::string matmul_isa();
@@ -35,7 +38,7 @@ const char* matmul_isa_name(MatmulIsa isa);
 // calls with enough rows to fill tiles; everything else falls back to Avx512.
 // Precondition: matmul_isa_supported(isa).
 void matmul_with(MatmulIsa isa, const Tensor& y, const Tensor& x, const Tensor& w,
-                 const Tensor& bias, ThreadPool& pool);
+                 const Tensor& bias, ThreadPool& pool, bool batch_invariant = false);
 
 }  // namespace detail
 }  // namespace hearth::cpu

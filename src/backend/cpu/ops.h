@@ -20,7 +20,9 @@ void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale);
 void scale(const Tensor& x, float s);
 void softcap(const Tensor& x, float cap);
 void kv_store(const KvView& kv, const Tensor& k, const Tensor& v, const int32_t* positions);
+// batch_invariant: one query at a time, never the prefill tiles (whose sums run in another
+// order), so a query's result does not depend on how its prompt was chunked.
 void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
-               const AttentionParams& params, ThreadPool& pool);
+               const AttentionParams& params, ThreadPool& pool, bool batch_invariant = false);
 
 }  // namespace hearth::cpu

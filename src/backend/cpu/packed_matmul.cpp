@@ -96,18 +96,18 @@ void packed_dequantize_rows(const Tensor& w, int64_t r0, int64_t r1, float* out)
 }
 
 void packed_matmul(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
-                   ThreadPool& pool) {
+                   ThreadPool& pool, bool batch_invariant) {
   if (w.ndim != 2) fail("packed matmul needs a 2-D weight, got {}", w.describe());
   if (x.cols() != w.cols() || y.numel() != x.rows() * w.rows())
     fail("packed matmul shapes: y {} = x {} · w {}ᵀ", y.describe(), x.describe(), w.describe());
   const int64_t n = x.rows();
-  if (w.packed.format == WeightFormat::Trellis && n <= kDirectRows) {
+  const bool direct = n <= kDirectRows || batch_invariant;
+  if (w.packed.format == WeightFormat::Trellis && direct) {
     trellis_matvec(w.as<const uint32_t>(), static_cast<const uint16_t*>(w.packed.scales), w.rows(),
                    w.cols(), w.packed.bits, w.packed.axis, x.as<const float>(), n, y.as<float>(),
                    pool);
-  } else if (w.packed.format == WeightFormat::Affine &&
-             (n <= kDirectRows || affine_matvec_has_gemm(w))) {
-    affine_matvec(y, x, w, pool);
+  } else if (w.packed.format == WeightFormat::Affine && (direct || affine_matvec_has_gemm(w))) {
+    affine_matvec(y, x, w, pool, !batch_invariant);
   } else {
     blocked(y, x, w, pool);
   }
