@@ -111,6 +111,8 @@ class Model {
   virtual bool picks_ahead() const { return false; }
   virtual void queue_pick(SequenceState& state, int32_t token, const TokenPick& pick);
   virtual int32_t take_pick();
+  // Where the model runs (its backend's device).
+  virtual Device device() const { return Device::CPU; }
   // Memory free for sequence states where they live (host RAM on the CPU, device memory on a
   // GPU); 0 when unknown.
   virtual size_t memory_available() const { return 0; }

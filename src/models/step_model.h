@@ -33,6 +33,7 @@ class StepModel : public Model {
   // (embedding_of_pick).
   bool picks_ahead() const final { return step_backend().picks_ahead(); }
   size_t memory_available() const final { return step_backend().memory_available(); }
+  Device device() const final { return step_backend().device(); }
   void queue_pick(SequenceState& state, int32_t token, const TokenPick& pick) final {
     if (!picks_ahead()) return Model::queue_pick(state, token, pick);
     picked_input_ = token == kPickedToken;

@@ -115,7 +115,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   if (options_.max_running < 0) fail("--parallel must be >= 0, got {}", options_.max_running);
   if (options_.max_step_tokens < 0)
     fail("--max-batch-tokens must be >= 0, got {}", options_.max_step_tokens);
-  const bool cpu = options_.device == "cpu";
+  const bool cpu = model_->device() == Device::CPU;
   // The KV budget: what the running requests' states may hold together. By default half the
   // memory the CPU has free, or 80 % of a GPU's free memory after the weights (the rest is the
   // step's activations and the prompt cache's room); unlimited where the backend cannot say.
