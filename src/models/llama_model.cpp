@@ -72,11 +72,7 @@ class LlamaModel final : public StepModel {
   Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
   Tensor take_norm(const std::string& name, int64_t n);
   void reserve_scratch(int64_t n_tokens);
-  // The rows [first, first + rows) of a step that belong to one sequence.
-  struct SequenceRows {
-    LlamaSequence* seq;
-    int64_t first, rows;
-  };
+  using SequenceRows = SequenceRowsOf<LlamaSequence>;
   void attention_block(int layer, std::span<const SequenceRows> parts, int64_t n,
                        const int32_t* positions);
   void ffn_block(int layer, int64_t n);
@@ -380,17 +376,8 @@ void LlamaModel::forward_batch(std::span<const BatchItem> items) {
   bool together = items.size() > 1 && backend_->name() == "cpu";
   for (const RopeSpec& spec : d_.ropes) together = together && spec.type != "dynamic";
   if (!together) return Model::forward_batch(items);
-  std::vector<SequenceRows> parts;
   std::vector<int32_t> tokens;
-  positions_.clear();
-  for (const BatchItem& item : items) {
-    check_tokens(item.tokens, d_.n_vocab);
-    auto* seq = static_cast<LlamaSequence*>(item.state);
-    parts.push_back({seq, int64_t(tokens.size()), int64_t(item.tokens.size())});
-    tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
-    for (int64_t i = 0; i < int64_t(item.tokens.size()); ++i)
-      positions_.push_back(int32_t(seq->n_past() + i));
-  }
+  const auto parts = batch_rows<LlamaSequence>(items, d_.n_vocab, tokens);
   const int64_t n = int64_t(tokens.size());
   reserve_scratch(n);
   backend_->begin_step(n);

@@ -58,11 +58,7 @@ class Qwen35Model final : public StepModel {
   void forward_batch(std::span<const BatchItem> items) override;
 
  private:
-  // The rows [first, first + rows) of a step that belong to one sequence.
-  struct SequenceRows {
-    Qwen35Sequence* seq;
-    int64_t first, rows;
-  };
+  using SequenceRows = SequenceRowsOf<Qwen35Sequence>;
   Backend& step_backend() const override { return *backend_; }
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
            const TokenPick* pick, int32_t* token) override;
@@ -353,17 +349,8 @@ void Qwen35Model::layers(std::span<const SequenceRows> parts, int64_t n) {
 void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
   check_batch(items);
   if (items.size() < 2 || backend_->name() != "cpu") return Model::forward_batch(items);
-  std::vector<SequenceRows> parts;
   std::vector<int32_t> tokens;
-  positions_.clear();
-  for (const BatchItem& item : items) {
-    check_tokens(item.tokens, d_.n_vocab);
-    auto* seq = static_cast<Qwen35Sequence*>(item.state);
-    parts.push_back({seq, int64_t(tokens.size()), int64_t(item.tokens.size())});
-    tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
-    for (int64_t i = 0; i < int64_t(item.tokens.size()); ++i)
-      positions_.push_back(int32_t(seq->n_past() + i));
-  }
+  const auto parts = batch_rows<Qwen35Sequence>(items, d_.n_vocab, tokens);
   const int64_t n = int64_t(tokens.size());
   reserve_scratch(n);
   backend_->begin_step(n);

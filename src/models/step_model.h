@@ -118,6 +118,31 @@ class StepModel : public Model {
     finish_step(be, out, logits, pick, token);
   }
 
+  // The rows [first, first + rows) of a batched step that belong to one sequence.
+  template <class Seq>
+  struct SequenceRowsOf {
+    Seq* seq;
+    int64_t first, rows;
+  };
+  // A forward_batch step's rows: every item's tokens concatenated into `tokens` (checked against
+  // n_vocab), positions_ set to each item's next positions, and the rows each sequence owns.
+  template <class Seq>
+  std::vector<SequenceRowsOf<Seq>> batch_rows(std::span<const BatchItem> items, int64_t n_vocab,
+                                              std::vector<int32_t>& tokens) {
+    std::vector<SequenceRowsOf<Seq>> parts;
+    tokens.clear();
+    positions_.clear();
+    for (const BatchItem& item : items) {
+      check_tokens(item.tokens, n_vocab);
+      auto* seq = static_cast<Seq*>(item.state);
+      parts.push_back({seq, int64_t(tokens.size()), int64_t(item.tokens.size())});
+      tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+      for (int64_t i = 0; i < int64_t(item.tokens.size()); ++i)
+        positions_.push_back(int32_t(seq->n_past() + i));
+    }
+    return parts;
+  }
+
   // Ends a forward_batch step: the head over the last row of each item that asks for logits
   // (those rows of x gathered into `gather`, which holds x's rows; `norm` is the head's norm
   // scratch of the same size), each item's row copied to its pointer.

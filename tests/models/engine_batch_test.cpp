@@ -80,39 +80,54 @@ void expect_same_tokens(const GenerationResult& alone, const GenerationResult& b
   }
 }
 
+// The results of submitted requests, by slot. Callbacks run on the engine's worker.
+class Results {
+ public:
+  explicit Results(size_t n) : got_(n) {}
+  GenerationCallbacks callbacks(size_t slot) {
+    GenerationCallbacks cb;
+    cb.on_delta = [this, slot](const GenerationDelta&) {
+      std::lock_guard lock(mu_);
+      if (slot == 0) first_token_ = true;
+      cv_.notify_all();
+    };
+    cb.on_done = [this, slot](const GenerationResult& r) {
+      std::lock_guard lock(mu_);
+      got_[slot] = r;
+      ++finished_;
+      cv_.notify_all();
+    };
+    return cb;
+  }
+  // Until slot 0 has a token or `n` requests have finished.
+  void wait_first_token(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return first_token_ || finished_ >= n; });
+  }
+  const std::vector<GenerationResult>& wait_all() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return finished_ == got_.size(); });
+    return got_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<GenerationResult> got_;
+  size_t finished_ = 0;
+  bool first_token_ = false;
+};
+
 // Requests 0..n-1 of `make`: half submitted at once, the rest once the first has a token (they
 // join a running batch). Returns their results.
 std::vector<GenerationResult> run_staggered(Engine& engine, int n,
                                             const std::function<GenerationRequest(int)>& make) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<GenerationResult> got(static_cast<size_t>(n));
-  int finished = 0, first_tokens = 0;
-  auto submit = [&](int i) {
-    GenerationCallbacks cb;
-    cb.on_delta = [&, i](const GenerationDelta&) {
-      std::lock_guard lock(mu);
-      if (i == 0) ++first_tokens;
-      cv.notify_all();
-    };
-    cb.on_done = [&, i](const GenerationResult& r) {
-      std::lock_guard lock(mu);
-      got[size_t(i)] = r;
-      ++finished;
-      cv.notify_all();
-    };
-    engine.submit(make(i), std::move(cb));
-  };
+  Results results{static_cast<size_t>(n)};
   const int early = (n + 1) / 2;
-  for (int i = 0; i < early; ++i) submit(i);
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return first_tokens > 0 || finished == early; });
-  }
-  for (int i = early; i < n; ++i) submit(i);
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return finished == n; });
-  return got;
+  for (int i = 0; i < early; ++i) engine.submit(make(i), results.callbacks(size_t(i)));
+  results.wait_first_token(size_t(early));
+  for (int i = early; i < n; ++i) engine.submit(make(i), results.callbacks(size_t(i)));
+  return results.wait_all();
 }
 
 class EngineBatch : public ::testing::TestWithParam<FixtureCase> {};
@@ -187,31 +202,17 @@ TEST_P(EngineBatch, CancelledRequestsLeaveTheOthersAlone) {
   in_decode.max_tokens = 100;
   in_prompt.cancel = std::make_shared<std::atomic<bool>>(false);
   in_decode.cancel = std::make_shared<std::atomic<bool>>(false);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<GenerationResult> got(3);
-  int finished = 0;
-  auto callbacks = [&](size_t slot) {
-    GenerationCallbacks cb;
-    cb.on_done = [&, slot](const GenerationResult& r) {
-      std::lock_guard lock(mu);
-      got[slot] = r;
-      ++finished;
-      cv.notify_all();
-    };
-    return cb;
-  };
-  GenerationCallbacks decode_cb = callbacks(1);
+  Results results(3);
+  GenerationCallbacks decode_cb = results.callbacks(1);
   decode_cb.on_delta = [tokens = 0, p = in_prompt.cancel,
                         d = in_decode.cancel](const GenerationDelta&) mutable {
     if (++tokens == 1) p->store(true);
     if (tokens == 3) d->store(true);
   };
   engine->submit(in_decode, std::move(decode_cb));
-  engine->submit(in_prompt, callbacks(2));
-  engine->submit(keep, callbacks(0));
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return finished == 3; });
+  engine->submit(in_prompt, results.callbacks(2));
+  engine->submit(keep, results.callbacks(0));
+  const auto& got = results.wait_all();
   expect_same_tokens(alone, got[0], tol, c.name + " kept request");
   EXPECT_EQ(got[1].finish_reason, "cancelled");
   EXPECT_LT(got[1].tokens.size(), 100u);
@@ -250,22 +251,9 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
   for (const auto& r : requests) alone.push_back(engine.generate(r));
   EXPECT_EQ(engine.preemptions(), 0u);
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<GenerationResult> got(requests.size());
-  size_t finished = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    GenerationCallbacks cb;
-    cb.on_done = [&, i](const GenerationResult& r) {
-      std::lock_guard lock(mu);
-      got[i] = r;
-      ++finished;
-      cv.notify_all();
-    };
-    engine.submit(requests[i], std::move(cb));
-  }
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return finished == requests.size(); });
+  Results results(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) engine.submit(requests[i], results.callbacks(i));
+  const auto& got = results.wait_all();
   EXPECT_GT(engine.preemptions(), 0u);
   for (size_t i = 0; i < requests.size(); ++i)
     expect_same_tokens(alone[i], got[i], tol, c.name + " request " + std::to_string(i));
