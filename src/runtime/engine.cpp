@@ -119,7 +119,6 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   // The KV budget: what the running requests' states may hold together. By default half the
   // memory the CPU has free, or 80 % of a GPU's free memory after the weights (the rest is the
   // step's activations and the prompt cache's room); unlimited where the backend cannot say.
-  state_fixed_bytes_ = model_->new_sequence()->bytes();
   if (options_.kv_budget_bytes > 0) {
     kv_budget_ = options_.kv_budget_bytes;
   } else if (const size_t free = model_->memory_available(); free > 0) {
@@ -127,6 +126,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   }
   // A request must fit alone: the context is at most what the budget holds for one sequence.
   if (kv_budget_ < SIZE_MAX) {
+    state_fixed_bytes_ = model_->new_sequence()->bytes();  // the recurrent state, if any
     if (state_bytes_for(256) > kv_budget_)
       fail(
           "the KV budget of {:.1f} MiB (--kv-budget) cannot hold even 256 positions of this "
