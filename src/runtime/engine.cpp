@@ -19,15 +19,6 @@
 
 namespace hearth {
 
-namespace {
-
-double now_ms() {
-  using namespace std::chrono;
-  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 // ---- StopStringFilter ----------------------------------------------------------------------
 
 StopStringFilter::StopStringFilter(std::vector<std::string> stops) {

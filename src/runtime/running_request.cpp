@@ -10,11 +10,6 @@ namespace hearth {
 
 namespace {
 
-double now_ms() {
-  using namespace std::chrono;
-  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
-}
-
 // log-softmax of the raw logits: the chosen token's logprob and the top `n` alternatives.
 TokenLogprob compute_logprobs(std::span<const float> logits, int32_t chosen, int n) {
   float max = -INFINITY;
@@ -121,12 +116,10 @@ std::optional<int32_t> RunningRequest::decode_input() {
 }
 
 void RunningRequest::token_ran(std::span<float> logits) {
-  std::optional<TokenLogprob> lp;
   if (request_.logprobs >= 0) {
-    const std::vector<float> raw(logits.begin(), logits.end());  // sample() edits the logits
+    raw_logits_.assign(logits.begin(), logits.end());  // sample() edits the logits
     const int32_t token = sampler_.sample(logits, history_);
-    lp = compute_logprobs(raw, token, request_.logprobs);
-    return accept(token, std::move(lp));
+    return accept(token, compute_logprobs(raw_logits_, token, request_.logprobs));
   }
   accept(sampler_.sample(logits, history_), std::nullopt);
 }

@@ -7,6 +7,7 @@
 // state is back in the prompt cache (unless the request failed) or freed. A preempted request
 // has no state until resume(); it then recomputes its prompt and the tokens it generated.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -17,6 +18,12 @@
 #include "tokenizer/tokenizer.h"
 
 namespace hearth {
+
+// Milliseconds on the steady clock: the engine's and its requests' timestamps.
+inline double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
 
 class RunningRequest {
  public:
@@ -103,6 +110,7 @@ class RunningRequest {
   GenerationDelta pending_;  // tokens/logprobs waiting for their text to be released
   GenerationResult result_;
   std::vector<float> logits_;
+  std::vector<float> raw_logits_;  // the step's logits before sampling edits them (logprobs)
   bool ahead_ = false;
   int queued_picks_ = 0;  // steps queued with Model::queue_pick and not taken
   bool done_ = false;
