@@ -53,6 +53,26 @@ void Backend::qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor&
   kv_store(kv, k, v, positions);
 }
 
+void Backend::qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                      float weight_offset, const RopeParams* rope,
+                                      const KvView* kvs, const int32_t* positions) {
+  for (int64_t r = 0; r < q.dim(0); ++r)
+    qk_norm_rope_store(q.slice_rows(r, r + 1), k.slice_rows(r, r + 1), v.slice_rows(r, r + 1),
+                       q_norm, k_norm, eps, weight_offset, rope, kvs[r], positions + r);
+}
+
+void Backend::attention_rows(const Tensor& out, const Tensor& q, const KvView* kvs,
+                             const int32_t* positions, const AttentionParams& params) {
+  for (int64_t r = 0; r < q.dim(0); ++r)
+    attention(out.slice_rows(r, r + 1), q.slice_rows(r, r + 1), kvs[r], positions + r, params);
+}
+
+void Backend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks) {
+  for (int64_t r = 0; r < logits.dim(0); ++r)
+    pick_token(dst + r, logits.slice_rows(r, r + 1).reshaped({logits.dim(1)}), picks[r]);
+}
+
 void Backend::gated_delta_mixer(const Tensor& normed, const Tensor& qkv, const Tensor& conv_state,
                                 const Tensor& conv_w, const Tensor& a, const Tensor& b,
                                 const Tensor& a_log, const Tensor& dt_bias, const Tensor& state,

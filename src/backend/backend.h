@@ -240,6 +240,20 @@ class Backend {
                                   float weight_offset, const RopeParams* rope, const KvView& kv,
                                   const int32_t* positions);
 
+  // --- the decode rows of several sequences in one call (optional; the defaults go row by row) ---
+  // Row r of q, k, v ([n, heads, head_dim]) and out is the next token of the sequence whose
+  // cache is kvs[r] (n views), at positions[r]: the same as qk_norm_rope_store and attention
+  // called on each row alone, so a step of many sequences costs one launch, not one per row.
+  virtual void qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                       float weight_offset, const RopeParams* rope,
+                                       const KvView* kvs, const int32_t* positions);
+  virtual void attention_rows(const Tensor& out, const Tensor& q, const KvView* kvs,
+                              const int32_t* positions, const AttentionParams& params);
+  // dst[r] = the token picks[r] chooses from row r of logits ([m, n_vocab] f32), as pick_token
+  // would for each row; complete on return.
+  virtual void pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks);
+
   // A whole one-token decode step of a plain llama-family stack, or of a Qwen3.5 hybrid stack with
   // dense MLPs, in one pass: per layer
   //   x += o(attention(rope(norm_q(q)), rope(norm_k(k)), v) [⊙ sigmoid(out_gate)])
@@ -305,6 +319,9 @@ class Backend {
   // the step wrote to host memory (to_host_f32, a linear whose output is host memory) is
   // complete when to_host_f32 / end_step returns.
   virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }
+  // begin_step for a step of several sequences, whose caches differ from step to step (the CUDA
+  // backend runs it as it comes rather than recording it).
+  virtual void begin_batch_step(int64_t n_tokens) { begin_step(n_tokens); }
   virtual void end_step() {}
 };
 

@@ -70,33 +70,45 @@ double run_gen(Model& model, int64_t n, bool sampled, std::mt19937& rng) {
 }
 
 // n decode steps of `batch` fresh sequences together (Model::forward_batch), as the engine steps
-// its running requests; each sequence's next input is picked from its own logits row.
+// its running requests; each sequence's next input is picked from its own logits row: by the
+// backend where the model runs on a GPU (only the ids come back), else on the host.
 double run_gen_batch(Model& model, int64_t n, int64_t batch, bool sampled, std::mt19937& rng) {
   const int64_t n_vocab = model.info().n_vocab;
+  const bool on_device = model.device() != Device::CPU;
   std::uniform_int_distribution<int32_t> dist(0, int32_t(n_vocab - 1));
   std::uniform_real_distribution<double> draw(0.0, 1.0);
   std::vector<std::unique_ptr<SequenceState>> states;
-  std::vector<int32_t> tokens(static_cast<size_t>(batch));
-  std::vector<float> logits(size_t(batch * n_vocab));
+  std::vector<int32_t> tokens(static_cast<size_t>(batch)), inputs(static_cast<size_t>(batch));
+  std::vector<float> logits(on_device ? 0 : size_t(batch * n_vocab));
   for (auto& t : tokens) {
     t = dist(rng);
     states.push_back(model.new_sequence());
   }
   TokenPick pick;
   if (sampled) pick = {0.8f, 40, 0.95f, 0.05f, 0.0};
+  std::vector<TokenPick> picks(static_cast<size_t>(batch), pick);
   std::vector<std::pair<float, int32_t>> scratch;
   std::vector<Model::BatchItem> items(static_cast<size_t>(batch));
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < n; ++step) {
-    for (int64_t b = 0; b < batch; ++b)
-      items[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&tokens[size_t(b)], 1),
-                          logits.data() + b * n_vocab};
-    model.forward_batch(items);
+    inputs = tokens;
     for (int64_t b = 0; b < batch; ++b) {
-      pick.u = draw(rng);
-      tokens[size_t(b)] = pick_token_host(
-          std::span<float>(logits.data() + b * n_vocab, size_t(n_vocab)), pick, scratch);
+      Model::BatchItem& item = items[size_t(b)];
+      item = {states[size_t(b)].get(), std::span<const int32_t>(&inputs[size_t(b)], 1)};
+      picks[size_t(b)].u = draw(rng);
+      if (on_device) {
+        item.pick = &picks[size_t(b)];
+        item.token = &tokens[size_t(b)];
+      } else {
+        item.logits = logits.data() + b * n_vocab;
+      }
     }
+    model.forward_batch(items);
+    if (on_device) continue;
+    for (int64_t b = 0; b < batch; ++b)
+      tokens[size_t(b)] =
+          pick_token_host(std::span<float>(logits.data() + b * n_vocab, size_t(n_vocab)),
+                          picks[size_t(b)], scratch);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -73,8 +73,7 @@ class LlamaModel final : public StepModel {
   Tensor take_norm(const std::string& name, int64_t n);
   void reserve_scratch(int64_t n_tokens);
   using SequenceRows = SequenceRowsOf<LlamaSequence>;
-  void attention_block(int layer, std::span<const SequenceRows> parts, int64_t n,
-                       const int32_t* positions);
+  void attention_block(int layer, std::span<const SequenceRows> parts, int64_t n);
   void ffn_block(int layer, int64_t n);
   void residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj,
                         const Tensor& post_norm);
@@ -196,8 +195,7 @@ void LlamaModel::reserve_scratch(int64_t n) {
   scratch_tokens_ = n;
 }
 
-void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, int64_t n,
-                                 const int32_t* pos) {
+void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, int64_t n) {
   const LlamaLayer& L = layers_[size_t(il)];
   const int64_t H = d_.n_embd, hd = d_.head_dim;
   const Tensor x = x_.view(act_, {n, H});
@@ -237,14 +235,8 @@ void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, in
   ap.softcap = d_.attn_softcap;
   ap.window = d_.window[size_t(il)];
   const RopeParams* rope = d_.use_rope[size_t(il)] ? &rp : nullptr;
-  for (const SequenceRows& p : parts) {
-    const int64_t first = p.first, end = p.first + p.rows;
-    const KvView kv = p.seq->kv.view(il);
-    const Tensor qs = q.slice_rows(first, end), as = attn.slice_rows(first, end);
-    be.qk_norm_rope_store(qs, k.slice_rows(first, end), v.slice_rows(first, end), q_gain, k_gain,
-                          d_.norm_eps, d_.norm_offset, rope, kv, pos + first);
-    be.attention(as, qs, kv, pos + first, ap);
-  }
+  attend_parts(be, parts, q, k, v, attn, q_gain, k_gain, d_.norm_eps, d_.norm_offset, rope, ap,
+               [il](const LlamaSequence& s) { return s.kv.view(il); });
   residual_product(x, attn.reshaped({n, d_.n_head * hd}), {o, L.o.w, L.o.bias}, L.post_attn_norm);
 }
 
@@ -359,7 +351,7 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
   if (n != 1 || !decode_layers(seq, x, positions_[0])) {
     const SequenceRows one[] = {{&seq, 0, n}};
     for (int il = 0; il < int(d_.n_layer); ++il) {
-      attention_block(il, one, n, positions_.data());
+      attention_block(il, one, n);
       ffn_block(il, n);
     }
   }
@@ -368,19 +360,18 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
 }
 
 // The rows of several sequences through the layers together: each linear layer reads its
-// weights once for all of them. CPU only for now: the CUDA backend records and replays steps
-// per row count, which a step of several KV caches does not fit yet. Dynamic-NTK rope, whose
-// frequencies follow each sequence's length, also runs the sequences in turn.
+// weights once for all of them. Dynamic-NTK rope, whose frequencies follow each sequence's
+// length, runs the sequences in turn.
 void LlamaModel::forward_batch(std::span<const BatchItem> items) {
   check_batch(items);
-  bool together = items.size() > 1 && backend_->name() == "cpu";
+  bool together = items.size() > 1;
   for (const RopeSpec& spec : d_.ropes) together = together && spec.type != "dynamic";
   if (!together) return Model::forward_batch(items);
   std::vector<int32_t> tokens;
   const auto parts = batch_rows<LlamaSequence>(items, d_.n_vocab, tokens);
   const int64_t n = int64_t(tokens.size());
   reserve_scratch(n);
-  backend_->begin_step(n);
+  backend_->begin_batch_step(n);
   for (size_t r = 0; r < d_.ropes.size(); ++r)
     if (inv_freq_[r].empty()) inv_freq_[r] = d_.ropes[r].inv_freq(0, &attention_factor_[r]);
   const int64_t H = d_.n_embd;
@@ -388,7 +379,7 @@ void LlamaModel::forward_batch(std::span<const BatchItem> items) {
   backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
   for (const SequenceRows& p : parts) p.seq->kv.reserve_batch(p.rows);
   for (int il = 0; il < int(d_.n_layer); ++il) {
-    attention_block(il, parts, n, positions_.data());
+    attention_block(il, parts, n);
     ffn_block(il, n);
   }
   for (const SequenceRows& p : parts) p.seq->kv.commit_batch();

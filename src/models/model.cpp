@@ -17,6 +17,8 @@ void Model::check_batch(std::span<const BatchItem> items) {
   for (size_t i = 0; i < items.size(); ++i) {
     if (!items[i].state) fail("forward_batch: item {} has no sequence", i);
     if (items[i].tokens.empty()) fail("forward_batch: item {} has no tokens", i);
+    if (items[i].pick && (items[i].logits || !items[i].token))
+      fail("forward_batch: item {} asks for a pick without a token or with logits too", i);
     for (size_t j = 0; j < i; ++j)
       if (items[i].state == items[j].state) fail("forward_batch: sequence {} appears twice", j);
   }
@@ -24,9 +26,13 @@ void Model::check_batch(std::span<const BatchItem> items) {
 
 void Model::forward_batch(std::span<const BatchItem> items) {
   check_batch(items);
-  for (const BatchItem& item : items)
-    forward(*item.state, item.tokens, item.logits ? LogitsRows::Last : LogitsRows::None,
-            item.logits);
+  for (const BatchItem& item : items) {
+    if (item.pick)
+      *item.token = forward_pick(*item.state, item.tokens, *item.pick);
+    else
+      forward(*item.state, item.tokens, item.logits ? LogitsRows::Last : LogitsRows::None,
+              item.logits);
+  }
 }
 
 void Model::queue_pick(SequenceState& state, int32_t token, const TokenPick& pick) {

@@ -83,13 +83,17 @@ class Model {
                        float* logits) = 0;
   // One step of several sequences: each item's tokens run at the next positions of its state
   // (distinct states; a decode token or a chunk of prompt), and an item with a logits pointer
-  // gets its last token's logits there ([n_vocab] f32). A model that overrides it reads its
-  // weights once for all rows (the linear layers take every item's rows as one product;
-  // attention runs per sequence, on its own KV); the default runs the items in turn.
+  // gets its last token's logits there ([n_vocab] f32); one with a pick gets instead the token
+  // picked from those logits where they are (forward_pick's pick: on a GPU only the id crosses
+  // to the host). A model that overrides it reads its weights once for all rows (the linear
+  // layers take every item's rows as one product; attention runs per sequence, on its own KV);
+  // the default runs the items in turn.
   struct BatchItem {
     SequenceState* state = nullptr;
     std::span<const int32_t> tokens;  // non-empty
     float* logits = nullptr;          // the last token's logits, or nullptr: none
+    const TokenPick* pick = nullptr;  // with logits null: pick the next token ...
+    int32_t* token = nullptr;         // ... into *token
   };
   virtual void forward_batch(std::span<const BatchItem> items);
   // forward_batch's argument checks: a state and at least one token per item, no state twice.

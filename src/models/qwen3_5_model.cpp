@@ -237,14 +237,8 @@ void Qwen35Model::attention_block(int il, std::span<const SequenceRows> parts, i
   ap.n_head_kv = int(d_.n_head_kv);
   ap.head_dim = int(D);
   ap.scale = 1.0f / std::sqrt(float(D));
-  for (const SequenceRows& p : parts) {
-    const int64_t f = p.first, e = p.first + p.rows;
-    const KvView kv = p.seq->kv().view(p.seq->kv_index(il));
-    const Tensor qs = q.slice_rows(f, e);
-    be.qk_norm_rope_store(qs, k.slice_rows(f, e), v.slice_rows(f, e), L.q_norm, L.k_norm,
-                          d_.norm_eps, w_.norm_offset, &rp, kv, positions_.data() + f);
-    be.attention(attn.slice_rows(f, e), qs, kv, positions_.data() + f, ap);
-  }
+  attend_parts(be, parts, q, k, v, attn, L.q_norm, L.k_norm, d_.norm_eps, w_.norm_offset, &rp, ap,
+               [il](Qwen35Sequence& s) { return s.kv().view(s.kv_index(il)); });
   const Tensor attn2 = attn.reshaped({n, nq});
   if (d_.attn_output_gate) be.mul_sigmoid(attn2, attn2, gate);
   be.linear_residual(x, attn2, {o_.view(act_, {n, d_.n_embd}), L.o.w, L.o.bias}, 1.0f);
@@ -348,12 +342,12 @@ void Qwen35Model::layers(std::span<const SequenceRows> parts, int64_t n) {
 // expert) reads its weights once for all of them. CPU only for now, as in the llama family.
 void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
   check_batch(items);
-  if (items.size() < 2 || backend_->name() != "cpu") return Model::forward_batch(items);
+  if (items.size() < 2) return Model::forward_batch(items);
   std::vector<int32_t> tokens;
   const auto parts = batch_rows<Qwen35Sequence>(items, d_.n_vocab, tokens);
   const int64_t n = int64_t(tokens.size());
   reserve_scratch(n);
-  backend_->begin_step(n);
+  backend_->begin_batch_step(n);
   const Tensor x = x_.view(act_, {n, d_.n_embd});
   backend_->embedding(x, w_.embed, tokens.data(), 1.0f);
   for (const SequenceRows& p : parts) p.seq->kv().reserve_batch(p.rows);

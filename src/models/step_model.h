@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/token_pick.h"
 #include "core/error.h"
 #include "models/model.h"
 
@@ -109,13 +110,20 @@ class StepModel : public Model {
     if (rows == LogitsRows::None) return be.end_step();
     const int64_t n = x.dim(0);
     const int64_t first = rows == LogitsRows::Last ? n - 1 : 0;
-    const Tensor out = logits_rows(be, n - first, head.n_vocab);
-    const Backend::InputNorm norm{head.norm, head.eps, head.norm_offset, h.slice_rows(first, n)};
+    const Tensor out = head_logits(be, x.slice_rows(first, n), h.slice_rows(first, n), head);
+    finish_step(be, out, logits, pick, token);
+  }
+
+  // The head over every row of x ([m, hidden]; h the norm's scratch): [m, n_vocab] f32 in the
+  // backend's memory.
+  Tensor head_logits(Backend& be, const Tensor& x, const Tensor& h, const OutputHead& head) {
+    const Tensor out = logits_rows(be, x.dim(0), head.n_vocab);
+    const Backend::InputNorm norm{head.norm, head.eps, head.norm_offset, h};
     const Backend::LinearOut product{out, head.weight, Tensor()};
-    be.linear_many(x.slice_rows(first, n), &product, 1, &norm);
+    be.linear_many(x, &product, 1, &norm);
     if (head.logits_scale != 1.0f) be.scale(out, head.logits_scale);
     if (head.softcap > 0.0f) be.softcap(out, head.softcap);
-    finish_step(be, out, logits, pick, token);
+    return out;
   }
 
   // The rows [first, first + rows) of a batched step that belong to one sequence.
@@ -143,29 +151,84 @@ class StepModel : public Model {
     return parts;
   }
 
-  // Ends a forward_batch step: the head over the last row of each item that asks for logits
-  // (those rows of x gathered into `gather`, which holds x's rows; `norm` is the head's norm
-  // scratch of the same size), each item's row copied to its pointer.
+  // A batched step's attention for one layer: per-head q/k norms, rope and the cache store
+  // (qk_norm_rope_store), then attention, for every part on its own cache (kv_of(seq)), at
+  // positions_. A run of one-row parts (decode tokens of different sequences) goes to the
+  // backend's _rows ops in one call; longer parts (prompt chunks) go one by one.
+  template <class Seq, class KvOf>
+  void attend_parts(Backend& be, std::span<const SequenceRowsOf<Seq>> parts, const Tensor& q,
+                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& q_norm,
+                    const Tensor& k_norm, float eps, float norm_offset, const RopeParams* rope,
+                    const AttentionParams& ap, KvOf kv_of) {
+    for (size_t i = 0; i < parts.size();) {
+      size_t j = i;
+      while (j < parts.size() && parts[j].rows == 1) ++j;
+      if (j - i < 2) j = i + 1;
+      const int64_t first = parts[i].first, end = parts[j - 1].first + parts[j - 1].rows;
+      const Tensor qs = q.slice_rows(first, end), ks = k.slice_rows(first, end),
+                   vs = v.slice_rows(first, end), os = out.slice_rows(first, end);
+      const int32_t* pos = positions_.data() + first;
+      if (j - i == 1) {
+        const KvView kv = kv_of(*parts[i].seq);
+        be.qk_norm_rope_store(qs, ks, vs, q_norm, k_norm, eps, norm_offset, rope, kv, pos);
+        be.attention(os, qs, kv, pos, ap);
+      } else {
+        row_kvs_.clear();
+        for (size_t r = i; r < j; ++r) row_kvs_.push_back(kv_of(*parts[r].seq));
+        be.qk_norm_rope_store_rows(qs, ks, vs, q_norm, k_norm, eps, norm_offset, rope,
+                                   row_kvs_.data(), pos);
+        be.attention_rows(os, qs, row_kvs_.data(), pos, ap);
+      }
+      i = j;
+    }
+  }
+
+  // Ends a forward_batch step: the head over the last row of each item that asks for logits or
+  // a pick (those rows of x gathered into `gather`, which holds x's rows; `norm` is the head's
+  // norm scratch of the same size). Logits go to each item's pointer; picks are made by the
+  // backend where the logits are, unless some item wants its logits too: then the host picks
+  // (pick_token_host, the reference every backend's picker follows).
   void finish_with_item_logits(Backend& be, const Tensor& x, const DeviceBuffer& gather,
                                const DeviceBuffer& norm, DType act,
                                std::span<const BatchItem> items, const OutputHead& head) {
     std::vector<int32_t> rows;
+    bool any_logits = false;
     int64_t end = 0;
     for (const BatchItem& item : items) {
       end += int64_t(item.tokens.size());
-      if (item.logits) rows.push_back(int32_t(end - 1));
+      if (item.logits || item.pick) rows.push_back(int32_t(end - 1));
+      any_logits = any_logits || item.logits;
     }
     if (rows.empty()) return be.end_step();
-    const int64_t m = int64_t(rows.size()), H = x.dim(1);
+    const int64_t m = int64_t(rows.size()), H = x.dim(1), V = head.n_vocab;
     const Tensor picked = gather.view(act, {m, H});
     be.gather_rows(picked, x, rows.data());
-    item_logits_.resize(size_t(m * head.n_vocab));
-    finish_with_logits(be, picked, norm.view(act, {m, H}), LogitsRows::All, head,
-                       item_logits_.data(), nullptr, nullptr);
+    const Tensor out = head_logits(be, picked, norm.view(act, {m, H}), head);
+    if (!any_logits) {
+      std::vector<TokenPick> picks;
+      for (const BatchItem& item : items)
+        if (item.pick) picks.push_back(*item.pick);
+      item_tokens_.resize(size_t(m));
+      be.pick_tokens(item_tokens_.data(), out, picks.data());
+      be.end_step();
+      size_t r = 0;
+      for (const BatchItem& item : items)
+        if (item.pick) *item.token = item_tokens_[r++];
+      return;
+    }
+    item_logits_.resize(size_t(m * V));
+    be.to_host_f32(item_logits_.data(), out);
+    be.end_step();
     size_t r = 0;
-    for (const BatchItem& item : items)
+    for (const BatchItem& item : items) {
+      if (!item.logits && !item.pick) continue;
+      const float* row = item_logits_.data() + r++ * size_t(V);
       if (item.logits)
-        std::copy_n(item_logits_.data() + r++ * size_t(head.n_vocab), head.n_vocab, item.logits);
+        std::copy_n(row, V, item.logits);
+      else
+        *item.token =
+            pick_token_host(std::span<const float>(row, size_t(V)), *item.pick, pick_scratch_);
+    }
   }
 
   // Ends the step: `out` ([n_rows, n_vocab] f32) to the host, or its last row's picked token.
@@ -187,8 +250,11 @@ class StepModel : public Model {
   std::vector<int32_t> positions_;
 
  private:
-  bool picked_input_ = false;       // queue_pick(kPickedToken) is running
-  std::vector<float> item_logits_;  // finish_with_item_logits' rows on the host
+  bool picked_input_ = false;         // queue_pick(kPickedToken) is running
+  std::vector<float> item_logits_;    // finish_with_item_logits' rows on the host
+  std::vector<int32_t> item_tokens_;  // ... or its picks
+  std::vector<KvView> row_kvs_;       // attend_parts' caches of a run of one-row parts
+  std::vector<std::pair<float, int32_t>> pick_scratch_;
   DeviceBuffer logits_;
   int64_t logits_capacity_ = 0;
 };

@@ -427,15 +427,26 @@ void Engine::step() {
   }
   if (plan.empty()) return;
 
+  // Each part's last row gives its request's next token: as logits to the host, or picked by
+  // the backend where the request allows (then only the id comes back).
   std::vector<Model::BatchItem> items;
-  for (const Part& p : plan) {
-    RunningRequest* r = p.r;
-    if (p.input >= 0) {
-      items.push_back({&r->state(), std::span<const int32_t>(&p.input, 1), r->logits()});
-    } else {
-      items.push_back(
-          {&r->state(), r->prompt_chunk(p.n), r->chunk_wants_logits(p.n) ? r->logits() : nullptr});
+  std::vector<TokenPick> picks(plan.size());
+  std::vector<int32_t> picked(plan.size(), -1);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    RunningRequest* r = plan[i].r;
+    const bool decode = plan[i].input >= 0;
+    Model::BatchItem item{&r->state(), decode ? std::span<const int32_t>(&plan[i].input, 1)
+                                              : r->prompt_chunk(plan[i].n)};
+    if (decode || r->chunk_wants_logits(plan[i].n)) {
+      if (r->picks_on_backend()) {
+        picks[i] = r->next_pick();
+        item.pick = &picks[i];
+        item.token = &picked[i];
+      } else {
+        item.logits = r->logits();
+      }
     }
+    items.push_back(item);
   }
   try {
     model_->forward_batch(items);
@@ -446,11 +457,12 @@ void Engine::step() {
   for (size_t i = 0; i < plan.size(); ++i) {
     RunningRequest* r = plan[i].r;
     const std::span<float> logits(items[i].logits, items[i].logits ? size_t(info().n_vocab) : 0);
+    const auto token = items[i].pick ? std::optional<int32_t>(picked[i]) : std::nullopt;
     try {
       if (plan[i].input >= 0)
-        r->token_ran(logits);
+        r->token_ran(logits, token);
       else
-        r->prompt_chunk_ran(plan[i].n, logits);
+        r->prompt_chunk_ran(plan[i].n, logits, token);
     } catch (const std::exception& e) {
       r->finish("error", e.what());
     }

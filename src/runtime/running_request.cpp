@@ -58,8 +58,11 @@ RunningRequest::RunningRequest(const Context& context, uint64_t id, GenerationRe
   if (!request_.ignore_eos)
     for (int64_t id : ctx_.model.info().eos_token_ids) stop_ids_.push_back(int32_t(id));
   if (ctx_.tokenizer) decoder_.emplace(*ctx_.tokenizer, request_.skip_special_tokens);
-  // Logprobs, penalties and logit bias need the logits on the host, one step at a time.
-  ahead_ = ctx_.model.picks_ahead() && sampler_.backend_can_pick() && request_.logprobs < 0;
+  // Logprobs, penalties and logit bias need the logits on the host. On the CPU they are there
+  // anyway, and the host picks.
+  backend_pick_ =
+      ctx_.model.device() != Device::CPU && sampler_.backend_can_pick() && request_.logprobs < 0;
+  ahead_ = backend_pick_ && ctx_.model.picks_ahead();
   result_.finish_reason = "length";
 }
 
@@ -94,7 +97,8 @@ std::span<const int32_t> RunningRequest::prompt_chunk(int64_t max) const {
   return std::span<const int32_t>(history_).subspan(size_t(prompt_pos_), size_t(end - prompt_pos_));
 }
 
-void RunningRequest::prompt_chunk_ran(int64_t n, std::span<float> logits) {
+void RunningRequest::prompt_chunk_ran(int64_t n, std::span<float> logits,
+                                      std::optional<int32_t> picked) {
   prompt_pos_ += n;
   const bool last = prompt_pos_ == prefill_target_;
   const int64_t interval = std::max<int64_t>(ctx_.checkpoint_interval, 1);
@@ -104,7 +108,7 @@ void RunningRequest::prompt_chunk_ran(int64_t n, std::span<float> logits) {
   }
   if (!last || !result_.tokens.empty()) return;  // a recomputation goes on decoding
   if (request_.max_tokens == 0) return finish("length");
-  token_ran(logits);
+  token_ran(logits, picked);
 }
 
 std::optional<int32_t> RunningRequest::decode_input() {
@@ -115,7 +119,8 @@ std::optional<int32_t> RunningRequest::decode_input() {
   return history_.back();
 }
 
-void RunningRequest::token_ran(std::span<float> logits) {
+void RunningRequest::token_ran(std::span<float> logits, std::optional<int32_t> picked) {
+  if (picked) return accept(*picked, std::nullopt);
   if (request_.logprobs >= 0) {
     raw_logits_.assign(logits.begin(), logits.end());  // sample() edits the logits
     const int32_t token = sampler_.sample(logits, history_);

@@ -50,18 +50,26 @@ class RunningRequest {
   // the tokens generated but the last), and the next chunk of at most `max` of them (ending on a
   // checkpoint boundary where the state needs checkpoints, so a later prompt can resume there).
   // prompt_chunk_ran() records that the chunk went through the model; when it ended the prompt
-  // of a request that has no token yet, `logits` (the last row's) give the first token.
+  // of a request that has no token yet, `logits` (the last row's) give the first token, or
+  // `picked` is that token where the backend picked it.
   bool prefilling() const { return prompt_pos_ < prefill_target_; }
   int64_t prompt_left() const { return prefill_target_ - prompt_pos_; }
   std::span<const int32_t> prompt_chunk(int64_t max) const;
   // Whether a chunk of n tokens needs its last row's logits.
   bool chunk_wants_logits(int64_t n) const { return n == prompt_left() && result_.tokens.empty(); }
-  void prompt_chunk_ran(int64_t n, std::span<float> logits);
+  void prompt_chunk_ran(int64_t n, std::span<float> logits,
+                        std::optional<int32_t> picked = std::nullopt);
 
   // Decode: the input of the next step (the last token), or nullopt after finishing with
-  // "length" when the context is full. token_ran() takes that step's logits.
+  // "length" when the context is full. token_ran() takes that step's logits, or the token the
+  // backend picked.
   std::optional<int32_t> decode_input();
-  void token_ran(std::span<float> logits);
+  void token_ran(std::span<float> logits, std::optional<int32_t> picked = std::nullopt);
+  // Whether the backend may pick this request's tokens where the logits are (a GPU: only the id
+  // crosses to the host; no logprobs, penalties or logit bias), with next_pick()'s settings and
+  // draw for each step (Model::BatchItem::pick).
+  bool picks_on_backend() const { return backend_pick_; }
+  TokenPick next_pick() { return sampler_.next_pick(); }
   // The host buffer for this request's logits row ([n_vocab]).
   float* logits() { return logits_.data(); }
 
@@ -111,6 +119,7 @@ class RunningRequest {
   GenerationResult result_;
   std::vector<float> logits_;
   std::vector<float> raw_logits_;  // the step's logits before sampling edits them (logprobs)
+  bool backend_pick_ = false;
   bool ahead_ = false;
   int queued_picks_ = 0;  // steps queued with Model::queue_pick and not taken
   bool done_ = false;

@@ -4,12 +4,19 @@
 // prompt or in its decode leaves without disturbing the others.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
 
 #include "fixture.h"
+#include "models/llama.h"
+#include "models/qwen3_5.h"
 #include "runtime/engine.h"
+
+#ifdef HEARTH_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace hearth {
 namespace {
@@ -27,9 +34,11 @@ std::vector<FixtureCase> all_cases() {
 
 // Small prefill chunks and step budgets, so prompts take several steps and share them with
 // decode tokens.
-std::unique_ptr<Engine> make_engine(const FixtureCase& c, bool deterministic = false) {
+std::unique_ptr<Engine> make_engine(const FixtureCase& c, bool deterministic = false,
+                                    const std::string& device = "cpu") {
   LoadOptions load;
   load.deterministic = deterministic;
+  load.device = device;
   EngineOptions o;
   o.model_dir = c.dir;
   o.cache_bytes = 0;  // every request runs its whole prompt
@@ -58,6 +67,7 @@ GenerationRequest request(const FixtureCase& c, int i, int64_t n_vocab) {
 // The batched result agrees with the lone one: the same tokens, and the two best logprobs of
 // each within `tol`, up to a point where the lone run's two best tokens were within `tol` of
 // each other (a tie that rounding may break either way); there the comparison ends.
+// Without logprobs in `batched` (its tokens picked by the backend), only the tokens compare.
 void expect_same_tokens(const GenerationResult& alone, const GenerationResult& batched, double tol,
                         const std::string& what) {
   ASSERT_EQ(batched.finish_reason, alone.finish_reason) << what << ": " << batched.error;
@@ -72,6 +82,7 @@ void expect_same_tokens(const GenerationResult& alone, const GenerationResult& b
       return;
     }
     if (tie) return;
+    if (batched.logprobs.empty()) continue;
     // The chosen token's logprob is ~0 where it wins by far; the runner-up's shows a change.
     ASSERT_EQ(batched.logprobs[k].top.size(), top.size()) << what;
     for (size_t j = 0; j < top.size(); ++j)
@@ -258,6 +269,42 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
   for (size_t i = 0; i < requests.size(); ++i)
     expect_same_tokens(alone[i], got[i], tol, c.name + " request " + std::to_string(i));
 }
+
+#ifdef HEARTH_HAVE_CUDA
+// On a GPU the rows of a step run together too (one launch per op for every sequence, their
+// caches passed as a table) and requests without logprobs get their tokens picked on the device.
+// Each request's tokens equal its lone run's, up to a near tie: bf16 activations round
+// differently in a product of more rows, so ties and logprobs use the CUDA fixtures' bound
+// (0.1 · logits_std).
+TEST_P(EngineBatch, OnCudaEachRequestGetsItsLoneTokens) {
+  const FixtureCase& c = GetParam();
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::string> types = llama_model_types();
+  types.push_back("gemma3");
+  for (const std::string& t : qwen3_5_model_types()) types.push_back(t);
+  if (std::find(types.begin(), types.end(), c.model_type) == types.end())
+    GTEST_SKIP() << c.model_type << " does not run on CUDA";
+  auto engine = make_engine(c, false, "cuda");
+  const int64_t n_vocab = engine->info().n_vocab;
+  const double tol = 0.1 * c.reference["logits_std"].get<double>();
+  constexpr int kMost = 17;
+  std::vector<GenerationResult> alone;
+  for (int i = 0; i < kMost; ++i) alone.push_back(engine->generate(request(c, i, n_vocab)));
+  for (bool device_picks : {false, true}) {
+    for (int n : {3, 8, 17}) {
+      const auto got = run_staggered(*engine, n, [&](int i) {
+        GenerationRequest r = request(c, i, n_vocab);
+        if (device_picks) r.logprobs = -1;
+        return r;
+      });
+      for (int i = 0; i < n; ++i)
+        expect_same_tokens(alone[size_t(i)], got[size_t(i)], tol,
+                           c.name + " on CUDA, batch of " + std::to_string(n) + ", request " +
+                               std::to_string(i) + (device_picks ? ", picked on the device" : ""));
+    }
+  }
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.name; });

@@ -47,6 +47,8 @@ struct AttnArgs {
   const __nv_bfloat16* v;
   const int32_t* positions;
   const int32_t* first;
+  const SeqKv* seqs;  // non-null: token t is a sequence of its own, its cache seqs[t] (k, v,
+                      // first and capacity above unused; one token per block)
   float* part;        // split partials [n_splits][n_tokens·n_head][2 + hd] (m, l, acc); null: one
   unsigned* arrived;  // [blocks_x] splits finished per group; 0 between launches
   int capacity;
@@ -373,9 +375,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   qy.hpb = min(a.heads_per_block, group - chunk * a.heads_per_block);
   qy.n_live = min(qy.hpb * a.tokens_per_block, (a.n_tokens - qy.t0) * qy.hpb);
 
+  // The cache: the call's, or in a step of several sequences the block's token's own.
+  const __nv_bfloat16* kbase = a.k;
+  const __nv_bfloat16* vbase = a.v;
+  int capacity = a.capacity;
+  int64_t first;
+  if (a.seqs) {
+    const SeqKv& sk = a.seqs[qy.t0];
+    kbase = static_cast<const __nv_bfloat16*>(sk.k);
+    vbase = static_cast<const __nv_bfloat16*>(sk.v);
+    capacity = int(sk.capacity);
+    first = sk.first;
+  } else {
+    first = *a.first;
+  }
   // Each query sees positions [lo, hi] (shared memory: registers are for the K/V in flight);
   // the block walks their union.
-  const int64_t first = *a.first;
   int2* range = reinterpret_cast<int2*>(smem + C::kRange);
   int lo_b = INT_MAX, hi_b = INT_MIN;
 #pragma unroll
@@ -406,8 +421,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   }
 
   const int64_t row = int64_t(a.n_head_kv) * hd;
-  const __nv_bfloat16* kcol = a.k + int64_t(g) * hd;
-  const __nv_bfloat16* vcol = a.v + int64_t(g) * hd + lane * DPL;
+  const __nv_bfloat16* kcol = kbase + int64_t(g) * hd;
+  const __nv_bfloat16* vcol = vbase + int64_t(g) * hd + lane * DPL;
   const int words = hd / 8, v_dims = min(DPL, hd - lane * DPL);
   float* qs = smem + C::kQ;
   float* pw = smem + C::kP + warp * NQ * kChunk;
@@ -419,7 +434,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   int base = k_lo + warp * kChunk;
   if constexpr (VEC) {
     if (base <= k_hi) {
-      const Step st(base, k_hi, a.capacity);
+      const Step st(base, k_hi, capacity);
       krow = kcol + int64_t(st.slot(lane)) * row;
       load_k(kr, krow, 0, words);
       if constexpr (C::kVEarly) load_v(vr, vcol, row, st, 0, v_dims > 0);
@@ -455,7 +470,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   }
 #pragma unroll 1
   for (bool ahead = VEC; base <= k_hi; base += kBlockKeys, ahead = false) {
-    const Step st(base, k_hi, a.capacity);
+    const Step st(base, k_hi, capacity);
     float s[NQ];
 #pragma unroll
     for (int i = 0; i < NQ; ++i) s[i] = 0.0f;
@@ -539,7 +554,11 @@ struct Shape {
   int nq, dpl, heads_per_block, tokens_per_block, head_chunks, blocks_x, split_len, n_splits;
 };
 
-Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_t capacity) {
+// rows_apart: every token is a sequence of its own (attention_rows), so decode-shaped at any
+// count: one token per block, split-K by the largest capacity.
+Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_t capacity,
+                bool rows_apart) {
+  const bool decode = n_tokens <= 8 || rows_apart;
   Shape s{};
   s.dpl = p.head_dim <= 32 ? 1 : p.head_dim <= 64 ? 2 : p.head_dim <= 128 ? 4 : 8;
   const int max_nq = std::min(16, 64 / s.dpl);
@@ -547,7 +566,7 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
   s.heads_per_block = std::min(group, max_nq);
   s.head_chunks = (group + s.heads_per_block - 1) / s.heads_per_block;
   // Decode: one token per block, the split-K supplies the parallelism.
-  s.tokens_per_block = n_tokens <= 8 ? 1 : std::max(1, max_nq / s.heads_per_block);
+  s.tokens_per_block = decode ? 1 : std::max(1, max_nq / s.heads_per_block);
   const int need = s.heads_per_block * s.tokens_per_block;
   s.nq = need <= 4 ? 4 : need <= 8 ? 8 : 16;
   if (s.nq * s.dpl > 64) s.nq = 64 / s.dpl;
@@ -555,7 +574,7 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
   s.blocks_x = int(tiles * p.n_head_kv * s.head_chunks);
   s.split_len = 1 << 30;
   s.n_splits = 1;
-  if (n_tokens <= 8 && s.blocks_x <= kMaxGroups) {
+  if (decode && s.blocks_x <= kMaxGroups) {
     int64_t keys = capacity;
     if (p.window > 0) keys = std::min<int64_t>(keys, p.window + n_tokens);
     // About two blocks per SM for long contexts.
@@ -589,6 +608,8 @@ void launch(Ctx& ctx, const AttnArgs& a, int blocks_x, bool vec) {
 
 void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
                     const int32_t* positions, const AttentionParams& p);
+void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t capacity,
+                 const int32_t* positions, const AttentionParams& p, bool rows_apart, bool vec);
 
 std::atomic<int> g_kernel{int(AttentionKernel::Auto)};
 
@@ -622,8 +643,8 @@ void attention_init() {
 }
 
 size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
-                                 int64_t capacity) {
-  const Shape s = shape_for(ctx.sm_count, n_tokens, p, capacity);
+                                 int64_t capacity, bool rows_apart) {
+  const Shape s = shape_for(ctx.sm_count, n_tokens, p, capacity, rows_apart);
   if (s.n_splits <= 1) return 0;
   return kCounterBytes +
          size_t(s.n_splits) * size_t(n_tokens) * size_t(p.n_head) * size_t(p.head_dim + 2) * 4;
@@ -646,28 +667,37 @@ namespace {
 
 void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
                     const int32_t* positions, const AttentionParams& p) {
+  AttnArgs a{};
+  a.k = static_cast<const __nv_bfloat16*>(kv.k.p);
+  a.v = static_cast<const __nv_bfloat16*>(kv.v.p);
+  a.first = kv.first;
+  a.capacity = int(kv.capacity);
+  // 16-byte K words and V slices need the rows 16-byte aligned.
+  const bool vec = p.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k.p) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(kv.v.p) % 16 == 0;
+  launch_simt(ctx, a, out, q, kv.capacity, positions, p, false, vec);
+}
+
+// The launch of attention_kernel for a's cache (or cache table) and the rest of the call.
+void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t capacity,
+                 const int32_t* positions, const AttentionParams& p, bool rows_apart, bool vec) {
   const int64_t n_tokens = q.d[0];
   if (p.head_dim < 1 || p.head_dim > 256)
     cuda_fail("attention", "unsupported head shape", __FILE__, __LINE__);
-  if (kv.capacity < 1 || kv.capacity > INT32_MAX - 2 * kChunk)
+  if (capacity < 1 || capacity > INT32_MAX - 2 * kChunk)
     cuda_fail("attention", "unsupported cache capacity", __FILE__, __LINE__);
-  const Shape s = shape_for(ctx.sm_count, n_tokens, p, kv.capacity);
-  AttnArgs a{};
+  const Shape s = shape_for(ctx.sm_count, n_tokens, p, capacity, rows_apart);
   a.q = q.p;
   a.qdt = q.dtype;
   a.out = out.p;
   a.odt = out.dtype;
-  a.k = static_cast<const __nv_bfloat16*>(kv.k.p);
-  a.v = static_cast<const __nv_bfloat16*>(kv.v.p);
   a.positions = positions;
-  a.first = kv.first;
   if (s.n_splits > 1) {
-    if (ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, kv.capacity))
+    if (ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, capacity, rows_apart))
       cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
     a.arrived = reinterpret_cast<unsigned*>(ctx.attn_ws);
     a.part = ctx.attn_ws + kCounterBytes / 4;
   }
-  a.capacity = int(kv.capacity);
   a.n_tokens = int(n_tokens);
   a.n_head = p.n_head;
   a.n_head_kv = p.n_head_kv;
@@ -680,9 +710,6 @@ void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
   a.softcap = p.softcap;
   a.split_len = s.split_len;
   a.n_splits = s.n_splits;
-  // 16-byte K words and V slices need the rows 16-byte aligned.
-  const bool vec = p.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k.p) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(kv.v.p) % 16 == 0;
   switch (s.nq * 100 + s.dpl) {
     case 401:
       launch<4, 1>(ctx, a, s.blocks_x, vec);
@@ -724,5 +751,14 @@ void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
 }
 
 }  // namespace
+
+void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const SeqKv* seqs, int64_t max_capacity,
+                    const int32_t* positions, const AttentionParams& p) {
+  AttnArgs a{};
+  a.seqs = seqs;
+  // The backend's caches are whole allocations (256-byte aligned), so rows of a head dim that
+  // is a multiple of 8 are 16-byte aligned.
+  launch_simt(ctx, a, out, q, max_capacity, positions, p, true, p.head_dim % 8 == 0);
+}
 
 }  // namespace hearth::cuda

@@ -94,6 +94,17 @@ struct KvDev {
   const int32_t* first = nullptr;  // device int32
 };
 
+// One sequence's cache in a step of several (the _rows ops): row r of the step reads its keys
+// and values from table[r]. 32 bytes, uploaded through the dyn area as 8 ints.
+struct SeqKv {
+  const void* k;
+  const void* v;
+  int64_t capacity;
+  int32_t first;
+  int32_t unused;
+};
+static_assert(sizeof(SeqKv) == 32, "SeqKv is uploaded as 8 ints");
+
 struct Ctx {
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -230,9 +241,19 @@ void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, cons
                         const Ten& k_norm, float eps, float offset, const KvDev& kv,
                         const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
                         float attention_factor);
+// The same with row t's cache from seqs[t] (kv unused), as qk_norm_rope_store_rows.
+void qk_norm_rope_store_rows(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
+                             const Ten& k_norm, float eps, float offset, const SeqKv* seqs,
+                             const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
+                             float attention_factor);
 // attention.cu. The workspace (ctx.attn_ws) must hold this many bytes, zeroed once when allocated.
+// rows_apart: every row is its own sequence (attention_rows), of at most `capacity` positions.
 size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
-                                 int64_t capacity);
+                                 int64_t capacity, bool rows_apart = false);
+// Decode attention of n sequences, one row each: row t over the cache seqs[t]. max_capacity is
+// the largest of their capacities (it sizes the split-K).
+void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const SeqKv* seqs, int64_t max_capacity,
+                    const int32_t* positions, const AttentionParams& p);
 // Raises the dynamic shared-memory limits once (outside any graph capture).
 void attention_init();
 void attention(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const int32_t* positions,

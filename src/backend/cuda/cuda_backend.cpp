@@ -22,30 +22,6 @@ void cuda_fail(const char* call, const char* error, const char* file, int line) 
 
 namespace {
 
-// Zero-padded copies of the parameter structs, so records compare bytewise.
-AttentionParams packed(const AttentionParams& p) {
-  AttentionParams q;
-  std::memset(static_cast<void*>(&q), 0, sizeof q);
-  q.n_head = p.n_head;
-  q.n_head_kv = p.n_head_kv;
-  q.head_dim = p.head_dim;
-  q.scale = p.scale;
-  q.softcap = p.softcap;
-  q.window = p.window;
-  return q;
-}
-GatedDeltaParams packed(const GatedDeltaParams& p) {
-  GatedDeltaParams q;
-  std::memset(static_cast<void*>(&q), 0, sizeof q);
-  q.n_k_heads = p.n_k_heads;
-  q.n_v_heads = p.n_v_heads;
-  q.k_dim = p.k_dim;
-  q.v_dim = p.v_dim;
-  q.chunked = p.chunked;
-  q.chunk = p.chunk;
-  return q;
-}
-
 std::atomic<int64_t> g_gdn_mixer_fused{0};
 
 }  // namespace
@@ -104,6 +80,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(tmp_dev_);
   cudaFree(step_ws_);
   cudaFree(token_dev_);
+  cudaFree(picks_dev_);
   cudaFree(packed_partials_);
   cudaFree(dequant_);
   cudaFreeHost(out_host_);

@@ -1,8 +1,9 @@
-// The CUDA backend's class, shared by its four files: cuda_backend.cpp (construction and the
+// The CUDA backend's class, shared by its files: cuda_backend.cpp (construction and the
 // dispatch of every Backend op to its launcher, one .cu per op family), cuda_backend_step.cpp
 // (decode steps recorded and replayed as CUDA graphs, the dyn area), cuda_backend_io.cpp
-// (device memory, weight upload, host outputs and token picks) and cuda_backend_moe.cpp
-// (mixture-of-experts routing and expert products).
+// (device memory, weight upload, host outputs and token picks), cuda_backend_moe.cpp
+// (mixture-of-experts routing and expert products) and cuda_backend_rows.cpp (steps of several
+// sequences).
 //
 // Invariants:
 // - Every op is enqueued on one stream; nothing synchronises the host inside a step except the
@@ -49,6 +50,30 @@ constexpr int kAheadSlots = 8;              // tokens picked ahead and not yet t
 constexpr size_t kLtWorkspace = 32u << 20;
 constexpr size_t kUploadChunk = 64u << 20;
 constexpr size_t kDequantBytes = 256u << 20;  // prefill's dequantized rows of a packed weight
+
+// Zero-padded copies of the parameter structs, so records compare bytewise.
+inline AttentionParams packed(const AttentionParams& p) {
+  AttentionParams q;
+  std::memset(static_cast<void*>(&q), 0, sizeof q);
+  q.n_head = p.n_head;
+  q.n_head_kv = p.n_head_kv;
+  q.head_dim = p.head_dim;
+  q.scale = p.scale;
+  q.softcap = p.softcap;
+  q.window = p.window;
+  return q;
+}
+inline GatedDeltaParams packed(const GatedDeltaParams& p) {
+  GatedDeltaParams q;
+  std::memset(static_cast<void*>(&q), 0, sizeof q);
+  q.n_k_heads = p.n_k_heads;
+  q.n_v_heads = p.n_v_heads;
+  q.k_dim = p.k_dim;
+  q.v_dim = p.v_dim;
+  q.chunked = p.chunked;
+  q.chunk = p.chunk;
+  return q;
+}
 
 // A recorded op: its launcher and plain-data arguments, serialised into a step's blob.
 template <typename T>
@@ -134,6 +159,19 @@ class CudaBackend final : public Backend {
 
   void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
                  const AttentionParams& p) override;
+
+  // Steps of several sequences (cuda_backend_rows.cpp): their caches go to the kernels as a
+  // table in the dyn area, so one launch serves every row.
+  void qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& q_norm, const Tensor& k_norm, float eps, float off,
+                               const RopeParams* rope, const KvView* kvs,
+                               const int32_t* positions) override;
+  void attention_rows(const Tensor& out, const Tensor& q, const KvView* kvs,
+                      const int32_t* positions, const AttentionParams& p) override;
+  void pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks) override;
+  // Runs as it comes: the step's records would name other caches every step, so a graph of it
+  // would be captured anew each time.
+  void begin_batch_step(int64_t n_tokens) override;
 
   void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) override;
   void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) override;
@@ -253,6 +291,9 @@ class CudaBackend final : public Backend {
 
   // The cache view the kernels take (its first position through the dyn area).
   KvDev kv_dev(const KvView& kv);
+  // The caches of a step's rows as the kernels' table (SeqKv) in the dyn area; null when a
+  // cache is not 16-byte aligned bf16 (then the rows go one by one).
+  const SeqKv* upload_seq_kvs(const KvView* kvs, int64_t n, int64_t* max_capacity);
 
   // Copies n 4-byte host values into the dyn area and returns their device address. Equal
   // contents of the same kind (tag) share a slot, so a step's positions upload once.
@@ -381,6 +422,8 @@ class CudaBackend final : public Backend {
   void* tmp_dev_ = nullptr;
   size_t tmp_bytes_ = 0;
   void* token_dev_ = nullptr;  // pick_token's result
+  void* picks_dev_ = nullptr;  // pick_tokens' results
+  size_t picks_dev_bytes_ = 0;
   // Packed weights: the transposed-trellis products' partial sums, and prefill's bf16 rows.
   void* packed_partials_ = nullptr;
   size_t packed_partials_bytes_ = 0;

@@ -44,13 +44,16 @@ __global__ void kv_store_kernel(void* kc, void* vc, int cdt, const void* k, int 
 // [n_head + n_kv, n_head + 2 n_kv) v. Lane l holds elements l + 32 j (j < E), so with
 // rotary_dim/2 a multiple of 32 both halves of a rotate_half pair sit in the same lane.
 // Each stage rounds to the tensor's dtype as the composed ops do when they store.
+// seqs non-null: token t's cache is seqs[t] (kc, vc and capacity unused), a step of several
+// sequences.
 template <int E>
 __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int kdt, const void* v,
                                           int vdt, const void* qn, const void* kn, int ndt,
                                           float eps, float offset, void* kc, void* vc, int cdt,
-                                          int64_t capacity, const int32_t* positions,
-                                          const float* inv_freq, int half, float factor,
-                                          int n_tokens, int n_head, int n_kv, int hd) {
+                                          int64_t capacity, const SeqKv* seqs,
+                                          const int32_t* positions, const float* inv_freq, int half,
+                                          float factor, int n_tokens, int n_head, int n_kv,
+                                          int hd) {
   pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t gw = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -60,8 +63,14 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
     return;
   }
   const int t = int(gw / heads), h = int(gw % heads);
-  // Before waiting for the previous kernel: what no kernel of the step writes (positions and
-  // frequencies come from the host copy at the start of the step; gains are weights).
+  // Before waiting for the previous kernel: what no kernel of the step writes (positions,
+  // frequencies and the cache table come from the host copy at the start of the step; gains
+  // are weights).
+  if (seqs) {
+    kc = const_cast<void*>(seqs[t].k);
+    vc = const_cast<void*>(seqs[t].v);
+    capacity = seqs[t].capacity;
+  }
   const int64_t slot = int64_t(positions[t]) % capacity;
   const bool is_q = h < n_head;
   const void* gain = is_q ? qn : kn;
@@ -131,17 +140,20 @@ bool qk_rope_store_fits(int64_t head_dim, int32_t rotary_dim) {
          rotary_dim <= head_dim;
 }
 
-void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
-                        const Ten& k_norm, float eps, float offset, const KvDev& kv,
-                        const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
-                        float attention_factor) {
+namespace {
+
+void launch_qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v,
+                               const Ten& q_norm, const Ten& k_norm, float eps, float offset,
+                               const KvDev& kv, int cdt, const SeqKv* seqs,
+                               const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
+                               float attention_factor) {
   const int n = int(q.d[0]), n_head = int(q.d[1]), hd = int(q.d[2]), n_kv = int(k.d[1]);
   const int64_t warps = int64_t(n) * (n_head + 2 * n_kv);
   const unsigned blocks = unsigned((warps + 3) / 4);
   const int ndt = q_norm.empty() ? k_norm.dtype : q_norm.dtype;
   auto go = [&](auto kernel) {
     launch_pdl(ctx, kernel, dim3(blocks), dim3(128), 0, q.p, q.dtype, k.p, k.dtype, v.p, v.dtype,
-               q_norm.p, k_norm.p, ndt, eps, offset, kv.k.p, kv.v.p, kv.k.dtype, kv.capacity,
+               q_norm.p, k_norm.p, ndt, eps, offset, kv.k.p, kv.v.p, cdt, kv.capacity, seqs,
                positions, inv_freq, rotary_dim / 2, attention_factor, n, n_head, n_kv, hd);
   };
   switch (hd / 32) {
@@ -173,6 +185,25 @@ void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, cons
       cuda_fail("qk_norm_rope_store", "unsupported head_dim", __FILE__, __LINE__);
   }
   HEARTH_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
+                        const Ten& k_norm, float eps, float offset, const KvDev& kv,
+                        const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
+                        float attention_factor) {
+  launch_qk_norm_rope_store(ctx, q, k, v, q_norm, k_norm, eps, offset, kv, kv.k.dtype, nullptr,
+                            positions, inv_freq, rotary_dim, attention_factor);
+}
+
+void qk_norm_rope_store_rows(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
+                             const Ten& k_norm, float eps, float offset, const SeqKv* seqs,
+                             const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
+                             float attention_factor) {
+  // The caches of a step of several sequences are the backend's (bf16, as attention reads them).
+  launch_qk_norm_rope_store(ctx, q, k, v, q_norm, k_norm, eps, offset, KvDev{}, kBF16, seqs,
+                            positions, inv_freq, rotary_dim, attention_factor);
 }
 
 void rope(Ctx& ctx, const Ten& x, const int32_t* positions, const float* inv_freq,

@@ -1,0 +1,115 @@
+// The CUDA backend's steps of several sequences: the rows of a step belong to different
+// sequences, each with its own KV cache, so the attention input and attention kernels take a
+// table of caches (one SeqKv per row, in the dyn area) and serve every row in one launch; the
+// step's picks are made on the device and only the token ids come to the host.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_backend_impl.h"
+
+namespace hearth::cuda {
+
+void CudaBackend::begin_batch_step(int64_t n_tokens) {
+  begin_step(n_tokens);
+  recording_ = false;
+  slot_ = 0;
+}
+
+const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, int64_t* max_capacity) {
+  std::vector<SeqKv> table(static_cast<size_t>(n));
+  int64_t most = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const KvView& kv = kvs[r];
+    if (kv.k.dtype != DType::BF16 || kv.v.dtype != DType::BF16 || kv.k.device != Device::CUDA ||
+        reinterpret_cast<uintptr_t>(kv.k.data) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(kv.v.data) % 16 != 0)
+      return nullptr;
+    table[size_t(r)] = SeqKv{kv.k.data, kv.v.data, kv.capacity, int32_t(kv.first), 0};
+    most = std::max(most, kv.capacity);
+  }
+  *max_capacity = most;
+  // Tag 7: the table of one layer's caches (qk_norm_rope_store_rows and attention_rows of the
+  // layer upload the same table, which then lands once).
+  return reinterpret_cast<const SeqKv*>(upload_ints(table.data(), n * 8, 7));
+}
+
+void CudaBackend::qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& q_norm, const Tensor& k_norm, float eps,
+                                          float off, const RopeParams* rope, const KvView* kvs,
+                                          const int32_t* positions) {
+  bind();
+  const int64_t hd = q.dim(2), n = q.dim(0);
+  const int32_t rot = rope ? int32_t(rope->rotary_dim) : 0;
+  const bool per_head = (q_norm.empty() || q_norm.numel() == hd) &&
+                        (k_norm.empty() || k_norm.numel() == hd) &&
+                        q_norm.empty() == k_norm.empty();
+  int64_t max_capacity = 0;
+  const SeqKv* table = per_head && qk_rope_store_fits(hd, rot) && q.ndim == 3 && k.dim(2) == hd
+                           ? upload_seq_kvs(kvs, n, &max_capacity)
+                           : nullptr;
+  if (!table)
+    return Backend::qk_norm_rope_store_rows(q, k, v, q_norm, k_norm, eps, off, rope, kvs,
+                                            positions);
+  const int32_t* d_pos = upload_ints(positions, n, 1);
+  const float* d_freq =
+      rot > 0 ? reinterpret_cast<const float*>(upload_ints(rope->inv_freq, rot / 2, 2)) : nullptr;
+  submit<&cuda::qk_norm_rope_store_rows>(Ten(q), Ten(k), Ten(v), Ten(q_norm), Ten(k_norm), eps, off,
+                                         table, d_pos, d_freq, rot,
+                                         rope ? rope->attention_factor : 1.0f);
+}
+
+void CudaBackend::attention_rows(const Tensor& out, const Tensor& q, const KvView* kvs,
+                                 const int32_t* positions, const AttentionParams& p) {
+  bind();
+  const int64_t n = q.dim(0);
+  int64_t max_capacity = 0;
+  const SeqKv* table = p.head_dim % 8 == 0 ? upload_seq_kvs(kvs, n, &max_capacity) : nullptr;
+  if (!table) return Backend::attention_rows(out, q, kvs, positions, p);
+  const size_t ws = attention_workspace_bytes(ctx_, n, p, max_capacity, /*rows_apart=*/true);
+  if (ws > ctx_.attn_ws_bytes) {
+    regrow_device(reinterpret_cast<void**>(&ctx_.attn_ws), ctx_.attn_ws_bytes, ws);
+    // The split-K arrival counters in it start at zero; every launch leaves them so.
+    HEARTH_CUDA_CHECK(cudaMemsetAsync(ctx_.attn_ws, 0, ctx_.attn_ws_bytes, ctx_.stream));
+  }
+  const int32_t* d_pos = upload_ints(positions, n, 1);
+  submit<&cuda::attention_rows>(Ten(out), Ten(q), table, max_capacity, d_pos, packed(p));
+}
+
+void CudaBackend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks) {
+  bind();
+  const int64_t m = logits.dim(0);
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32 || logits.ndim != 2)
+    return Backend::pick_tokens(dst, logits, picks);
+  last_pick_on_device_ = false;
+  last_pick_host_ = -1;
+  if (out_.p) deliver_or_queue_output();
+  const size_t bytes = size_t(m) * 4;
+  if (bytes > picks_dev_bytes_) regrow_device(&picks_dev_, picks_dev_bytes_, bytes);
+  // Each row through the device picker (the same kernels as pick_token), into its own slot;
+  // then one copy of all the ids.
+  auto* ids = static_cast<int32_t*>(picks_dev_);
+  for (int64_t r = 0; r < m; ++r) {
+    const TokenPick& pick = picks[r];
+    const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
+    const auto* d_dyn =
+        reinterpret_cast<const PickDyn*>(upload_ints(&dyn, int64_t(sizeof dyn / 4), 6));
+    const Tensor row = logits.slice_rows(r, r + 1).reshaped({logits.dim(1)});
+    submit<&cuda::pick_token>(ids + r, Ten(row), d_dyn, pick.temperature <= 0.0f);
+  }
+  ensure_out_host(bytes);
+  Ten t;
+  t.p = picks_dev_;
+  t.dtype = kF32;  // 4-byte opaque values
+  t.ndim = 1;
+  t.d[0] = m;
+  out_ = t;
+  out_user_ = dst;
+  out_bytes_ = bytes;
+  if (recording_) {
+    finish_recording();
+  } else {
+    deliver_now();
+  }
+}
+
+}  // namespace hearth::cuda
