@@ -68,6 +68,20 @@ void Backend::attention_rows(const Tensor& out, const Tensor& q, const KvView* k
     attention(out.slice_rows(r, r + 1), q.slice_rows(r, r + 1), kvs[r], positions + r, params);
 }
 
+void Backend::gated_delta_mixer_rows(const Tensor& normed, const Tensor& qkv,
+                                     const Tensor* conv_states, const Tensor& conv_w,
+                                     const Tensor& a, const Tensor& b, const Tensor& a_log,
+                                     const Tensor& dt_bias, const Tensor* states,
+                                     const GatedDeltaParams& params, const Tensor& norm_w,
+                                     const Tensor& z, float eps, const GatedDeltaScratch& s) {
+  for (int64_t r = 0; r < qkv.dim(0); ++r) {
+    auto row = [r](const Tensor& t) { return t.slice_rows(r, r + 1); };
+    gated_delta_mixer(row(normed), row(qkv), conv_states[r], conv_w, row(a), row(b), a_log, dt_bias,
+                      states[r], params, norm_w, row(z), eps,
+                      {row(s.conv), row(s.g), row(s.beta), row(s.core)});
+  }
+}
+
 void Backend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks) {
   for (int64_t r = 0; r < logits.dim(0); ++r)
     pick_token(dst + r, logits.slice_rows(r, r + 1).reshaped({logits.dim(1)}), picks[r]);

@@ -250,6 +250,15 @@ class Backend {
                                        const KvView* kvs, const int32_t* positions);
   virtual void attention_rows(const Tensor& out, const Tensor& q, const KvView* kvs,
                               const int32_t* positions, const AttentionParams& params);
+  // gated_delta_mixer for one token of each of n sequences: row r of qkv, a, b, z, normed and
+  // the scratch is sequence r's, whose conv and recurrent states are conv_states[r] and
+  // states[r] (n each).
+  virtual void gated_delta_mixer_rows(const Tensor& normed, const Tensor& qkv,
+                                      const Tensor* conv_states, const Tensor& conv_w,
+                                      const Tensor& a, const Tensor& b, const Tensor& a_log,
+                                      const Tensor& dt_bias, const Tensor* states,
+                                      const GatedDeltaParams& params, const Tensor& norm_w,
+                                      const Tensor& z, float eps, const GatedDeltaScratch& scratch);
   // dst[r] = the token picks[r] chooses from row r of logits ([m, n_vocab] f32), as pick_token
   // would for each row; complete on return.
   virtual void pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks);

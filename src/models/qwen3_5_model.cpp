@@ -86,6 +86,8 @@ class Qwen35Model final : public StepModel {
   MoeBlock moe_;
   bool one_kernel_stack_ = false;  // one_kernel_stack(), at load
   std::vector<Backend::DecodeLayer> step_layers_;
+  // linear_block's states of a run of one-row parts.
+  std::vector<Tensor> row_conv_states_, row_states_;
 
   int64_t scratch_tokens_ = 0;
   // Scratch in the backend's memory.
@@ -270,16 +272,37 @@ void Qwen35Model::linear_block(int il, std::span<const SequenceRows> parts, int6
   gp.n_v_heads = int(Hv);
   gp.k_dim = int(d_.lin_k_dim);
   gp.v_dim = int(Dv);
-  for (const SequenceRows& p : parts) {
-    const int64_t f = p.first, e = p.first + p.rows;
-    const int li = p.seq->lin_index(il);
-    gp.chunked = chunked_prefill_ && p.rows > 1;
-    // conv → gates → delta rule → gated norm (one kernel for a decode token on the GPU).
-    be.gated_delta_mixer(
-        normed.slice_rows(f, e), qkv.slice_rows(f, e), p.seq->conv_state(li), L.conv_w,
-        a.slice_rows(f, e), b.slice_rows(f, e), L.a_log, L.dt_bias, p.seq->recurrent_state(li), gp,
-        L.lin_norm, z.slice_rows(f, e), d_.norm_eps,
-        {conv.slice_rows(f, e), g.slice_rows(f, e), beta.slice_rows(f, e), core.slice_rows(f, e)});
+  // conv → gates → delta rule → gated norm (one kernel for decode tokens on the GPU): a run of
+  // one-row parts (decode tokens of different sequences) in one call, prompt chunks one by one.
+  for (size_t i = 0; i < parts.size();) {
+    size_t j = i;
+    while (j < parts.size() && parts[j].rows == 1) ++j;
+    if (j - i < 2) j = i + 1;
+    const int64_t f = parts[i].first, e = parts[j - 1].first + parts[j - 1].rows;
+    const Backend::GatedDeltaScratch scratch{conv.slice_rows(f, e), g.slice_rows(f, e),
+                                             beta.slice_rows(f, e), core.slice_rows(f, e)};
+    gp.chunked = chunked_prefill_ && e - f > 1 && j - i == 1;
+    if (j - i == 1) {
+      Qwen35Sequence& seq = *parts[i].seq;
+      const int li = seq.lin_index(il);
+      be.gated_delta_mixer(normed.slice_rows(f, e), qkv.slice_rows(f, e), seq.conv_state(li),
+                           L.conv_w, a.slice_rows(f, e), b.slice_rows(f, e), L.a_log, L.dt_bias,
+                           seq.recurrent_state(li), gp, L.lin_norm, z.slice_rows(f, e), d_.norm_eps,
+                           scratch);
+    } else {
+      row_conv_states_.clear();
+      row_states_.clear();
+      for (size_t r = i; r < j; ++r) {
+        const int li = parts[r].seq->lin_index(il);
+        row_conv_states_.push_back(parts[r].seq->conv_state(li));
+        row_states_.push_back(parts[r].seq->recurrent_state(li));
+      }
+      be.gated_delta_mixer_rows(normed.slice_rows(f, e), qkv.slice_rows(f, e),
+                                row_conv_states_.data(), L.conv_w, a.slice_rows(f, e),
+                                b.slice_rows(f, e), L.a_log, L.dt_bias, row_states_.data(), gp,
+                                L.lin_norm, z.slice_rows(f, e), d_.norm_eps, scratch);
+    }
+    i = j;
   }
   be.linear_residual(x, normed, {o_.view(act_, {n, d_.n_embd}), L.out_proj, Tensor()}, 1.0f);
 }

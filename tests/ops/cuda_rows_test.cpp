@@ -1,7 +1,8 @@
 // The CUDA backend's ops for steps of several sequences (one decode row each, each row on its
-// own cache) against the CPU backend row by row: caches of different capacities and lengths,
-// rings that wrapped, GQA groups, head dims 64/80/128/256, sliding windows, split-K lengths;
-// and pick_tokens against pick_token on each row.
+// own cache or recurrent states) against the CPU backend row by row: caches of different
+// capacities and lengths, rings that wrapped, GQA groups, head dims 64/80/128/256, sliding
+// windows, split-K lengths; the Gated DeltaNet mixer; and pick_tokens against pick_token on
+// each row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,11 +102,73 @@ TEST_F(CudaRows, AttentionInputAndAttentionEqualEachRowAlone) {
   }
 }
 
+// The Gated DeltaNet mixer over one token of each of several sequences (each its own conv and
+// recurrent states) against the CPU's four ops row by row: the 9B's heads, small heads with a
+// half slab, a shape the one-kernel path does not take (the rows then go one by one), and more
+// rows than a grid's first dimension would hold for one.
+TEST_F(CudaRows, GatedDeltaMixerRowsEqualEachRowAlone) {
+  struct Shape {
+    int hk, hv, dk, dv;
+    int64_t rows;
+  };
+  const Shape shapes[] = {
+      {16, 32, 128, 128, 5}, {2, 4, 32, 48, 3}, {1, 2, 24, 42, 4}, {2, 4, 16, 32, 70}};
+  const DType F = DType::F32;
+  uint32_t seed = 1300;
+  for (const Shape& s : shapes) {
+    const int64_t C = 2 * int64_t(s.hk) * s.dk + int64_t(s.hv) * s.dv, K = 4, n = s.rows;
+    const int64_t vd = int64_t(s.hv) * s.dv;
+    const std::string what = "mixer rows " + std::to_string(n) + " hk " + std::to_string(s.hk) +
+                             " hv " + std::to_string(s.hv) + " dk " + std::to_string(s.dk) +
+                             " dv " + std::to_string(s.dv);
+    auto conv_w = make({K, C}, randn(size_t(K * C), seed++, 0.5f), F);
+    auto a_log = make({s.hv}, randn(size_t(s.hv), seed++, 0.5f), F);
+    auto dt_bias = make({s.hv}, randn(size_t(s.hv), seed++), F);
+    auto norm_w = make({s.dv}, randn(size_t(s.dv), seed++), F);
+    std::vector<Pair> conv_states, states;
+    for (int64_t r = 0; r < n; ++r) {
+      conv_states.push_back(make({K - 1, C}, randn(size_t((K - 1) * C), seed++), F));
+      states.push_back(make({s.hv, s.dk, s.dv}, randn(size_t(vd) * s.dk, seed++, 0.1f), F));
+    }
+    auto qkv = make({n, C}, randn(size_t(n * C), seed++), F);
+    auto a = make({n, s.hv}, randn(size_t(n) * s.hv, seed++), F);
+    auto b = make({n, s.hv}, randn(size_t(n) * s.hv, seed++), F);
+    auto z = make({n, vd}, randn(size_t(n * vd), seed++), F);
+    auto normed = out({n, vd});
+    auto conv = out({n, C}, F), g = out({n, s.hv}, F), beta = out({n, s.hv}, F);
+    auto core = out({n, vd}, F);
+    std::vector<Tensor> gconv, gstate;
+    for (int64_t r = 0; r < n; ++r) {
+      gconv.push_back(conv_states[size_t(r)].g);
+      gstate.push_back(states[size_t(r)].g);
+    }
+    const GatedDeltaParams p{s.hk, s.hv, s.dk, s.dv, false, 64};
+    gpu_->gated_delta_mixer_rows(normed.g, qkv.g, gconv.data(), conv_w.g, a.g, b.g, a_log.g,
+                                 dt_bias.g, gstate.data(), p, norm_w.g, z.g, 1e-6f,
+                                 {conv.g, g.g, beta.g, core.g});
+    for (int64_t r = 0; r < n; ++r) {
+      auto row = [r](const Pair& t) { return t.c.slice_rows(r, r + 1); };
+      cpu_->conv1d_causal_silu(row(conv), row(qkv), conv_states[size_t(r)].c, conv_w.c);
+      cpu_->gated_delta_gates(row(g), row(beta), row(a), row(b), a_log.c, dt_bias.c);
+      cpu_->gated_delta(row(core), row(conv), row(g), row(beta), states[size_t(r)].c, p);
+      cpu_->rms_norm_gated(row(normed), row(core), norm_w.c, row(z), 1e-6f);
+    }
+    EXPECT_LT(rel_err(down(normed.g), normed.host), kBf16Tol) << what << ": output";
+    for (int64_t r = 0; r < n; ++r) {
+      const std::string at = what + ", row " + std::to_string(r);
+      EXPECT_LT(rel_err(down(conv_states[size_t(r)].g), conv_states[size_t(r)].host), kF32Tol)
+          << at << ": conv state";
+      EXPECT_LT(rel_err(down(states[size_t(r)].g), states[size_t(r)].host), kF32Tol)
+          << at << ": recurrent state";
+    }
+  }
+}
+
 TEST_F(CudaRows, PickTokensEqualPickTokenOnEachRow) {
   for (int64_t vocab : {17, 151936}) {
     const int64_t m = 7;
     auto l = make({m, vocab}, randn(size_t(m * vocab), uint32_t(vocab) + 3, 3.0f), DType::F32);
-    std::vector<TokenPick> picks(size_t(m));
+    std::vector<TokenPick> picks(static_cast<size_t>(m));
     for (int64_t r = 0; r < m; ++r) {
       TokenPick& p = picks[size_t(r)];
       if (r % 2) {  // sampled rows between greedy ones

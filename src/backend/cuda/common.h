@@ -282,17 +282,22 @@ void gated_delta(Ctx& ctx, const Ten& out, const Ten& qkv, const Ten& g, const T
 // gated_delta_mixer.cu: Backend::gated_delta_mixer for one token in one kernel (sm_90: it
 // needs thread-block clusters). The scratch tensors are not written; their dtypes say where the
 // composed ops would have rounded.
+// Rows mode (n_rows > 0): one token of each of n_rows sequences; qkv, a, b, z and normed have
+// n_rows rows, and row r's recurrent and conv states are states[2r] and states[2r + 1] (a device
+// table; state and conv_state then give only the shapes of one).
 struct GdnMixerArgs {
   Ten normed, qkv, conv_state, conv_w, a, b, a_log, dt_bias, state, norm_w, z;
   int32_t hk = 0, hv = 0, dk = 0, dv = 0;
   int32_t conv_dt = 0, g_dt = 0, beta_dt = 0, core_dt = 0;
   float eps = 0.0f;
-  int32_t pad = 0;  // records compare bytewise
+  int32_t n_rows = 0;
+  void* const* states = nullptr;
 };
 // Allows the kernel clusters of up to 16 blocks and measures the device's limit (once, sm_90+).
 void gated_delta_mixer_init();
-// The shapes the kernel takes: one token, Hv a multiple of Hk, Dk ≤ 256, Dv a multiple of 4 up
-// to 256, (Hv/Hk) · ceil(Dv/32) ≤ the cluster limit, 2-4 conv taps, f32 state, 16-byte aligned.
+// The shapes the kernel takes: one token (a row per sequence in rows mode), Hv a multiple of Hk,
+// Dk ≤ 256, Dv a multiple of 4 up to 256, (Hv/Hk) · ceil(Dv/32) ≤ the cluster limit, 2-4 conv
+// taps, f32 state, 16-byte aligned (in rows mode the caller checks the table's states).
 bool gated_delta_mixer_fits(const GdnMixerArgs& a);
 void gated_delta_mixer(Ctx& ctx, const GdnMixerArgs& a);
 

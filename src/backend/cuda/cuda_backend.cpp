@@ -298,6 +298,37 @@ void CudaBackend::rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor&
   submit<&cuda::rms_norm_gated>(Ten(y), Ten(x), Ten(w), Ten(z), eps);
 }
 
+GdnMixerArgs CudaBackend::gdn_mixer_args(const Tensor& normed, const Tensor& qkv,
+                                         const Tensor& conv_state, const Tensor& conv_w,
+                                         const Tensor& a, const Tensor& b, const Tensor& a_log,
+                                         const Tensor& dt_bias, const Tensor& state,
+                                         const GatedDeltaParams& p, const Tensor& norm_w,
+                                         const Tensor& z, float eps, const GatedDeltaScratch& s) {
+  GdnMixerArgs m;
+  std::memset(static_cast<void*>(&m), 0, sizeof m);  // records compare bytewise
+  m.normed = Ten(normed);
+  m.qkv = Ten(qkv);
+  m.conv_state = Ten(conv_state);
+  m.conv_w = Ten(conv_w);
+  m.a = Ten(a);
+  m.b = Ten(b);
+  m.a_log = Ten(a_log);
+  m.dt_bias = Ten(dt_bias);
+  m.state = Ten(state);
+  m.norm_w = Ten(norm_w);
+  m.z = Ten(z);
+  m.hk = p.n_k_heads;
+  m.hv = p.n_v_heads;
+  m.dk = p.k_dim;
+  m.dv = p.v_dim;
+  m.conv_dt = int32_t(s.conv.dtype);
+  m.g_dt = int32_t(s.g.dtype);
+  m.beta_dt = int32_t(s.beta.dtype);
+  m.core_dt = int32_t(s.core.dtype);
+  m.eps = eps;
+  return m;
+}
+
 void CudaBackend::gated_delta_mixer(const Tensor& normed, const Tensor& qkv,
                                     const Tensor& conv_state, const Tensor& conv_w, const Tensor& a,
                                     const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
@@ -306,28 +337,8 @@ void CudaBackend::gated_delta_mixer(const Tensor& normed, const Tensor& qkv,
                                     const GatedDeltaScratch& s) {
   bind();
   if (gdn_mixer_ && qkv.rows() == 1 && normed.device == Device::CUDA) {
-    GdnMixerArgs m;
-    std::memset(static_cast<void*>(&m), 0, sizeof m);  // records compare bytewise
-    m.normed = Ten(normed);
-    m.qkv = Ten(qkv);
-    m.conv_state = Ten(conv_state);
-    m.conv_w = Ten(conv_w);
-    m.a = Ten(a);
-    m.b = Ten(b);
-    m.a_log = Ten(a_log);
-    m.dt_bias = Ten(dt_bias);
-    m.state = Ten(state);
-    m.norm_w = Ten(norm_w);
-    m.z = Ten(z);
-    m.hk = p.n_k_heads;
-    m.hv = p.n_v_heads;
-    m.dk = p.k_dim;
-    m.dv = p.v_dim;
-    m.conv_dt = int32_t(s.conv.dtype);
-    m.g_dt = int32_t(s.g.dtype);
-    m.beta_dt = int32_t(s.beta.dtype);
-    m.core_dt = int32_t(s.core.dtype);
-    m.eps = eps;
+    const GdnMixerArgs m = gdn_mixer_args(normed, qkv, conv_state, conv_w, a, b, a_log, dt_bias,
+                                          state, p, norm_w, z, eps, s);
     if (gated_delta_mixer_fits(m)) {
       submit<&cuda::gated_delta_mixer>(m);
       g_gdn_mixer_fused.fetch_add(1, std::memory_order_relaxed);

@@ -168,6 +168,11 @@ class CudaBackend final : public Backend {
                                const int32_t* positions) override;
   void attention_rows(const Tensor& out, const Tensor& q, const KvView* kvs,
                       const int32_t* positions, const AttentionParams& p) override;
+  void gated_delta_mixer_rows(const Tensor& normed, const Tensor& qkv, const Tensor* conv_states,
+                              const Tensor& conv_w, const Tensor& a, const Tensor& b,
+                              const Tensor& a_log, const Tensor& dt_bias, const Tensor* states,
+                              const GatedDeltaParams& p, const Tensor& norm_w, const Tensor& z,
+                              float eps, const GatedDeltaScratch& scratch) override;
   void pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks) override;
   // Runs as it comes: the step's records would name other caches every step, so a graph of it
   // would be captured anew each time.
@@ -195,6 +200,13 @@ class CudaBackend final : public Backend {
                          const Tensor& a_log, const Tensor& dt_bias, const Tensor& state,
                          const GatedDeltaParams& p, const Tensor& norm_w, const Tensor& z,
                          float eps, const GatedDeltaScratch& scratch) override;
+  // The one-kernel mixer's arguments for these tensors (n_rows 0: one row).
+  static GdnMixerArgs gdn_mixer_args(const Tensor& normed, const Tensor& qkv,
+                                     const Tensor& conv_state, const Tensor& conv_w,
+                                     const Tensor& a, const Tensor& b, const Tensor& a_log,
+                                     const Tensor& dt_bias, const Tensor& state,
+                                     const GatedDeltaParams& p, const Tensor& norm_w,
+                                     const Tensor& z, float eps, const GatedDeltaScratch& s);
   void mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) override;
   void fill(const Tensor& y, float value) override;
   void gather_rows(const Tensor& y, const Tensor& x, const int32_t* rows) override;

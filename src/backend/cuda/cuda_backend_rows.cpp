@@ -1,7 +1,7 @@
 // The CUDA backend's steps of several sequences: the rows of a step belong to different
-// sequences, each with its own KV cache, so the attention input and attention kernels take a
-// table of caches (one SeqKv per row, in the dyn area) and serve every row in one launch; the
-// step's picks are made on the device and only the token ids come to the host.
+// sequences, each with its own KV cache or recurrent states, so the attention input, attention
+// and Gated DeltaNet mixer kernels take a table of them (in the dyn area) and serve every row in
+// one launch; the step's picks are made on the device and only the token ids come to the host.
 #include <algorithm>
 #include <vector>
 
@@ -73,6 +73,40 @@ void CudaBackend::attention_rows(const Tensor& out, const Tensor& q, const KvVie
   }
   const int32_t* d_pos = upload_ints(positions, n, 1);
   submit<&cuda::attention_rows>(Ten(out), Ten(q), table, max_capacity, d_pos, packed(p));
+}
+
+void CudaBackend::gated_delta_mixer_rows(const Tensor& normed, const Tensor& qkv,
+                                         const Tensor* conv_states, const Tensor& conv_w,
+                                         const Tensor& a, const Tensor& b, const Tensor& a_log,
+                                         const Tensor& dt_bias, const Tensor* states,
+                                         const GatedDeltaParams& p, const Tensor& norm_w,
+                                         const Tensor& z, float eps, const GatedDeltaScratch& s) {
+  bind();
+  const int64_t n = qkv.rows();
+  // The table of states: (recurrent, conv) addresses per row, each state of the first's shape.
+  std::vector<void*> table;
+  bool same = gdn_mixer_ && normed.device == Device::CUDA && n >= 1;
+  for (int64_t r = 0; same && r < n; ++r) {
+    const Tensor &st = states[r], &cs = conv_states[r];
+    same = st.device == Device::CUDA && cs.device == Device::CUDA && st.dtype == states[0].dtype &&
+           st.numel() == states[0].numel() && cs.dtype == conv_states[0].dtype &&
+           cs.numel() == conv_states[0].numel() && reinterpret_cast<uintptr_t>(st.data) % 16 == 0;
+    table.push_back(st.data);
+    table.push_back(cs.data);
+  }
+  if (same) {
+    GdnMixerArgs m = gdn_mixer_args(normed, qkv, conv_states[0], conv_w, a, b, a_log, dt_bias,
+                                    states[0], p, norm_w, z, eps, s);
+    m.n_rows = int32_t(std::min<int64_t>(n, INT32_MAX));
+    if (gated_delta_mixer_fits(m)) {
+      static_assert(sizeof(void*) == 8, "a state address is two ints");
+      m.states = reinterpret_cast<void* const*>(upload_ints(table.data(), 4 * n, 8));
+      submit<&cuda::gated_delta_mixer>(m);
+      return;
+    }
+  }
+  Backend::gated_delta_mixer_rows(normed, qkv, conv_states, conv_w, a, b, a_log, dt_bias, states, p,
+                                  norm_w, z, eps, s);
 }
 
 void CudaBackend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks) {

@@ -78,8 +78,8 @@ __device__ __forceinline__ void conv_new_state(const Ten& state, int64_t c, int6
     if (r < K - 1) st(state.p, state.dtype, r * C + c, r + 1 < K - 1 ? tap[r + 1] : x);
 }
 
-// Grid (ratio · n_slab, Hk), cluster (ratio · n_slab, 1, 1): block x of key head y serves value
-// head y·ratio + x / n_slab, columns 32·(x % n_slab) onward.
+// Grid (ratio · n_slab, Hk, rows), cluster (ratio · n_slab, 1, 1): block x of key head y serves
+// value head y·ratio + x / n_slab, columns 32·(x % n_slab) onward, of row (sequence) z.
 template <int RPT>
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_mixer_kernel(GdnMixerArgs a, int ratio, int n_slab, int K, int64_t C) {
@@ -104,7 +104,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int quad = tid % kQuads, row_lane = tid / kQuads;
   const int col = c0 + 4 * quad;
   const bool col_ok = col < dv;  // dv % 4 == 0: a quad is wholly in or out
-  float* const Sg = static_cast<float*>(a.state.p) + int64_t(h) * dk * dv + col;
+  // This block's row: its inputs' offsets, and its sequence's states (the table is host data of
+  // the step, copied before it: readable before pdl_wait).
+  const int64_t row = blockIdx.z, hvdv = int64_t(a.hv) * dv;
+  Ten conv_state = a.conv_state;
+  float* state = static_cast<float*>(a.state.p);
+  if (a.n_rows > 0) {
+    state = static_cast<float*>(a.states[2 * row]);
+    conv_state.p = a.states[2 * row + 1];
+  }
+  float* const Sg = state + int64_t(h) * dk * dv + col;
   // The state slab into L2 while the input projection still runs: a hint only, so it is right
   // whoever wrote the state last, and the loads after the wait hit L2 (+0.3–0.6 % on the
   // 9B).
@@ -131,10 +140,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     else if (j - 2 * dk < kCols && c0 + (j - 2 * dk) < dv)
       c = v_at + (j - 2 * dk);
     chan[m] = c;
-    xin[m] = c >= 0 ? ld(a.qkv.p, a.qkv.dtype, c) : 0.0f;
+    xin[m] = c >= 0 ? ld(a.qkv.p, a.qkv.dtype, row * C + c) : 0.0f;
 #pragma unroll
     for (int r = 0; r < kMaxTaps - 1; ++r)
-      tap[m][r] = c >= 0 && r < K - 1 ? ld(a.conv_state.p, a.conv_state.dtype, r * C + c) : 0.0f;
+      tap[m][r] = c >= 0 && r < K - 1 ? ld(conv_state.p, conv_state.dtype, r * C + c) : 0.0f;
 #pragma unroll
     for (int r = 0; r < kMaxTaps; ++r)
       wt[m][r] = c >= 0 && r < K ? ld(a.conv_w.p, a.conv_w.dtype, r * C + c) : 0.0f;
@@ -148,9 +157,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 
-  const float za = ld(a.a.p, a.a.dtype, h) + ld(a.dt_bias.p, a.dt_bias.dtype, h);
+  const float za = ld(a.a.p, a.a.dtype, row * a.hv + h) + ld(a.dt_bias.p, a.dt_bias.dtype, h);
   const float a_log = ld(a.a_log.p, a.a_log.dtype, h);
-  const float b_in = ld(a.b.p, a.b.dtype, h);
+  const float b_in = ld(a.b.p, a.b.dtype, row * a.hv + h);
 
   // The 8 threads of row lane 0 finish the slab's 32 outputs (a quad each).
   const bool finisher = row_lane == 0 && col_ok;
@@ -158,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     gw[e] = finisher ? ld(a.norm_w.p, a.norm_w.dtype, col + e) : 0.0f;
-    gz[e] = finisher ? ld(a.z.p, a.z.dtype, int64_t(h) * dv + col + e) : 0.0f;
+    gz[e] = finisher ? ld(a.z.p, a.z.dtype, row * hvdv + int64_t(h) * dv + col + e) : 0.0f;
   }
 
   // --- conv + SiLU (conv_token's arithmetic), the q/k sums of squares, the v channels' state ---
@@ -184,7 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       vs[j - 2 * dk] = y;
       // This block is the only reader of its v channels: their new state goes out now.
-      conv_new_state(a.conv_state, chan[m], C, K, tap[m], xin[m]);
+      conv_new_state(conv_state, chan[m], C, K, tap[m], xin[m]);
     }
   }
   pq = warp_sum(pq);
@@ -286,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float total = 0.0f;
     for (int s = 0; s < n_slab; ++s) total += ss_slab[s];
     const float inv = rsqrtf(total / float(dv) + a.eps);
-    const int64_t at = int64_t(h) * dv + col;
+    const int64_t at = row * hvdv + int64_t(h) * dv + col;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float y = o4[e] * inv * gw[e];  // the gated norm has no weight offset
@@ -299,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int m = 0; m < kChan; ++m) {
       const int j = tid + m * kThreads;
-      if (j < 2 * dk) conv_new_state(a.conv_state, chan[m], C, K, tap[m], xin[m]);
+      if (j < 2 * dk) conv_new_state(conv_state, chan[m], C, K, tap[m], xin[m]);
     }
   }
 #else
@@ -342,19 +351,21 @@ bool gated_delta_mixer_fits(const GdnMixerArgs& a) {
   if (inst < 0) return false;
   const int64_t C = 2 * hk * dk + hv * dv, K = a.conv_w.rows();
   const int64_t cluster = (hv / hk) * ((dv + kCols - 1) / kCols);
-  return cluster <= g_max_cluster[inst] && a.qkv.rows() == 1 && a.qkv.cols() == C &&
+  const int64_t rows = a.n_rows > 0 ? a.n_rows : 1;
+  return cluster <= g_max_cluster[inst] && a.qkv.rows() == rows && a.qkv.cols() == C &&
          a.conv_w.cols() == C && K >= 2 && K <= kMaxTaps && a.conv_state.numel() == (K - 1) * C &&
-         a.state.dtype == kF32 && a.state.numel() == hv * dk * dv && aligned16(a.state.p) &&
-         a.a.numel() == hv && a.b.numel() == hv && a.a_log.numel() == hv &&
-         a.dt_bias.numel() == hv && a.norm_w.numel() == dv && a.z.numel() == hv * dv &&
-         a.normed.numel() == hv * dv;
+         a.state.dtype == kF32 && a.state.numel() == hv * dk * dv &&
+         (a.n_rows > 0 || aligned16(a.state.p)) && a.a.numel() == rows * hv &&
+         a.b.numel() == rows * hv && a.a_log.numel() == hv && a.dt_bias.numel() == hv &&
+         a.norm_w.numel() == dv && a.z.numel() == rows * hv * dv &&
+         a.normed.numel() == rows * hv * dv && rows <= 65535;
 }
 
 void gated_delta_mixer(Ctx& ctx, const GdnMixerArgs& a) {
   const int ratio = a.hv / a.hk, n_slab = (a.dv + kCols - 1) / kCols;
   const unsigned cluster = unsigned(ratio * n_slab);
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(cluster, unsigned(a.hk));
+  cfg.gridDim = dim3(cluster, unsigned(a.hk), unsigned(a.n_rows > 0 ? a.n_rows : 1));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = ctx.stream;
   cudaLaunchAttribute attr[2];
