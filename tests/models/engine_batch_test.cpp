@@ -68,8 +68,10 @@ GenerationRequest request(const FixtureCase& c, int i, int64_t n_vocab) {
 // each within `tol`, up to a point where the lone run's two best tokens were within `tol` of
 // each other (a tie that rounding may break either way); there the comparison ends.
 // Without logprobs in `batched` (its tokens picked by the backend), only the tokens compare.
+// lp_tol (default tol) bounds the logprobs' differences where it differs from the tie bound.
 void expect_same_tokens(const GenerationResult& alone, const GenerationResult& batched, double tol,
-                        const std::string& what) {
+                        const std::string& what, double lp_tol = 0.0) {
+  if (lp_tol <= 0.0) lp_tol = tol;
   ASSERT_EQ(batched.finish_reason, alone.finish_reason) << what << ": " << batched.error;
   ASSERT_EQ(batched.tokens.size(), alone.tokens.size()) << what;
   ASSERT_EQ(alone.logprobs.size(), alone.tokens.size()) << what;
@@ -86,7 +88,7 @@ void expect_same_tokens(const GenerationResult& alone, const GenerationResult& b
     // The chosen token's logprob is ~0 where it wins by far; the runner-up's shows a change.
     ASSERT_EQ(batched.logprobs[k].top.size(), top.size()) << what;
     for (size_t j = 0; j < top.size(); ++j)
-      ASSERT_NEAR(batched.logprobs[k].top[j].second, top[j].second, tol)
+      ASSERT_NEAR(batched.logprobs[k].top[j].second, top[j].second, lp_tol)
           << what << ": token " << k << ", logprob of its #" << j + 1;
   }
 }
@@ -274,8 +276,9 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
 // On a GPU the rows of a step run together too (one launch per op for every sequence, their
 // caches passed as a table) and requests without logprobs get their tokens picked on the device.
 // Each request's tokens equal its lone run's, up to a near tie: bf16 activations round
-// differently in a product of more rows, so ties and logprobs use the CUDA fixtures' bound
-// (0.1 · logits_std).
+// differently in a product of more rows (and prompts are chunked elsewhere), so a tie is the
+// CUDA fixtures' greedy bound (0.1 · logits_std). A logprob is a difference of two logits, each
+// within 5e-2 · logits_std of the f32 reference in either run: they may differ by 0.2 · std.
 TEST_P(EngineBatch, OnCudaEachRequestGetsItsLoneTokens) {
   const FixtureCase& c = GetParam();
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
@@ -300,7 +303,8 @@ TEST_P(EngineBatch, OnCudaEachRequestGetsItsLoneTokens) {
       for (int i = 0; i < n; ++i)
         expect_same_tokens(alone[size_t(i)], got[size_t(i)], tol,
                            c.name + " on CUDA, batch of " + std::to_string(n) + ", request " +
-                               std::to_string(i) + (device_picks ? ", picked on the device" : ""));
+                               std::to_string(i) + (device_picks ? ", picked on the device" : ""),
+                           2 * tol);
     }
   }
 }

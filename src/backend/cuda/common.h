@@ -118,6 +118,9 @@ struct Ctx {
   // before any launch; zeroed when allocated, and every launch leaves the counters at zero).
   float* attn_ws = nullptr;
   size_t attn_ws_bytes = 0;
+  // bf16 products of at most this many rows take the GEMV (linear, linear_many, ...); more go
+  // to cuBLASLt. 8 in a step of one sequence; steps of several set it lower (gemv_max_rows).
+  int gemv_max_rows = 8;
 };
 
 // --- launchers (ctx first, then the op's operands; device pointers only) ---

@@ -154,9 +154,9 @@ void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const Linea
   Backend::linear_residual(x, in, proj, scale);
 }
 
-bool CudaBackend::gemv_weight(const Tensor& x, const Tensor& w, GemvWeight& g) {
+bool CudaBackend::gemv_weight(const Tensor& x, const Tensor& w, GemvWeight& g) const {
   if (!w.is_packed()) {
-    if (!gemv_fits(Ten(x), Ten(w))) return false;
+    if (x.rows() > ctx_.gemv_max_rows || !gemv_fits(Ten(x), Ten(w))) return false;
     g = GemvWeight(Ten(w));
     return true;
   }

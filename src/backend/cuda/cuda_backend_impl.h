@@ -50,6 +50,7 @@ constexpr int kAheadSlots = 8;              // tokens picked ahead and not yet t
 constexpr size_t kLtWorkspace = 32u << 20;
 constexpr size_t kUploadChunk = 64u << 20;
 constexpr size_t kDequantBytes = 256u << 20;  // prefill's dequantized rows of a packed weight
+constexpr int kBatchGemvRows = 1;             // bf16 GEMV rows in a step of several sequences
 
 // Zero-padded copies of the parameter structs, so records compare bytewise.
 inline AttentionParams packed(const AttentionParams& p) {
@@ -142,9 +143,9 @@ class CudaBackend final : public Backend {
   // shared-memory budget), and the norm as the launcher's plain record.
   static bool gemv_takes_norm(const Tensor& x, const InputNorm* norm);
   static GemvNorm gemv_norm(const InputNorm* norm);
-  // Whether the GEMV takes weight w (bf16, or packed in a format it decodes) for input x, and
-  // the weight as its launcher's plain record.
-  static bool gemv_weight(const Tensor& x, const Tensor& w, GemvWeight& g);
+  // Whether the GEMV takes weight w (bf16 for at most ctx_.gemv_max_rows rows, or packed in a
+  // format it decodes) for input x, and the weight as its launcher's plain record.
+  bool gemv_weight(const Tensor& x, const Tensor& w, GemvWeight& g) const;
 
   void qk_norm_rope_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                           const Tensor& k_norm, float eps, float off, const RopeParams* rope,

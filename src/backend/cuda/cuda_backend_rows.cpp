@@ -13,6 +13,10 @@ void CudaBackend::begin_batch_step(int64_t n_tokens) {
   begin_step(n_tokens);
   recording_ = false;
   slot_ = 0;
+  // The GEMV's cost grows with its rows (each weight is multiplied by every row's input from
+  // L1), while cuBLASLt's tensor-core GEMM reads the matrix once at any row count: past
+  // kBatchGemvRows rows of different sequences the GEMM is faster (bench_cuda_linear).
+  ctx_.gemv_max_rows = kBatchGemvRows;
 }
 
 const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, int64_t* max_capacity) {

@@ -9,6 +9,7 @@ namespace hearth::cuda {
 
 void CudaBackend::begin_step(int64_t n_tokens) {
   bind();
+  ctx_.gemv_max_rows = 8;
   recs_.clear();
   blob_.clear();
   dedup_.clear();
@@ -25,6 +26,7 @@ void CudaBackend::begin_step(int64_t n_tokens) {
 
 void CudaBackend::end_step() {
   bind();
+  ctx_.gemv_max_rows = 8;  // ops outside a step, as in a step of one sequence
   if (recording_) finish_recording();
   if (out_.p) deliver_now();
   recording_ = false;

@@ -1,8 +1,9 @@
 // y[n, out] = x[n, in] · w[out, in]ᵀ (+ bias): the matrix products of every layer.
-// - n ≤ 8 rows (decode): our own GEMV (gemv.cu), which reads the matrix exactly once per step;
-//   a plain per-row kernel here for odd dtypes or alignment.
-// - n > 8 (prefill), bf16 weights and activations: cuBLASLt, f32 accumulation, bf16 or f32 out;
-//   one plan per shape, cached (heuristic queried once).
+// - n ≤ ctx.gemv_max_rows rows (decode: 8 for one sequence, fewer in a step of several): our
+//   own GEMV (gemv.cu), which reads the matrix exactly once per step; a plain per-row kernel
+//   here for odd dtypes or alignment.
+// - more rows (prefill, steps of several sequences), bf16 weights and activations: cuBLASLt,
+//   f32 accumulation, bf16 or f32 out; one plan per shape, cached (heuristic queried once).
 // - anything else (F16/F32 weights, odd alignment): a plain tiled kernel, correct but slow.
 // Bias, when present, is added by the GEMV itself or by a small kernel after the GEMM.
 #include <algorithm>
@@ -193,7 +194,7 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
   const int64_t n = x.rows(), in = x.cols(), out = w.d[0];
   const bool bf16 = x.dtype == kBF16 && w.dtype == kBF16;
   const bool vec = bf16 && in % 8 == 0 && aligned16(x.p) && aligned16(w.p);
-  if (n <= 8) {
+  if (n <= ctx.gemv_max_rows) {
     const unsigned blocks = unsigned((out + kGemvWarps - 1) / kGemvWarps);
     if (vec) {
       gemv_one(ctx, y, x, GemvWeight(w), bias);

@@ -1,0 +1,142 @@
+// Products of a few rows, as a step of several decoding sequences runs them: hearth's GEMV
+// (gemv.cu, the decode path of a single sequence, which multiplies each weight by every row's
+// input) against the cuBLASLt GEMM (linear.cu) on the Qwen3-8B shape's matrices, at 1 to 16
+// rows. Prints the time per product (median of reps, CUDA events, each product launched alone
+// and timed as a graph of 32 launches on distinct weights so that none comes from L2) and the
+// weight bytes per second. Where the GEMM wins sets kBatchGemvRows (cuda_backend_impl.h).
+// Usage: bench_cuda_linear [reps]   (built only with CUDA)
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backend/cuda/common.h"
+
+using hearth::cuda::Ctx;
+using hearth::cuda::Ten;
+
+namespace {
+
+constexpr int kCopies = 32;  // distinct weight matrices per timed graph: 32 × ≥ 8 MB ≫ L2
+
+Ten tensor(void* p, int64_t rows, int64_t cols) {
+  Ten t;
+  t.p = p;
+  t.dtype = hearth::cuda::kBF16;
+  t.ndim = 2;
+  t.d[0] = rows;
+  t.d[1] = cols;
+  return t;
+}
+
+// Median milliseconds of one product: `launch(copy)` for kCopies copies, captured once.
+template <typename Launch>
+double time_products(Ctx& ctx, int reps, Launch launch) {
+  launch(0);  // outside the capture: cuBLASLt picks its plan for the shape
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  HEARTH_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+  for (int c = 0; c < kCopies; ++c) launch(c);
+  HEARTH_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
+  HEARTH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));  // warm-up
+  cudaEvent_t e0, e1;
+  HEARTH_CUDA_CHECK(cudaEventCreate(&e0));
+  HEARTH_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    HEARTH_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
+    HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
+    HEARTH_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
+    HEARTH_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    HEARTH_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(double(t) / kCopies);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void run(Ctx& ctx, const char* name, int64_t out, int64_t in, int reps) {
+  const size_t w_bytes = size_t(out * in) * 2;
+  std::vector<void*> w(kCopies);
+  for (auto& p : w) {
+    HEARTH_CUDA_CHECK(cudaMalloc(&p, w_bytes));
+    HEARTH_CUDA_CHECK(cudaMemset(p, 0x3c, w_bytes));  // 0x3c3c: bf16 ~0.011
+  }
+  void *x = nullptr, *y = nullptr;
+  HEARTH_CUDA_CHECK(cudaMalloc(&x, size_t(16 * in) * 2));
+  HEARTH_CUDA_CHECK(cudaMemset(x, 0x3c, size_t(16 * in) * 2));
+  HEARTH_CUDA_CHECK(cudaMalloc(&y, size_t(16 * out) * 2));
+  std::printf("%-10s [%5lld x %5lld] %6.1f MB\n", name, static_cast<long long>(out),
+              static_cast<long long>(in), double(w_bytes) / 1e6);
+  std::printf("  rows |  GEMV us |  GB/s | GEMM us |  GB/s\n");
+  for (int64_t rows : {1, 2, 3, 4, 5, 6, 8, 12, 16}) {
+    const Ten xt = tensor(x, rows, in), yt = tensor(y, rows, out);
+    double gemv = 0;
+    if (rows <= 8) {
+      ctx.gemv_max_rows = 8;
+      gemv = time_products(ctx, reps, [&](int c) {
+        hearth::cuda::linear(ctx, yt, xt, tensor(w[size_t(c)], out, in), Ten());
+      });
+    }
+    ctx.gemv_max_rows = 0;
+    const double gemm = time_products(ctx, reps, [&](int c) {
+      hearth::cuda::linear(ctx, yt, xt, tensor(w[size_t(c)], out, in), Ten());
+    });
+    if (rows <= 8)
+      std::printf("  %4lld | %8.1f | %5.0f | %7.1f | %5.0f\n", static_cast<long long>(rows),
+                  gemv * 1e3, double(w_bytes) / gemv / 1e6, gemm * 1e3,
+                  double(w_bytes) / gemm / 1e6);
+    else
+      std::printf("  %4lld |        - |     - | %7.1f | %5.0f\n", static_cast<long long>(rows),
+                  gemm * 1e3, double(w_bytes) / gemm / 1e6);
+  }
+  for (void* p : w) cudaFree(p);
+  cudaFree(x);
+  cudaFree(y);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  try {
+    HEARTH_CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop{};
+    HEARTH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    Ctx ctx;
+    HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+    HEARTH_CUBLAS_CHECK(cublasLtCreate(&ctx.lt));
+    ctx.lt_workspace_bytes = 32u << 20;
+    HEARTH_CUDA_CHECK(cudaMalloc(&ctx.lt_workspace, ctx.lt_workspace_bytes));
+    ctx.sm_count = prop.multiProcessorCount;
+    ctx.pdl = prop.major >= 9;
+    hearth::cuda::gemv_init();
+    std::printf("%s, %d SMs; %d reps per row\n", prop.name, ctx.sm_count, reps);
+    run(ctx, "q|k|v", 4096 + 2 * 1024, 4096, reps);
+    run(ctx, "o", 4096, 4096, reps);
+    run(ctx, "gate|up", 2 * 12288, 4096, reps);
+    run(ctx, "down", 4096, 12288, reps);
+    cudaFree(ctx.lt_workspace);
+    cublasLtDestroy(ctx.lt);
+    cudaStreamDestroy(ctx.stream);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_linear: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
