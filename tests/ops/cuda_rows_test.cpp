@@ -188,6 +188,38 @@ TEST_F(CudaRows, PickTokensEqualPickTokenOnEachRow) {
   }
 }
 
+// Device memory given back by a buffer is its backend's to reuse (a request's KV caches come and
+// go without cudaFree, which would wait for the device); buffers may outlive their backend.
+TEST(CudaMemory, FreedBlocksAreReusedAndMayOutliveTheBackend) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto be = make_cuda_backend(0);
+  void* first = nullptr;
+  {
+    DeviceBuffer a = be->alloc(size_t{1} << 20);
+    first = a.data();
+  }
+  DeviceBuffer b = be->alloc((size_t{1} << 20) - 1000);  // a block up to 1/8 larger is taken
+  EXPECT_EQ(b.data(), first);
+  DeviceBuffer c = be->alloc(size_t{1} << 20);  // none free now: a new block
+  EXPECT_NE(c.data(), first);
+  DeviceBuffer d = be->alloc(size_t{1} << 19);  // 1 MiB blocks are too large for it
+  EXPECT_NE(d.data(), first);
+  {
+    DeviceBuffer e = be->alloc(size_t{1} << 21);
+  }
+  be.reset();  // the free block goes back to the driver; b, c and d outlive the backend
+  b = DeviceBuffer();
+  c = DeviceBuffer();
+  d = DeviceBuffer();
+  auto again = make_cuda_backend(0);  // the device is still in order
+  DeviceBuffer f = again->alloc(64);
+  std::vector<float> ones(16, 1.0f), back(16, 0.0f);
+  const Tensor t(f.data(), DType::F32, {16}, Device::CUDA);
+  again->copy_from_host(t, ones.data());
+  again->to_host_f32(back.data(), t);
+  EXPECT_EQ(back, ones);
+}
+
 }  // namespace
 }  // namespace hearth::test
 

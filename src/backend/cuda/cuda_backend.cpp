@@ -94,6 +94,7 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : ahead_ready_) cudaEventDestroy(e);
   cublasLtDestroy(ctx_.lt);
   if (ctx_.blas) cublasDestroy(ctx_.blas);
+  disown_blocks();  // after weights_ and the other buffers gave theirs back
   cudaStreamDestroy(ctx_.stream);
 }
 

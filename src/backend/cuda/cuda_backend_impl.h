@@ -373,6 +373,16 @@ class CudaBackend final : public Backend {
     int64_t n, offset;
   };
 
+  // Device memory (cuda_backend_io.cpp): a DeviceBuffer's deleter gives its block back to its
+  // backend's free blocks (by size), which alloc() reuses; release_free_blocks() returns them to
+  // the driver (when cudaMalloc fails, and at destruction); disown_blocks() leaves blocks that
+  // outlive the backend to be freed by their buffers.
+  static void give_back_block(void* p);
+  void release_free_blocks();
+  void disown_blocks();
+  std::multimap<size_t, void*> free_blocks_;  // guarded by the blocks' mutex
+  size_t free_block_bytes_ = 0;
+
   int device_;
   std::string name_;
   Ctx ctx_;

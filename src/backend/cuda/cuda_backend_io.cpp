@@ -2,6 +2,8 @@
 // the logits, and token picks).
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/error.h"
@@ -9,15 +11,74 @@
 
 namespace hearth::cuda {
 
+// Device memory of a DeviceBuffer goes back to its backend's free blocks, not to cudaFree: a
+// request's KV caches come and go with it, and cudaFree waits for the whole device (a stall in
+// every running request's steps). A block is reused by its own backend only, whose work is all
+// on one stream, so a kernel queued before the block changed hands is ordered before any use by
+// its next owner. Blocks whose backend is gone are freed at once.
 namespace {
-void free_device(void* p) { cudaFree(p); }
+struct LiveBlock {
+  CudaBackend* owner;
+  size_t bytes;
+};
+std::mutex g_blocks_mu;
+std::unordered_map<void*, LiveBlock>& live_blocks() {
+  static auto* blocks = new std::unordered_map<void*, LiveBlock>();  // outlives every backend
+  return *blocks;
+}
 }  // namespace
+
+void CudaBackend::give_back_block(void* p) {
+  std::lock_guard lock(g_blocks_mu);
+  auto it = live_blocks().find(p);
+  if (it == live_blocks().end() || !it->second.owner) {
+    if (it != live_blocks().end()) live_blocks().erase(it);
+    cudaFree(p);
+    return;
+  }
+  CudaBackend& owner = *it->second.owner;
+  owner.free_blocks_.emplace(it->second.bytes, p);
+  owner.free_block_bytes_ += it->second.bytes;
+  live_blocks().erase(it);
+}
+
+void CudaBackend::release_free_blocks() {
+  std::lock_guard lock(g_blocks_mu);
+  for (const auto& [bytes, p] : free_blocks_) cudaFree(p);
+  free_blocks_.clear();
+  free_block_bytes_ = 0;
+}
+
+void CudaBackend::disown_blocks() {
+  release_free_blocks();
+  std::lock_guard lock(g_blocks_mu);
+  for (auto& [p, block] : live_blocks())
+    if (block.owner == this) block.owner = nullptr;
+}
 
 DeviceBuffer CudaBackend::alloc(size_t bytes) {
   bind();
   stop_recording();
+  // Blocks are whole 512-byte units; a free block up to an eighth larger than asked is taken.
+  const size_t want = (std::max<size_t>(bytes, 256) + 511) / 512 * 512;
+  {
+    std::lock_guard lock(g_blocks_mu);
+    auto it = free_blocks_.lower_bound(want);
+    if (it != free_blocks_.end() && it->first <= want + want / 8) {
+      void* p = it->second;
+      live_blocks()[p] = LiveBlock{this, it->first};
+      free_block_bytes_ -= it->first;
+      free_blocks_.erase(it);
+      return DeviceBuffer(p, bytes, Device::CUDA, give_back_block);
+    }
+  }
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  cudaError_t err = cudaMalloc(&p, want);
+  if (err != cudaSuccess && free_block_bytes_ > 0) {  // the free blocks back to the driver first
+    cudaGetLastError();
+    release_free_blocks();
+    err = cudaMalloc(&p, want);
+  }
   if (err != cudaSuccess) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
@@ -26,7 +87,9 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
          device_, double(bytes) / (1 << 20), double(free_b) / (1 << 30),
          double(total_b) / (1 << 30), cudaGetErrorString(err));
   }
-  return DeviceBuffer(p, bytes, Device::CUDA, free_device);
+  std::lock_guard lock(g_blocks_mu);
+  live_blocks()[p] = LiveBlock{this, want};
+  return DeviceBuffer(p, bytes, Device::CUDA, give_back_block);
 }
 
 size_t CudaBackend::memory_available() const {
@@ -36,7 +99,8 @@ size_t CudaBackend::memory_available() const {
     cudaGetLastError();
     return 0;
   }
-  return free_b;
+  std::lock_guard lock(g_blocks_mu);
+  return free_b + free_block_bytes_;  // free blocks are this backend's to reuse
 }
 
 Tensor CudaBackend::prepare_weight(const Tensor& host) {
