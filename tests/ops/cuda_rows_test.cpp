@@ -204,9 +204,7 @@ TEST(CudaMemory, FreedBlocksAreReusedAndMayOutliveTheBackend) {
   EXPECT_NE(c.data(), first);
   DeviceBuffer d = be->alloc(size_t{1} << 19);  // 1 MiB blocks are too large for it
   EXPECT_NE(d.data(), first);
-  {
-    DeviceBuffer e = be->alloc(size_t{1} << 21);
-  }
+  { DeviceBuffer e = be->alloc(size_t{1} << 21); }
   be.reset();  // the free block goes back to the driver; b, c and d outlive the backend
   b = DeviceBuffer();
   c = DeviceBuffer();
