@@ -233,14 +233,16 @@ void CudaBackend::kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
 void CudaBackend::attention(const Tensor& out, const Tensor& q, const KvView& kv,
                             const int32_t* positions, const AttentionParams& p) {
   bind();
-  const size_t ws = attention_workspace_bytes(ctx_, q.dim(0), p, kv.capacity);
-  if (ws > ctx_.attn_ws_bytes) {
-    regrow_device(reinterpret_cast<void**>(&ctx_.attn_ws), ctx_.attn_ws_bytes, ws);
-    // The split-K arrival counters in it start at zero; every launch leaves them so.
-    HEARTH_CUDA_CHECK(cudaMemsetAsync(ctx_.attn_ws, 0, ctx_.attn_ws_bytes, ctx_.stream));
-  }
+  ensure_attention_workspace(attention_workspace_bytes(ctx_, q.dim(0), p, kv.capacity));
   const int32_t* d_pos = upload_ints(positions, q.dim(0), 1);
   submit<&cuda::attention>(Ten(out), Ten(q), kv_dev(kv), d_pos, packed(p));
+}
+
+void CudaBackend::ensure_attention_workspace(size_t bytes) {
+  if (bytes <= ctx_.attn_ws_bytes) return;
+  regrow_device(reinterpret_cast<void**>(&ctx_.attn_ws), ctx_.attn_ws_bytes, bytes);
+  // The split-K arrival counters in it start at zero; every launch leaves them so.
+  HEARTH_CUDA_CHECK(cudaMemsetAsync(ctx_.attn_ws, 0, ctx_.attn_ws_bytes, ctx_.stream));
 }
 
 void CudaBackend::glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) {

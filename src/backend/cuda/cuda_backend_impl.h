@@ -304,6 +304,8 @@ class CudaBackend final : public Backend {
 
   // The cache view the kernels take (its first position through the dyn area).
   KvDev kv_dev(const KvView& kv);
+  // Grows the split-K attention workspace (ctx_.attn_ws) to at least `bytes`.
+  void ensure_attention_workspace(size_t bytes);
   // The caches of a step's rows as the kernels' table (SeqKv) in the dyn area; null when a
   // cache is not 16-byte aligned bf16 (then the rows go one by one).
   const SeqKv* upload_seq_kvs(const KvView* kvs, int64_t n, int64_t* max_capacity);
@@ -356,6 +358,9 @@ class CudaBackend final : public Backend {
   void submit_pick(const Tensor& logits, const TokenPick& pick);
   const Ten* pending_host_output(const Tensor& x) const;
   void deliver_or_queue_output();
+  // `bytes` of src (device) to dst (host) as the step's host output: at once outside a recorded
+  // step, else after its graph (none may be pending).
+  void output_to_host(void* dst, const Ten& src, size_t bytes);
   void deliver_now();
   void finish_delivery();
   void ensure_out_host(size_t bytes);

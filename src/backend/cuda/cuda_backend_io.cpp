@@ -151,8 +151,12 @@ void CudaBackend::to_host_f32(float* dst, const Tensor& src) {
     s = f;
   }
   if (out_.p) deliver_or_queue_output();  // one pending host output at a time
+  output_to_host(dst, s, bytes);
+}
+
+void CudaBackend::output_to_host(void* dst, const Ten& src, size_t bytes) {
   ensure_out_host(bytes);
-  out_ = s;
+  out_ = src;
   out_user_ = dst;
   out_bytes_ = bytes;
   if (recording_) {
@@ -175,20 +179,12 @@ void CudaBackend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick
   submit_pick(logits, pick);
   // The token leaves as the step's host output (4 bytes instead of the logits row).
   if (out_.p) deliver_or_queue_output();
-  ensure_out_host(4);
   Ten t;
   t.p = token_dev_;
   t.dtype = kF32;  // 4 opaque bytes
   t.ndim = 1;
   t.d[0] = 1;
-  out_ = t;
-  out_user_ = dst;
-  out_bytes_ = 4;
-  if (recording_) {
-    finish_recording();
-  } else {
-    deliver_now();
-  }
+  output_to_host(dst, t, 4);
 }
 
 void CudaBackend::submit_pick(const Tensor& logits, const TokenPick& pick) {

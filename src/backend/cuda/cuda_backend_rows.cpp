@@ -69,12 +69,8 @@ void CudaBackend::attention_rows(const Tensor& out, const Tensor& q, const KvVie
   int64_t max_capacity = 0;
   const SeqKv* table = p.head_dim % 8 == 0 ? upload_seq_kvs(kvs, n, &max_capacity) : nullptr;
   if (!table) return Backend::attention_rows(out, q, kvs, positions, p);
-  const size_t ws = attention_workspace_bytes(ctx_, n, p, max_capacity, /*rows_apart=*/true);
-  if (ws > ctx_.attn_ws_bytes) {
-    regrow_device(reinterpret_cast<void**>(&ctx_.attn_ws), ctx_.attn_ws_bytes, ws);
-    // The split-K arrival counters in it start at zero; every launch leaves them so.
-    HEARTH_CUDA_CHECK(cudaMemsetAsync(ctx_.attn_ws, 0, ctx_.attn_ws_bytes, ctx_.stream));
-  }
+  ensure_attention_workspace(
+      attention_workspace_bytes(ctx_, n, p, max_capacity, /*rows_apart=*/true));
   const int32_t* d_pos = upload_ints(positions, n, 1);
   submit<&cuda::attention_rows>(Ten(out), Ten(q), table, max_capacity, d_pos, packed(p));
 }
@@ -134,20 +130,12 @@ void CudaBackend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPic
     const Tensor row = logits.slice_rows(r, r + 1).reshaped({logits.dim(1)});
     submit<&cuda::pick_token>(ids + r, Ten(row), d_dyn, pick.temperature <= 0.0f);
   }
-  ensure_out_host(bytes);
   Ten t;
   t.p = picks_dev_;
   t.dtype = kF32;  // 4-byte opaque values
   t.ndim = 1;
   t.d[0] = m;
-  out_ = t;
-  out_user_ = dst;
-  out_bytes_ = bytes;
-  if (recording_) {
-    finish_recording();
-  } else {
-    deliver_now();
-  }
+  output_to_host(dst, t, bytes);
 }
 
 }  // namespace hearth::cuda
