@@ -26,6 +26,16 @@ struct RuntimeOptions {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:N", or "auto" (CUDA when present)
   int64_t context = 0;         // tokens per sequence; 0: the model's own maximum
   int threads = 0;             // CPU threads; 0: the CPUs this process may use
+  // Requests run together, their tokens sharing each step (the rest wait in line); 0: 16 on
+  // the CPU, 256 on a GPU.
+  int parallel = 0;
+  // Tokens one step may run (decode tokens and prompt chunks); 0: 128 on the CPU, the prefill
+  // chunk on a GPU.
+  int64_t max_batch_tokens = 0;
+  // Bytes the running requests' KV caches and states may hold together (past it the latest
+  // request is preempted and recomputed later); 0: half the free RAM on the CPU, 80 % of the free
+  // GPU memory after loading.
+  uint64_t kv_budget_bytes = 0;
 };
 
 struct ChatTurn {
@@ -84,7 +94,7 @@ class Runtime {
   // Loads the model, its tokenizer and generation defaults; throws hearth::Error naming what
   // is wrong (a missing file, an unsupported architecture, a bad device).
   static std::unique_ptr<Runtime> load(const RuntimeOptions& options);
-  // Cancels the running request (finish_reason "cancelled") and completes the waiting ones
+  // Cancels the running requests (finish_reason "cancelled") and completes the waiting ones
   // with finish_reason "error"; every Generation's wait() returns.
   ~Runtime();
   Runtime(const Runtime&) = delete;

@@ -69,11 +69,17 @@ std::unique_ptr<Runtime> Runtime::load(const RuntimeOptions& options) {
   if (options.model.empty()) fail("RuntimeOptions::model: no model directory given");
   if (options.threads < 0) fail("RuntimeOptions::threads must be >= 0, got {}", options.threads);
   if (options.context < 0) fail("RuntimeOptions::context must be >= 0, got {}", options.context);
+  if (options.parallel < 0) fail("RuntimeOptions::parallel must be >= 0, got {}", options.parallel);
+  if (options.max_batch_tokens < 0)
+    fail("RuntimeOptions::max_batch_tokens must be >= 0, got {}", options.max_batch_tokens);
   if (options.threads > 0) ThreadPool::set_global_threads(options.threads);
   EngineOptions engine;
   engine.model_dir = options.model;
   engine.device = options.device;
   engine.n_ctx = options.context;
+  engine.max_running = options.parallel;
+  engine.max_step_tokens = options.max_batch_tokens;
+  engine.kv_budget_bytes = size_t(options.kv_budget_bytes);
   auto impl = std::make_unique<Impl>();
   impl->engine = Engine::load(engine);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));

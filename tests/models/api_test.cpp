@@ -120,6 +120,10 @@ TEST(ApiLoad, BadOptionsAreErrorsNamingThem) {
   }
   EXPECT_THROW(hearth::Runtime::load({}), hearth::Error);
   EXPECT_THROW(hearth::Runtime::load({.model = kModel, .threads = -1}), hearth::Error);
+  EXPECT_THROW(hearth::Runtime::load({.model = kModel, .parallel = -1}), hearth::Error);
+  EXPECT_THROW(hearth::Runtime::load({.model = kModel, .max_batch_tokens = -8}), hearth::Error);
+  // A KV budget that cannot hold even 256 positions of the model is refused at load.
+  EXPECT_THROW(hearth::Runtime::load({.model = kModel, .kv_budget_bytes = 1024}), hearth::Error);
 }
 
 }  // namespace
