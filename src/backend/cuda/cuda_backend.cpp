@@ -187,12 +187,8 @@ void CudaBackend::qk_norm_rope_store(const Tensor& q, const Tensor& k, const Ten
                                      float off, const RopeParams* rope, const KvView& kv,
                                      const int32_t* positions) {
   bind();
-  const int64_t hd = q.dim(2);
   const int32_t rot = rope ? int32_t(rope->rotary_dim) : 0;
-  const bool per_head = (q_norm.empty() || q_norm.numel() == hd) &&
-                        (k_norm.empty() || k_norm.numel() == hd) &&
-                        q_norm.empty() == k_norm.empty();
-  if (!per_head || !qk_rope_store_fits(hd, rot) || q.ndim != 3 || k.dim(2) != hd)
+  if (!qk_norm_rope_store_fused(q, k, q_norm, k_norm, rot))
     return Backend::qk_norm_rope_store(q, k, v, q_norm, k_norm, eps, off, rope, kv, positions);
   const int32_t* d_pos = upload_ints(positions, q.dim(0), 1);
   const float* d_freq =
@@ -200,6 +196,16 @@ void CudaBackend::qk_norm_rope_store(const Tensor& q, const Tensor& k, const Ten
   submit<&cuda::qk_norm_rope_store>(Ten(q), Ten(k), Ten(v), Ten(q_norm), Ten(k_norm), eps, off,
                                     kv_dev(kv), d_pos, d_freq, rot,
                                     rope ? rope->attention_factor : 1.0f);
+}
+
+bool CudaBackend::qk_norm_rope_store_fused(const Tensor& q, const Tensor& k, const Tensor& q_norm,
+                                           const Tensor& k_norm, int32_t rotary_dim) {
+  if (q.ndim != 3) return false;
+  const int64_t hd = q.dim(2);
+  const bool per_head = (q_norm.empty() || q_norm.numel() == hd) &&
+                        (k_norm.empty() || k_norm.numel() == hd) &&
+                        q_norm.empty() == k_norm.empty();
+  return per_head && qk_rope_store_fits(hd, rotary_dim) && k.dim(2) == hd;
 }
 
 void CudaBackend::embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s) {

@@ -232,6 +232,8 @@ class CudaBackend final : public Backend {
 
   void begin_step(int64_t n_tokens) override;
   void end_step() override;
+  // begin_step's work; a step that is not recordable runs as it comes.
+  void open_step(int64_t n_tokens, bool recordable);
 
   // Picking ahead (cuda_backend_io.cpp): the pick's token is copied to a pinned slot of its own
   // after the step, and the next step's embedding reads it from device memory.
@@ -304,6 +306,10 @@ class CudaBackend final : public Backend {
 
   // The cache view the kernels take (its first position through the dyn area).
   KvDev kv_dev(const KvView& kv);
+  // Whether the one-kernel attention input (qk_norm_rope_store's kernel) takes these shapes:
+  // per-head norms or none, q [n, heads, head_dim], a rotary width it fits.
+  static bool qk_norm_rope_store_fused(const Tensor& q, const Tensor& k, const Tensor& q_norm,
+                                       const Tensor& k_norm, int32_t rotary_dim);
   // Grows the split-K attention workspace (ctx_.attn_ws) to at least `bytes`.
   void ensure_attention_workspace(size_t bytes);
   // The caches of a step's rows as the kernels' table (SeqKv) in the dyn area; null when a
@@ -451,6 +457,9 @@ class CudaBackend final : public Backend {
   size_t tmp_bytes_ = 0;
   void* token_dev_ = nullptr;  // pick_token's result
   void* picks_dev_ = nullptr;  // pick_tokens' results
+  // The tables of a step of several sequences, reused (host side, before upload).
+  std::vector<SeqKv> seq_table_;
+  std::vector<void*> state_table_;
   size_t picks_dev_bytes_ = 0;
   // Packed weights: the transposed-trellis products' partial sums, and prefill's bf16 rows.
   void* packed_partials_ = nullptr;

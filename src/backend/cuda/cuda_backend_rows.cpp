@@ -10,9 +10,7 @@
 namespace hearth::cuda {
 
 void CudaBackend::begin_batch_step(int64_t n_tokens) {
-  begin_step(n_tokens);
-  recording_ = false;
-  slot_ = 0;
+  open_step(n_tokens, /*recordable=*/false);
   // The GEMV's cost grows with its rows (each weight is multiplied by every row's input from
   // L1), while cuBLASLt's tensor-core GEMM reads the matrix once at any row count: past
   // kBatchGemvRows rows of different sequences the GEMM is faster (bench_cuda_linear).
@@ -20,7 +18,8 @@ void CudaBackend::begin_batch_step(int64_t n_tokens) {
 }
 
 const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, int64_t* max_capacity) {
-  std::vector<SeqKv> table(static_cast<size_t>(n));
+  std::vector<SeqKv>& table = seq_table_;
+  table.resize(static_cast<size_t>(n));
   int64_t most = 0;
   for (int64_t r = 0; r < n; ++r) {
     const KvView& kv = kvs[r];
@@ -42,13 +41,10 @@ void CudaBackend::qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, cons
                                           float off, const RopeParams* rope, const KvView* kvs,
                                           const int32_t* positions) {
   bind();
-  const int64_t hd = q.dim(2), n = q.dim(0);
+  const int64_t n = q.dim(0);
   const int32_t rot = rope ? int32_t(rope->rotary_dim) : 0;
-  const bool per_head = (q_norm.empty() || q_norm.numel() == hd) &&
-                        (k_norm.empty() || k_norm.numel() == hd) &&
-                        q_norm.empty() == k_norm.empty();
   int64_t max_capacity = 0;
-  const SeqKv* table = per_head && qk_rope_store_fits(hd, rot) && q.ndim == 3 && k.dim(2) == hd
+  const SeqKv* table = qk_norm_rope_store_fused(q, k, q_norm, k_norm, rot)
                            ? upload_seq_kvs(kvs, n, &max_capacity)
                            : nullptr;
   if (!table)
@@ -84,7 +80,8 @@ void CudaBackend::gated_delta_mixer_rows(const Tensor& normed, const Tensor& qkv
   bind();
   const int64_t n = qkv.rows();
   // The table of states: (recurrent, conv) addresses per row, each state of the first's shape.
-  std::vector<void*> table;
+  std::vector<void*>& table = state_table_;
+  table.clear();
   bool same = gdn_mixer_ && normed.device == Device::CUDA && n >= 1;
   for (int64_t r = 0; same && r < n; ++r) {
     const Tensor &st = states[r], &cs = conv_states[r];

@@ -7,7 +7,9 @@
 
 namespace hearth::cuda {
 
-void CudaBackend::begin_step(int64_t n_tokens) {
+void CudaBackend::begin_step(int64_t n_tokens) { open_step(n_tokens, graphs_enabled_); }
+
+void CudaBackend::open_step(int64_t n_tokens, bool recordable) {
   bind();
   ctx_.gemv_max_rows = 8;
   recs_.clear();
@@ -16,7 +18,7 @@ void CudaBackend::begin_step(int64_t n_tokens) {
   graph_cursor_ = 0;
   // Decode-sized steps (1 to kGraphTokens rows: one token, or a few being verified) are
   // recorded; each size keeps its own graph.
-  recording_ = n_tokens >= 1 && n_tokens <= kGraphTokens && graphs_enabled_;
+  recording_ = n_tokens >= 1 && n_tokens <= kGraphTokens && recordable;
   slot_ = recording_ ? size_t(n_tokens) : 0;
   picked_input_ = false;
   // The copy of this area kDynAreas recorded steps ago may not have run yet (it waits for the
