@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "runtime/engine.h"
 #include "server/server.h"
 
 namespace hearth::cli {
@@ -29,7 +31,7 @@ struct ServeOptions {
   ModelOptions model;
   server::ServerOptions server;
   int64_t cache_mb = 8192;
-  int http_threads = 64;
+  int http_threads = 0;  // 0: the running cap + 32, at least 64
   std::string api_key_file;
 };
 
@@ -63,8 +65,8 @@ int run_serve(ServeOptions& o) {
   if (o.server.port < 0 || o.server.port > 65535)
     fail("--port must be in [0, 65535], got {}", o.server.port);
   if (o.server.n_ctx < 0) fail("--ctx must be >= 0, got {}", o.server.n_ctx);
-  if (o.http_threads < 1 || o.http_threads > 4096)
-    fail("--http-threads must be in [1, 4096], got {}", o.http_threads);
+  if (o.http_threads < 0 || o.http_threads > 4096)
+    fail("--http-threads must be in [1, 4096] (0: the default), got {}", o.http_threads);
   if (o.server.request_timeout_s < 0)
     fail("--request-timeout must be >= 0 seconds, got {}", o.server.request_timeout_s);
   if (o.server.idle_timeout_s < 1)
@@ -78,7 +80,13 @@ int run_serve(ServeOptions& o) {
   o.server.mmap = !o.model.no_mmap;
   o.server.deterministic = o.model.deterministic;
   o.server.cache_mb = size_t(o.cache_mb);
-  o.server.http_threads = o.http_threads;
+  // A streamed request holds its handler thread while it generates, so the default lets every
+  // request the engine can run at once (--parallel) stream, with room for the short ones
+  // (health, models, metrics) beside them.
+  const int64_t running = o.server.max_running > 0 ? o.server.max_running
+                                                   : default_max_running(o.model.device == "cpu");
+  o.server.http_threads =
+      o.http_threads > 0 ? o.http_threads : int(std::clamp<int64_t>(running + 32, 64, 4096));
 
   // Block the stop signals before any thread starts, so every thread inherits the mask.
   sigset_t stop_signals;
@@ -187,8 +195,8 @@ CommandRegistration serve_command(
       sub.add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes")
           ->capture_default_str();
       sub.add_option("--http-threads", o->http_threads,
-                     "requests handled at once (idle connections need none)")
-          ->capture_default_str();
+                     "requests handled at once (idle connections need none; default: "
+                     "--parallel + 32, at least 64)");
       o->server.web_dir = std::string(HEARTH_SOURCE_ROOT) + "/web";
       return [o] { return run_serve(*o); };
     });

@@ -133,7 +133,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
       n_ctx_ = fit;
     }
   }
-  max_running_ = options_.max_running > 0 ? options_.max_running : cpu ? 16 : 256;
+  max_running_ = options_.max_running > 0 ? options_.max_running : default_max_running(cpu);
   max_step_tokens_ = options_.max_step_tokens > 0 ? options_.max_step_tokens
                      : cpu                        ? 128
                                                   : model_->default_prefill_chunk();
@@ -228,6 +228,8 @@ bool Engine::requests_waiting() const {
   std::lock_guard lock(mu_);
   return !queue_.empty();
 }
+
+int64_t default_max_running(bool on_cpu) { return on_cpu ? 16 : 256; }
 
 size_t Engine::state_bytes_for(int64_t n_tokens) const {
   // The KV caches grow by doubling from 256 positions (kv_cache.h).

@@ -137,6 +137,10 @@ class StopStringFilter {
   int matched_ = -1;
 };
 
+// The running cap when EngineOptions::max_running is 0: 16 on the CPU (a step of 16 rows is
+// already compute-bound there), 256 on a GPU.
+int64_t default_max_running(bool on_cpu);
+
 class Engine {
  public:
   // Loads DIR's model, tokenizer (when tokenizer.json is present) and generation_config.json.
