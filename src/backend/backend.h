@@ -4,6 +4,8 @@
 // All ops take views; outputs are written in full (never accumulated into), except where a
 // comment says otherwise. Ops do not throw on the hot path: shapes are checked by the model.
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,14 +17,38 @@ namespace hearth {
 
 enum class Activation : uint8_t { Silu, GeluTanh, Gelu };
 
-// One layer's cached keys and values, addressed as a ring: position p lives in slot
-// p % capacity. Valid positions are [first, end).
+// One layer's cached keys and values; valid positions are [first, end). Two layouts:
+// - paged (blocks != nullptr): position p's key row lives in block blocks[p / block_size] at
+//   byte k_offset + (p % block_size) * row_bytes, its value row at v_offset + the same; a block
+//   table entry below first's block may be null (freed). Backends whose paged_kv() is true get
+//   these from KvCache.
+// - a ring (blocks == nullptr): position p lives in row p % capacity of k and v.
 struct KvView {
-  Tensor k;  // [capacity, n_head_kv * head_dim], the backend's activation dtype
-  Tensor v;  // [capacity, n_head_kv * head_dim]
-  int64_t capacity = 0;
+  Tensor k;              // ring: [capacity, n_head_kv * head_dim], the backend's activation dtype
+  Tensor v;              // ring: [capacity, n_head_kv * head_dim]
+  int64_t capacity = 0;  // ring: rows of k and v
   int64_t first = 0;
   int64_t end = 0;
+  std::byte* const* blocks = nullptr;  // paged: the block table (host memory)
+  int64_t block_size = 0;              // paged: positions a block holds
+  int64_t k_offset = 0, v_offset = 0;  // paged: this layer's keys and values in a block
+  int64_t row_bytes = 0;               // paged: n_head_kv * head_dim elements
+
+  bool paged() const { return blocks != nullptr; }
+  // Calls f(p, count, key_rows, value_rows) for consecutive runs of positions [lo, lo + n):
+  // `count` rows from position p lie back to back from key_rows (value_rows), row_bytes apart.
+  template <class F>
+  void for_each_run(int64_t lo, int64_t n, F&& f) const {
+    const int64_t span = paged() ? block_size : capacity;
+    const int64_t rb = paged() ? row_bytes : int64_t(k.nbytes()) / capacity;
+    for (int64_t p = lo, last = lo + n; p < last;) {
+      const int64_t at = p % span, count = std::min(last - p, span - at);
+      std::byte* kb = paged() ? blocks[p / block_size] + k_offset : static_cast<std::byte*>(k.data);
+      std::byte* vb = paged() ? blocks[p / block_size] + v_offset : static_cast<std::byte*>(v.data);
+      f(p, count, kb + at * rb, vb + at * rb);
+      p += count;
+    }
+  }
 };
 
 struct AttentionParams {
@@ -94,6 +120,9 @@ class Backend {
                         float weight_offset) = 0;
   // In place on x [n_tokens, n_heads, head_dim]: rotates the first rotary_dim of every head.
   virtual void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope) = 0;
+  // Whether the KV ops (kv_store, attention, the fused and _rows forms) read paged KvViews;
+  // KvCache lays its caches out as rings for the others.
+  virtual bool paged_kv() const { return false; }
   // Writes k, v [n_tokens, n_head_kv, head_dim] into the cache slots of their positions.
   virtual void kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
                         const int32_t* positions) = 0;

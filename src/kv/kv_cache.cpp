@@ -1,93 +1,217 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace hearth {
 
+namespace {
+constexpr int64_t B = KvCache::kBlockPositions;
+int64_t blocks_for(int64_t positions) { return (positions + B - 1) / B; }
+std::atomic<int64_t> g_blocks_alive{0};
+}  // namespace
+
+KvCache::Block::Block(DeviceBuffer memory_, int64_t filled_)
+    : memory(std::move(memory_)), filled(filled_) {
+  g_blocks_alive.fetch_add(1, std::memory_order_relaxed);
+}
+KvCache::Block::~Block() { g_blocks_alive.fetch_sub(1, std::memory_order_relaxed); }
+int64_t KvCache::blocks_alive() { return g_blocks_alive.load(std::memory_order_relaxed); }
+
 KvCache::KvCache(Backend& backend, std::vector<int> windows, int n_head_kv, int head_dim)
     : backend_(&backend),
+      paged_(backend.paged_kv()),
       row_elems_(int64_t(n_head_kv) * head_dim),
       row_bytes_(size_t(row_elems_) * dtype_size(backend.activation_dtype())) {
-  layers_.resize(windows.size());
-  for (size_t i = 0; i < windows.size(); ++i) layers_[i].window = windows[i];
+  if (!paged_) {
+    rings_.resize(windows.size());
+    for (size_t i = 0; i < windows.size(); ++i) rings_[i].window = windows[i];
+    return;
+  }
+  for (int window : windows) {
+    auto g = std::find_if(groups_.begin(), groups_.end(),
+                          [&](const Group& x) { return x.window == window; });
+    if (g == groups_.end()) {
+      groups_.push_back({});
+      g = groups_.end() - 1;
+      g->window = window;
+    }
+    places_.push_back({int(g - groups_.begin()), g->n_layers++});
+  }
 }
 
-void KvCache::grow(Layer& layer, int64_t capacity) {
+int64_t KvCache::positions_held(int64_t n, bool paged) {
+  if (paged) return blocks_for(n) * B;
+  int64_t capacity = 256;
+  while (capacity < n) capacity *= 2;
+  return capacity;
+}
+
+int64_t KvCache::keep_from(int window) const {
+  return window > 0 ? std::max<int64_t>(0, end_ - (window - 1) - max_batch_) : 0;
+}
+
+size_t KvCache::block_bytes(const Group& g) const {
+  return size_t(2 * g.n_layers) * size_t(B) * row_bytes_;
+}
+
+void KvCache::grow(Ring& ring, int64_t capacity) {
   const DType dtype = backend_->activation_dtype();
   DeviceBuffer k = backend_->alloc(size_t(capacity) * row_bytes_);
   DeviceBuffer v = backend_->alloc(size_t(capacity) * row_bytes_);
   // Re-lay the valid positions into their slots of the larger ring, in contiguous runs.
-  for (int64_t p = layer.first; p < end_;) {
-    const int64_t from = p % layer.capacity, to = p % capacity;
-    const int64_t run = std::min({end_ - p, layer.capacity - from, capacity - to});
+  for (int64_t p = ring.first; p < end_;) {
+    const int64_t from = p % ring.capacity, to = p % capacity;
+    const int64_t run = std::min({end_ - p, ring.capacity - from, capacity - to});
     auto rows = [&](const DeviceBuffer& b, int64_t slot) {
       return Tensor(static_cast<char*>(b.data()) + size_t(slot) * row_bytes_, dtype,
                     {run, row_elems_}, b.device());
     };
-    backend_->copy(rows(k, to), rows(layer.k, from));
-    backend_->copy(rows(v, to), rows(layer.v, from));
+    backend_->copy(rows(k, to), rows(ring.k, from));
+    backend_->copy(rows(v, to), rows(ring.v, from));
     p += run;
   }
-  layer.k = std::move(k);
-  layer.v = std::move(v);
-  layer.capacity = capacity;
+  ring.k = std::move(k);
+  ring.v = std::move(v);
+  ring.capacity = capacity;
 }
 
-int64_t KvCache::capacity_for(const Layer& layer, int64_t n_tokens) const {
+int64_t KvCache::capacity_for(const Ring& ring, int64_t n_tokens) const {
   int64_t needed = end_ + n_tokens;
-  if (layer.window > 0) needed = std::min<int64_t>(needed, layer.window - 1 + n_tokens);
-  if (needed <= layer.capacity) return layer.capacity;
-  int64_t capacity = std::max<int64_t>(256, layer.capacity);
+  if (ring.window > 0) needed = std::min<int64_t>(needed, ring.window - 1 + n_tokens);
+  if (needed <= ring.capacity) return ring.capacity;
+  int64_t capacity = std::max<int64_t>(256, ring.capacity);
   while (capacity < needed) capacity *= 2;
-  if (layer.window > 0) capacity = std::max<int64_t>(needed, std::min(capacity, end_ + n_tokens));
+  if (ring.window > 0) capacity = std::max<int64_t>(needed, std::min(capacity, end_ + n_tokens));
   return capacity;
 }
 
-void KvCache::reserve_batch(int64_t n_tokens) {
-  for (auto& layer : layers_) {
-    const int64_t capacity = capacity_for(layer, n_tokens);
-    if (capacity != layer.capacity) grow(layer, capacity);
+void KvCache::claim_rows(Group& g, int64_t n_tokens) {
+  const size_t needed = size_t(blocks_for(end_ + n_tokens));
+  while (g.blocks.size() < needed) {
+    g.blocks.push_back(std::make_shared<Block>(backend_->alloc(block_bytes(g)), 0));
+    g.table.push_back(static_cast<std::byte*>(g.blocks.back()->memory.data()));
   }
+  for (int64_t i = end_ / B; i < int64_t(needed); ++i) {
+    std::shared_ptr<Block>& block = g.blocks[size_t(i)];
+    const int64_t start = i * B;
+    const int64_t from = std::max(end_, start) - start, to = std::min(end_ + n_tokens - start, B);
+    if (from < block->filled && block.use_count() > 1) {
+      // Another holder may read these rows: write into a copy of the block.
+      auto copy = std::make_shared<Block>(backend_->alloc(block_bytes(g)), from);
+      const int64_t rows = int64_t(block_bytes(g) / row_bytes_);
+      const DType dtype = backend_->activation_dtype();
+      backend_->copy(
+          Tensor(copy->memory.data(), dtype, {rows, row_elems_}, copy->memory.device()),
+          Tensor(block->memory.data(), dtype, {rows, row_elems_}, block->memory.device()));
+      block = std::move(copy);
+      g.table[size_t(i)] = static_cast<std::byte*>(block->memory.data());
+    }
+    block->filled = std::max(block->filled, to);
+  }
+}
+
+void KvCache::reserve_batch(int64_t n_tokens) {
+  for (auto& ring : rings_) {
+    const int64_t capacity = capacity_for(ring, n_tokens);
+    if (capacity != ring.capacity) grow(ring, capacity);
+  }
+  for (auto& g : groups_) claim_rows(g, n_tokens);
   pending_ = n_tokens;
 }
 
 void KvCache::commit_batch() {
   end_ += pending_;
+  max_batch_ = std::max(max_batch_, pending_);
   pending_ = 0;
-  for (auto& layer : layers_) layer.first = std::max<int64_t>(layer.first, end_ - layer.capacity);
+  for (auto& ring : rings_) ring.first = std::max<int64_t>(ring.first, end_ - ring.capacity);
+  for (auto& g : groups_) {
+    // Blocks wholly before what the window must keep are freed.
+    const int64_t keep = keep_from(g.window);
+    for (int64_t i = g.first / B; i < keep / B; ++i) {
+      g.blocks[size_t(i)].reset();
+      g.table[size_t(i)] = nullptr;
+    }
+    g.first = std::max(g.first, keep / B * B);
+  }
 }
 
 bool KvCache::truncate(int64_t n) {
   if (n >= end_) return true;
-  for (auto& layer : layers_)
-    if (n < layer.first) return false;
-  end_ = std::max<int64_t>(n, 0);
+  n = std::max<int64_t>(n, 0);
+  // A query at n sees positions from n - window + 1 on: they must still be there.
+  auto reaches = [n](int window, int64_t first) {
+    return window <= 0 || std::max<int64_t>(0, n - window + 1) >= first;
+  };
+  for (const auto& ring : rings_)
+    if (!reaches(ring.window, ring.first)) return false;
+  for (const auto& g : groups_)
+    if (!reaches(g.window, g.first)) return false;
+  end_ = n;
   pending_ = 0;
   return true;
 }
 
 KvView KvCache::view(int layer_index) const {
-  const Layer& layer = layers_[size_t(layer_index)];
   KvView kv;
-  const int64_t cap = layer.capacity;
-  kv.k = layer.k.view(backend_->activation_dtype(), {cap, row_elems_});
-  kv.v = layer.v.view(backend_->activation_dtype(), {cap, row_elems_});
-  kv.capacity = cap;
-  kv.first = layer.first;
   kv.end = end_ + pending_;
+  if (!paged_) {
+    const Ring& ring = rings_[size_t(layer_index)];
+    const int64_t cap = ring.capacity;
+    kv.k = ring.k.view(backend_->activation_dtype(), {cap, row_elems_});
+    kv.v = ring.v.view(backend_->activation_dtype(), {cap, row_elems_});
+    kv.capacity = cap;
+    kv.first = ring.first;
+    return kv;
+  }
+  const Place place = places_[size_t(layer_index)];
+  const Group& g = groups_[size_t(place.group)];
+  kv.first = g.first;
+  kv.blocks = g.table.data();
+  kv.block_size = B;
+  kv.row_bytes = int64_t(row_bytes_);
+  kv.k_offset = int64_t(2 * place.index) * B * kv.row_bytes;
+  kv.v_offset = kv.k_offset + B * kv.row_bytes;
   return kv;
+}
+
+std::optional<KvCache> KvCache::share() const {
+  if (!paged_) return std::nullopt;
+  KvCache copy(*backend_, {}, 1, 1);
+  copy.paged_ = true;
+  copy.groups_ = groups_;  // the same blocks, one more holder each
+  copy.places_ = places_;
+  copy.row_elems_ = row_elems_;
+  copy.row_bytes_ = row_bytes_;
+  copy.end_ = end_;
+  copy.max_batch_ = max_batch_;
+  return copy;
 }
 
 size_t KvCache::bytes_after(int64_t n_more) const {
   size_t total = 0;
-  for (const auto& layer : layers_) total += 2 * size_t(capacity_for(layer, n_more)) * row_bytes_;
-  return total;
+  for (const auto& ring : rings_) total += 2 * size_t(capacity_for(ring, n_more)) * row_bytes_;
+  for (const auto& g : groups_) {
+    // Blocks to add, and shared ones the batch writes into that are copied first.
+    int64_t added = std::max<int64_t>(0, blocks_for(end_ + n_more) - int64_t(g.blocks.size()));
+    for (int64_t i = end_ / B;
+         n_more > 0 && i < std::min<int64_t>(blocks_for(end_ + n_more), int64_t(g.blocks.size()));
+         ++i) {
+      const auto& block = g.blocks[size_t(i)];
+      if (std::max(end_, i * B) - i * B < block->filled && block.use_count() > 1) ++added;
+    }
+    total += size_t(added) * block_bytes(g);
+  }
+  return bytes() + total;
 }
 
 size_t KvCache::bytes() const {
   size_t total = 0;
-  for (const auto& layer : layers_) total += layer.k.size() + layer.v.size();
+  for (const auto& ring : rings_) total += ring.k.size() + ring.v.size();
+  for (const auto& g : groups_)
+    for (const auto& block : g.blocks)
+      if (block) total += block_bytes(g) / size_t(block.use_count());
   return total;
 }
 

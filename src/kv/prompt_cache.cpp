@@ -26,6 +26,19 @@ PromptCache::Acquired PromptCache::acquire(std::span<const int32_t> prompt, int6
     if (len > best_len) best_len = len, best = it;
   }
   if (best == entries_.end()) return out;
+  // A state that can be shared stays cached for the next request: this one gets a copy that
+  // holds the same memory until it writes.
+  if (std::unique_ptr<SequenceState> shared = best->state->share()) {
+    if (!shared->truncate(best_len)) return out;  // a window that no longer reaches that far
+    entries_.splice(entries_.begin(), entries_, best);
+    ++stats_.hits;
+    stats_.reused_tokens += uint64_t(best_len);
+    out.n_reused = best_len;
+    for (int64_t c : best->checkpoints)
+      if (c <= best_len) out.checkpoints.push_back(c);
+    out.state = std::move(shared);
+    return out;
+  }
   Entry entry = std::move(*best);
   entries_.erase(best);
   bytes_ -= entry.bytes;

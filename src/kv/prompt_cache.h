@@ -1,8 +1,10 @@
 // PromptCache: finished sequences' states kept in RAM, keyed by the tokens they hold, so a new
 // request whose prompt shares a prefix with an earlier one skips prefilling that prefix.
-// Invariants: an entry's state holds exactly its `tokens` (n_past() == tokens.size()); a state
-// is owned by one place at a time (taken out by acquire(), handed back by release()); the sum
-// of entries' bytes() stays <= the cap (least recently used entries are dropped first).
+// Invariants: an entry's state holds exactly its `tokens` (n_past() == tokens.size()); the sum
+// of entries' bytes() (when cached) stays <= the cap (least recently used entries are dropped
+// first). A state that can be shared (SequenceState::share, paged KV) stays cached when a
+// request reuses it, so concurrent requests with a common prefix share its memory; any other
+// state is owned by one place at a time (taken out by acquire(), handed back by release()).
 // Recurrent (hybrid) states can only go back to positions where keep_checkpoint() was called,
 // so entries remember those positions and acquire() falls back to the largest one that fits.
 // Thread-safe (one mutex); the engine's worker is the only caller today.
@@ -36,9 +38,9 @@ class PromptCache {
     int64_t n_reused = 0;                  // == state->n_past()
     std::vector<int64_t> checkpoints;      // checkpoint positions still valid (<= n_reused)
   };
-  // Takes out the entry sharing the longest common prefix with `prompt`, rolled back to at most
-  // `max_reuse` tokens (callers pass prompt.size() - 1: the last prompt token must be run to get
-  // logits). Entries that match nothing stay cached.
+  // Takes out (or shares) the entry sharing the longest common prefix with `prompt`, rolled back
+  // to at most `max_reuse` tokens (callers pass prompt.size() - 1: the last prompt token must be
+  // run to get logits). Entries that match nothing stay cached.
   Acquired acquire(std::span<const int32_t> prompt, int64_t max_reuse);
   // Hands a state back; `tokens` are the tokens it holds (n_past() of them). Evicts LRU entries
   // over the cap; a state larger than the whole cap is dropped.

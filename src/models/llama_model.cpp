@@ -23,10 +23,17 @@ class LlamaSequence final : public SequenceState {
       : kv(backend, d.window, int(d.n_head_kv), int(d.head_dim)), rope_max_seq(d.ropes.size()) {
     for (size_t i = 0; i < d.ropes.size(); ++i) rope_max_seq[i] = d.ropes[i].max_position;
   }
+  LlamaSequence(KvCache kv_, std::vector<int64_t> rope_max_seq_)
+      : kv(std::move(kv_)), rope_max_seq(std::move(rope_max_seq_)) {}
   int64_t n_past() const override { return kv.n_past(); }
   bool truncate(int64_t n) override { return kv.truncate(n); }
   size_t bytes() const override { return kv.bytes(); }
   size_t bytes_after(int64_t n_more) const override { return kv.bytes_after(n_more); }
+  std::unique_ptr<SequenceState> share() const override {
+    std::optional<KvCache> shared = kv.share();
+    if (!shared) return nullptr;
+    return std::unique_ptr<SequenceState>(new LlamaSequence(std::move(*shared), rope_max_seq));
+  }
 
   KvCache kv;
   // Dynamic NTK rope: the longest sequence the frequencies were computed for (HF semantics).

@@ -62,9 +62,14 @@ class SequenceState {
   // True when truncate() needs checkpoints (recurrent layers): a chunked prefill then ends its
   // chunks on checkpoint boundaries so a later prompt can resume there.
   virtual bool needs_checkpoints() const { return false; }
+  // The memory held (a part shared with other states counts for its share).
   virtual size_t bytes() const = 0;
   // bytes() once n_more more positions are stored: what a step of n_more tokens will need.
   virtual size_t bytes_after(int64_t n_more) const = 0;
+  // A state holding the same positions that shares this one's memory until either writes
+  // (copy on write): how requests with a common prefix share it. Null where the state cannot be
+  // shared cheaply (recurrent layers, the CUDA backend's KV rings).
+  virtual std::unique_ptr<SequenceState> share() const { return nullptr; }
 };
 
 enum class LogitsRows : uint8_t { None, Last, All };

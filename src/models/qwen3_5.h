@@ -77,6 +77,10 @@ class Qwen35Sequence final : public SequenceState {
     return bytes() - kv_.bytes() + kv_.bytes_after(n_more);
   }
 
+  // Shares the KV of a stack without linear-attention layers (Qwen3 MoE); a recurrent state is
+  // not shared (null): the prompt cache's snapshots serve those.
+  std::unique_ptr<SequenceState> share() const override;
+
   std::unique_ptr<RecurrentSnapshot> snapshot() const;
   // Returns to the snapshot's position; false (and no change) when the sequence is already
   // shorter than the snapshot (its KV no longer holds those positions).
@@ -95,6 +99,7 @@ class Qwen35Sequence final : public SequenceState {
   const Tensor& recurrent_state(int lin) const { return rec_views_[size_t(lin)]; }
 
  private:
+  Qwen35Sequence(const Qwen35Sequence& attention_only, KvCache shared_kv);
   void reset_recurrent();
 
   Backend* backend_;

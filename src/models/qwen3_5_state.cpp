@@ -52,6 +52,19 @@ Qwen35Sequence::Qwen35Sequence(Backend& backend, const Qwen35Descriptor& d)
   reset_recurrent();
 }
 
+Qwen35Sequence::Qwen35Sequence(const Qwen35Sequence& attention_only, KvCache shared_kv)
+    : backend_(attention_only.backend_),
+      kv_(std::move(shared_kv)),
+      kv_index_(attention_only.kv_index_),
+      lin_index_(attention_only.lin_index_) {}
+
+std::unique_ptr<SequenceState> Qwen35Sequence::share() const {
+  if (!conv_.empty()) return nullptr;
+  std::optional<KvCache> kv = kv_.share();
+  if (!kv) return nullptr;
+  return std::unique_ptr<SequenceState>(new Qwen35Sequence(*this, std::move(*kv)));
+}
+
 void Qwen35Sequence::reset_recurrent() {
   for (auto& b : conv_) backend_->fill(as_floats(b), 0.0f);
   for (auto& b : rec_) backend_->fill(as_floats(b), 0.0f);

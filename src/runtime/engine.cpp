@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kv/kv_cache.h"
 #include "runtime/generate.h"
 #include "runtime/running_request.h"
 #include "tokenizer/tokenizer.h"
@@ -232,11 +233,10 @@ bool Engine::requests_waiting() const {
 int64_t default_max_running(bool on_cpu) { return on_cpu ? 16 : 256; }
 
 size_t Engine::state_bytes_for(int64_t n_tokens) const {
-  // The KV caches grow by doubling from 256 positions (kv_cache.h).
-  int64_t capacity = 256;
-  while (capacity < n_tokens) capacity *= 2;
+  // Paged caches hold whole blocks; the CUDA backend's rings grow by doubling (kv_cache.h).
+  const int64_t held = KvCache::positions_held(n_tokens, /*paged=*/model_->device() == Device::CPU);
   const double bytes =
-      double(state_fixed_bytes_) + double(capacity) * double(model_->info().kv_bytes_per_token);
+      double(state_fixed_bytes_) + double(held) * double(model_->info().kv_bytes_per_token);
   return bytes >= double(SIZE_MAX) ? SIZE_MAX : size_t(bytes);
 }
 

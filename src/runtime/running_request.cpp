@@ -107,6 +107,7 @@ void RunningRequest::prompt_chunk_ran(int64_t n, std::span<float> logits,
     checkpoints_.push_back(prompt_pos_);
   }
   if (!last || !result_.tokens.empty()) return;  // a recomputation goes on decoding
+  publish_prompt();
   if (request_.max_tokens == 0) return finish("length");
   token_ran(logits, picked);
 }
@@ -225,6 +226,16 @@ void RunningRequest::finish(const std::string& reason, const std::string& error)
   result_.timings.decode_tokens = int64_t(result_.tokens.size());
   if (first_token_ms_ > 0) result_.timings.decode_ms = now_ms() - first_token_ms_;
   if (callbacks_.on_done) callbacks_.on_done(result_);
+}
+
+void RunningRequest::publish_prompt() {
+  // A shared copy of the prompt's state goes into the cache now, not when the request ends, so
+  // requests arriving meanwhile with the same prefix reuse it (where states can be shared).
+  if (!ctx_.cache || state_->n_past() != prefill_target_) return;
+  std::unique_ptr<SequenceState> shared = state_->share();
+  if (!shared) return;
+  ctx_.cache->release(std::vector<int32_t>(history_.begin(), history_.begin() + prefill_target_),
+                      std::move(shared), checkpoints_);
 }
 
 void RunningRequest::give_back_state() {

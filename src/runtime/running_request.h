@@ -97,6 +97,8 @@ class RunningRequest {
   // A sampled token: records, streams, and finishes the request on a stop or at max_tokens.
   void accept(int32_t token, std::optional<TokenLogprob> logprob);
   void emit(std::string text, bool force);
+  // Puts a shared copy of the state at the prompt's end into the prompt cache.
+  void publish_prompt();
   void give_back_state();
   // A state holding the longest cached prefix of the first prefill_target_ tokens, or a new one.
   void take_state();

@@ -1,7 +1,8 @@
 // The engine's loop on every fixture model: a request's greedy tokens are the same whether it
 // runs alone or among 3, 8 or 17 requests of mixed prompt and output lengths arriving at
-// different times (decode tokens and prompt chunks share steps), and a request cancelled in its
-// prompt or in its decode leaves without disturbing the others.
+// different times (decode tokens and prompt chunks share steps), whether or not it shares a
+// common prefix's KV blocks with others, and a request cancelled in its prompt or in its decode
+// leaves without disturbing the others. Every test ends with every KV block given back.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <mutex>
 
 #include "fixture.h"
+#include "kv/kv_cache.h"
 #include "models/llama.h"
 #include "models/qwen3_5.h"
 #include "runtime/engine.h"
@@ -143,7 +145,16 @@ std::vector<GenerationResult> run_staggered(Engine& engine, int n,
   return results.wait_all();
 }
 
-class EngineBatch : public ::testing::TestWithParam<FixtureCase> {};
+class EngineBatch : public ::testing::TestWithParam<FixtureCase> {
+ protected:
+  void SetUp() override { blocks_at_start_ = KvCache::blocks_alive(); }
+  // The engines are gone: finished, cancelled, preempted and cached states gave their blocks
+  // back.
+  void TearDown() override {
+    EXPECT_EQ(KvCache::blocks_alive(), blocks_at_start_) << "KV blocks still held";
+  }
+  int64_t blocks_at_start_ = 0;
+};
 
 TEST_P(EngineBatch, EachRequestGetsItsLoneTokens) {
   const FixtureCase& c = GetParam();
@@ -226,6 +237,7 @@ TEST_P(EngineBatch, CancelledRequestsLeaveTheOthersAlone) {
   engine->submit(in_prompt, results.callbacks(2));
   engine->submit(keep, results.callbacks(0));
   const auto& got = results.wait_all();
+  EXPECT_EQ(KvCache::blocks_alive(), blocks_at_start_) << "the cancelled requests' blocks";
   expect_same_tokens(alone, got[0], tol, c.name + " kept request");
   EXPECT_EQ(got[1].finish_reason, "cancelled");
   EXPECT_LT(got[1].tokens.size(), 100u);
@@ -233,9 +245,9 @@ TEST_P(EngineBatch, CancelledRequestsLeaveTheOthersAlone) {
   EXPECT_TRUE(got[2].tokens.empty());
 }
 
-// A KV budget that holds one sequence of 512 positions and two of 256 (the caches grow by
-// doubling from 256): four requests that grow past 256 positions cannot all keep their states,
-// so the latest ones are preempted and recomputed, and still get their lone tokens.
+// A KV budget that holds one sequence of 512 positions and two of 256: four requests that grow past
+// 256 positions cannot all keep their states, so the latest ones are preempted and recomputed, and
+// still get their lone tokens.
 TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
   const FixtureCase& c = GetParam();
   if (c.model_type != "qwen3" && c.model_type != "qwen3_5") GTEST_SKIP() << "one per family";
@@ -270,6 +282,54 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
   EXPECT_GT(engine.preemptions(), 0u);
   for (size_t i = 0; i < requests.size(); ++i)
     expect_same_tokens(alone[i], got[i], tol, c.name + " request " + std::to_string(i));
+}
+
+// With the prompt cache on, requests with a common prefix reuse its KV: a request's prompt
+// state is cached when its prefill ends where states can be shared (paged caches, the CPU), and
+// the later ones hold its blocks while they run, each copying a block before writing where
+// another reads. Their tokens are their lone ones (run with no cache).
+TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
+  const FixtureCase& c = GetParam();
+  auto plain = make_engine(c);
+  const int64_t n_vocab = plain->info().n_vocab;
+  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  // 8 requests: the same 100-token prefix (not a multiple of a block), then 0-20 tokens of their
+  // own; request 0 is the prefix alone, so the others' tails begin within a shared block.
+  auto make = [&](int i) {
+    GenerationRequest r = request(c, 30, n_vocab);
+    r.prompt.resize(100, 7);
+    const GenerationRequest own = request(c, i, n_vocab);
+    for (int k = 0; k < (i * 3) % 21; ++k)
+      r.prompt.push_back(own.prompt[size_t(k) % own.prompt.size()]);
+    r.max_tokens = 4 + i % 5;
+    return r;
+  };
+  constexpr int kN = 8;
+  std::vector<GenerationResult> alone;
+  for (int i = 0; i < kN; ++i) alone.push_back(plain->generate(make(i)));
+  plain.reset();
+
+  LoadOptions load;
+  EngineOptions o;
+  o.model_dir = c.dir;
+  o.cache_bytes = size_t(64) << 20;
+  o.prefill_chunk = 8;
+  o.max_step_tokens = 24;
+  Engine shared(load_model(c.dir, load), nullptr, ModelConfig::load(c.dir), o);
+  // Half the requests at once, the other half when the first has its first token: none has
+  // finished, so the later ones reuse prompt states cached at the end of their prefill.
+  const auto got = run_staggered(shared, kN, make);
+  for (int i = 0; i < kN; ++i)
+    expect_same_tokens(alone[size_t(i)], got[size_t(i)], tol,
+                       c.name + " sharing, request " + std::to_string(i));
+  const PromptCacheStats stats = shared.cache_stats();
+  const bool shareable = load_model(c.dir)->new_sequence()->share() != nullptr;
+  if (shareable) {
+    EXPECT_GE(stats.hits, uint64_t(kN / 2)) << c.name;
+    EXPECT_GE(stats.reused_tokens, uint64_t(64 * kN / 2)) << c.name;
+  }
+  EXPECT_EQ(shareable, !c.model_type.starts_with("qwen3_5") && c.model_type != "qwen3_next")
+      << c.name << ": which states share";
 }
 
 #ifdef HEARTH_HAVE_CUDA

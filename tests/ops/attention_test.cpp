@@ -1,10 +1,12 @@
 // CPU attention (src/backend/cpu/attention.cpp) against a double-precision reference: prefill
 // tiles (AVX-512, head_dim a multiple of 16) and the per-token path alike, at GQA groups 1-16,
 // head dims 48 (the per-token path) 64 and 128, 1-33 new tokens after cached ones, a ring-addressed
-// cache that has wrapped, sliding windows and logit soft-capping.
+// cache that has wrapped, the same caches paged (blocks out of order, freed ones), sliding windows
+// and logit soft-capping.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -58,7 +60,40 @@ std::vector<double> reference(const Case& c, const std::vector<float>& q,
   return out;
 }
 
-void check(const Case& c, uint32_t seed) {
+// The ring's valid positions as a paged view: blocks of `block` positions in reverse order in one
+// arena, the layer second of two in each block (its keys at 2·block rows in, its values at
+// 3·block), blocks wholly before `first` absent from the table.
+struct PagedCopy {
+  std::vector<float> arena;
+  std::vector<std::byte*> table;
+  KvView view;
+};
+void page(PagedCopy& out, const std::vector<float>& k, const std::vector<float>& v, int64_t row,
+          int64_t capacity, int64_t first, int64_t end, int64_t block) {
+  const int64_t n_blocks = (end + block - 1) / block, block_floats = 4 * block * row;
+  out.arena.assign(size_t(n_blocks * block_floats), NAN);
+  out.table.assign(size_t(n_blocks), nullptr);
+  for (int64_t b = first / block; b < n_blocks; ++b)
+    out.table[size_t(b)] =
+        reinterpret_cast<std::byte*>(out.arena.data() + (n_blocks - 1 - b) * block_floats);
+  const int64_t row_bytes = row * int64_t(sizeof(float));
+  KvView& kv = out.view;
+  kv.first = first;
+  kv.end = end;
+  kv.blocks = out.table.data();
+  kv.block_size = block;
+  kv.row_bytes = row_bytes;
+  kv.k_offset = 2 * block * row_bytes;
+  kv.v_offset = 3 * block * row_bytes;
+  for (int64_t p = first; p < end; ++p) {
+    std::byte* at = out.table[size_t(p / block)] + (p % block) * row_bytes;
+    std::memcpy(at + kv.k_offset, k.data() + (p % capacity) * row, size_t(row_bytes));
+    std::memcpy(at + kv.v_offset, v.data() + (p % capacity) * row, size_t(row_bytes));
+  }
+}
+
+// block > 0: the cache is read through a paged view of blocks of that many positions.
+void check(const Case& c, uint32_t seed, int64_t block = 0) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int hd = c.head_dim;
@@ -74,6 +109,11 @@ void check(const Case& c, uint32_t seed) {
   const int64_t first = std::max<int64_t>(0, end - c.capacity);  // the ring keeps the latest
   KvView kv{Tensor(k.data(), DType::F32, {c.capacity, row}),
             Tensor(v.data(), DType::F32, {c.capacity, row}), c.capacity, first, end};
+  PagedCopy paged;
+  if (block > 0) {
+    page(paged, k, v, row, c.capacity, first, end, block);
+    kv = paged.view;
+  }
   AttentionParams p{c.n_head, c.n_head_kv, hd, 1.0f / std::sqrt(float(hd)), c.softcap, c.window};
   ThreadPool pool(3);
   cpu::attention(Tensor(out.data(), DType::F32, {c.n_new, int64_t(c.n_head) * hd}),
@@ -83,8 +123,8 @@ void check(const Case& c, uint32_t seed) {
   for (size_t i = 0; i < want.size(); ++i)
     ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::fabs(want[i])))
         << "heads " << c.n_head << "/" << c.n_head_kv << " hd " << hd << " new " << c.n_new
-        << " cached " << c.cached << " window " << c.window << " softcap " << c.softcap << " at "
-        << i;
+        << " cached " << c.cached << " window " << c.window << " softcap " << c.softcap << " block "
+        << block << " at " << i;
 }
 
 TEST(CpuAttention, MatchesDoublePrecisionReference) {
@@ -101,6 +141,17 @@ TEST(CpuAttention, WrappedRingWindowAndSoftcap) {
   check({8, 2, 64, 0, 33, 64, 9}, seed++);          // sliding window of 9
   check({4, 1, 128, 3, 17, 64, 0, 30.0f}, seed++);  // soft-capped scores
   check({6, 3, 64, 10, 5, 64, 4, 50.0f}, seed++);   // both, group 2 of 3 KV heads
+}
+
+TEST(CpuAttention, PagedCachesMatchTheReference) {
+  uint32_t seed = 200;
+  for (int64_t block : {1, 5, 16, 64}) {
+    check({8, 2, 64, 5, 1, 64}, seed++, block);             // decode
+    check({8, 2, 64, 5, 33, 64}, seed++, block);            // prefill tiles
+    check({8, 4, 48, 30, 7, 64}, seed++, block);            // the per-token path
+    check({8, 2, 64, 70, 21, 40}, seed++, block);           // early blocks freed
+    check({6, 3, 64, 10, 5, 64, 4, 50.0f}, seed++, block);  // window and soft-cap
+  }
 }
 
 }  // namespace

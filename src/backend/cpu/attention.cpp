@@ -106,15 +106,16 @@ void attend_unit(const Unit& u, const KvView& kv, const AttentionParams& p, int 
   if (n <= 0) return;
   scores.resize(size_t(n * group));
   // Pass 1: scores for every query head of the group, each K row read once.
-  const float* k_base = kv.k.as<const float>() + int64_t(u.kv_head) * hd;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* k = k_base + ((lo + i) % kv.capacity) * row;
-    for (int g = 0; g < group; ++g) {
-      float s = kn.dot(u.q + int64_t(g) * hd, k, hd) * p.scale;
-      if (p.softcap > 0.0f) s = std::tanh(s / p.softcap) * p.softcap;
-      scores[size_t(g * n + i)] = s;
-    }
-  }
+  const int64_t head = int64_t(u.kv_head) * hd;
+  kv.for_each_run(lo, n, [&](int64_t p0, int64_t count, std::byte* keys, std::byte*) {
+    const float* k = reinterpret_cast<const float*>(keys) + head;
+    for (int64_t i = p0 - lo, last = i + count; i < last; ++i, k += row)
+      for (int g = 0; g < group; ++g) {
+        float s = kn.dot(u.q + int64_t(g) * hd, k, hd) * p.scale;
+        if (p.softcap > 0.0f) s = std::tanh(s / p.softcap) * p.softcap;
+        scores[size_t(g * n + i)] = s;
+      }
+  });
   // Softmax per head.
   for (int g = 0; g < group; ++g) {
     float* s = scores.data() + g * n;
@@ -128,12 +129,12 @@ void attend_unit(const Unit& u, const KvView& kv, const AttentionParams& p, int 
     for (int64_t i = 0; i < n; ++i) s[i] *= inv_sum;
   }
   // Pass 2: weighted sum of V rows, each read once.
-  const float* v_base = kv.v.as<const float>() + int64_t(u.kv_head) * hd;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* v = v_base + ((lo + i) % kv.capacity) * row;
-    for (int g = 0; g < group; ++g)
-      kn.axpy(u.out + int64_t(g) * hd, v, scores[size_t(g * n + i)], hd);
-  }
+  kv.for_each_run(lo, n, [&](int64_t p0, int64_t count, std::byte*, std::byte* values) {
+    const float* v = reinterpret_cast<const float*>(values) + head;
+    for (int64_t i = p0 - lo, last = i + count; i < last; ++i, v += row)
+      for (int g = 0; g < group; ++g)
+        kn.axpy(u.out + int64_t(g) * hd, v, scores[size_t(g * n + i)], hd);
+  });
 }
 
 // Prefill tiles: up to 16 query rows (consecutive tokens × the query heads of one KV head)
@@ -185,7 +186,8 @@ __attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tens
                                                     const Tensor& q, const KvView& kv,
                                                     const int32_t* positions,
                                                     const AttentionParams& p, int group,
-                                                    std::vector<float>& buffer) {
+                                                    std::vector<float>& buffer,
+                                                    std::vector<const float*>& rows_of) {
   const int hd = p.head_dim, rows = tile.tokens * group;
   const int64_t kv_row = int64_t(p.n_head_kv) * hd;
   int64_t lo_r[kTileRows], hi_r[kTileRows];
@@ -210,18 +212,24 @@ __attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tens
   float* st = qt + hd * kTileRows;  // [n4][16]: scores, then probabilities
   for (int d = 0; d < hd; ++d)
     for (int r = 0; r < kTileRows; ++r) qt[d * kTileRows + r] = r < rows ? q_r[r][d] : 0.0f;
-  const float* k_base = kv.k.as<const float>() + int64_t(tile.kv_head) * hd;
-  const float* v_base = kv.v.as<const float>() + int64_t(tile.kv_head) * hd;
-  auto key_row = [&](const float* base, int64_t i) {
-    return base + ((lo + i) % kv.capacity) * kv_row;
-  };
+  // The tile's keys' and values' rows (this KV head's part), looked up once.
+  rows_of.resize(size_t(2 * n));
+  const float** key_rows = rows_of.data();
+  const float** value_rows = key_rows + n;
+  const int64_t head = int64_t(tile.kv_head) * hd;
+  kv.for_each_run(lo, n, [&](int64_t p0, int64_t count, std::byte* keys, std::byte* values) {
+    for (int64_t j = 0; j < count; ++j) {
+      key_rows[p0 - lo + j] = reinterpret_cast<const float*>(keys) + j * kv_row + head;
+      value_rows[p0 - lo + j] = reinterpret_cast<const float*>(values) + j * kv_row + head;
+    }
+  });
 
   // Scores, 8 keys at a time: 8 independent FMA chains keep both of a core's FMA pipes busy
   // (a missing key repeats the last one; its column is unused).
   constexpr int kKeys = 8;
   for (int64_t i = 0; i < n; i += kKeys) {
     const float* k[kKeys];
-    for (int j = 0; j < kKeys; ++j) k[j] = key_row(k_base, std::min(i + j, n - 1));
+    for (int j = 0; j < kKeys; ++j) k[j] = key_rows[std::min(i + j, n - 1)];
     __m512 acc[kKeys];
     for (int j = 0; j < kKeys; ++j) acc[j] = _mm512_setzero_ps();
     for (int d = 0; d < hd; ++d) {
@@ -245,7 +253,7 @@ __attribute__((target("avx512f"))) void attend_tile(const Tile& tile, const Tens
     __m512 acc[kTileRows];
     for (int r = 0; r < kTileRows; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; ++i) {
-      const __m512 v = _mm512_loadu_ps(key_row(v_base, i) + c);
+      const __m512 v = _mm512_loadu_ps(value_rows[i] + c);
       const float* pi = st + i * kTileRows;
       for (int r = 0; r < kTileRows; ++r)
         acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pi[r]), v, acc[r]);
@@ -287,9 +295,10 @@ void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32
     std::atomic<int64_t> next{0};
     pool.run([&](int, int) {
       thread_local std::vector<float> buffer;
+      thread_local std::vector<const float*> rows_of;
       for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_tiles;
            i = next.fetch_add(1, std::memory_order_relaxed))
-        attend_tile(tile_at(i), out, q, kv, positions, p, group, buffer);
+        attend_tile(tile_at(i), out, q, kv, positions, p, group, buffer, rows_of);
     });
     return;
   }

@@ -127,11 +127,11 @@ void softcap(const Tensor& x, float cap) {
 
 void kv_store(const KvView& kv, const Tensor& k, const Tensor& v, const int32_t* positions) {
   const int64_t row = k.numel() / k.dim(0);  // n_head_kv * head_dim
-  for (int64_t t = 0; t < k.dim(0); ++t) {
-    const int64_t slot = positions[t] % kv.capacity;
-    std::memcpy(kv.k.as<float>() + slot * row, k.as<const float>() + t * row, size_t(row) * 4);
-    std::memcpy(kv.v.as<float>() + slot * row, v.as<const float>() + t * row, size_t(row) * 4);
-  }
+  for (int64_t t = 0; t < k.dim(0); ++t)
+    kv.for_each_run(positions[t], 1, [&](int64_t, int64_t, std::byte* kr, std::byte* vr) {
+      std::memcpy(kr, k.as<const float>() + t * row, size_t(row) * 4);
+      std::memcpy(vr, v.as<const float>() + t * row, size_t(row) * 4);
+    });
 }
 
 }  // namespace hearth::cpu
