@@ -19,44 +19,41 @@ PromptCache::Acquired PromptCache::acquire(std::span<const int32_t> prompt, int6
   std::lock_guard lock(mu_);
   ++stats_.lookups;
   Acquired out;
+  // How far an entry's state can serve the prompt: the common prefix, or for a recurrent state
+  // the last checkpoint within it (the state itself where the prefix covers all of it).
+  auto reach = [&](const Entry& e) {
+    const int64_t common = std::min(common_prefix(e.tokens, prompt), max_reuse);
+    if (!e.state->needs_checkpoints() || common == int64_t(e.tokens.size())) return common;
+    int64_t at = 0;
+    for (int64_t c : e.checkpoints)
+      if (c <= common) at = std::max(at, c);
+    return at;
+  };
   auto best = entries_.end();
-  int64_t best_len = 0;
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    const int64_t len = std::min(common_prefix(it->tokens, prompt), max_reuse);
-    if (len > best_len) best_len = len, best = it;
-  }
+  int64_t target = 0;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (const int64_t n = reach(*it); n > target) target = n, best = it;
   if (best == entries_.end()) return out;
   // A state that can be shared stays cached for the next request: this one gets a copy that
-  // holds the same memory until it writes.
-  if (std::unique_ptr<SequenceState> shared = best->state->share()) {
-    if (!shared->truncate(best_len)) return out;  // a window that no longer reaches that far
+  // holds the same memory until it writes. Any other state is taken out.
+  std::unique_ptr<SequenceState> state = best->state->share();
+  std::vector<int64_t> checkpoints = best->checkpoints;
+  if (state) {
     entries_.splice(entries_.begin(), entries_, best);
-    ++stats_.hits;
-    stats_.reused_tokens += uint64_t(best_len);
-    out.n_reused = best_len;
-    for (int64_t c : best->checkpoints)
-      if (c <= best_len) out.checkpoints.push_back(c);
-    out.state = std::move(shared);
-    return out;
+  } else {
+    state = std::move(best->state);
+    bytes_ -= best->bytes;
+    entries_.erase(best);
   }
-  Entry entry = std::move(*best);
-  entries_.erase(best);
-  bytes_ -= entry.bytes;
-  // Go back to the common prefix; recurrent states only reach their checkpoints.
-  int64_t target = best_len;
-  bool ok = entry.state->truncate(target);
-  for (auto it = entry.checkpoints.rbegin(); !ok && it != entry.checkpoints.rend(); ++it) {
-    if (*it > best_len) continue;
-    target = *it;
-    ok = target > 0 && entry.state->truncate(target);
-  }
-  if (!ok || target <= 0) return out;  // unusable for this prompt: the state is dropped
+  // A sliding window may no longer reach that far: then nothing is reused (a state taken out is
+  // dropped).
+  if (!state->truncate(target)) return out;
   ++stats_.hits;
   stats_.reused_tokens += uint64_t(target);
   out.n_reused = target;
-  for (int64_t c : entry.checkpoints)
+  for (int64_t c : checkpoints)
     if (c <= target) out.checkpoints.push_back(c);
-  out.state = std::move(entry.state);
+  out.state = std::move(state);
   return out;
 }
 

@@ -77,8 +77,8 @@ class Qwen35Sequence final : public SequenceState {
     return bytes() - kv_.bytes() + kv_.bytes_after(n_more);
   }
 
-  // Shares the KV of a stack without linear-attention layers (Qwen3 MoE); a recurrent state is
-  // not shared (null): the prompt cache's snapshots serve those.
+  // Shares the KV blocks and the kept snapshots (never written after they are taken) and
+  // copies the current recurrent state. Null where the KV cannot be shared (CUDA rings).
   std::unique_ptr<SequenceState> share() const override;
 
   std::unique_ptr<RecurrentSnapshot> snapshot() const;
@@ -99,7 +99,7 @@ class Qwen35Sequence final : public SequenceState {
   const Tensor& recurrent_state(int lin) const { return rec_views_[size_t(lin)]; }
 
  private:
-  Qwen35Sequence(const Qwen35Sequence& attention_only, KvCache shared_kv);
+  Qwen35Sequence(const Qwen35Sequence& from, KvCache shared_kv);
   void reset_recurrent();
 
   Backend* backend_;
@@ -107,7 +107,7 @@ class Qwen35Sequence final : public SequenceState {
   std::vector<int> kv_index_, lin_index_;  // per layer, -1 when not of that kind
   std::vector<DeviceBuffer> conv_, rec_;
   std::vector<Tensor> conv_views_, rec_views_;
-  std::vector<std::unique_ptr<RecurrentSnapshot>> kept_;
+  std::vector<std::shared_ptr<const RecurrentSnapshot>> kept_;  // shared with share()'s copies
 };
 
 }  // namespace hearth

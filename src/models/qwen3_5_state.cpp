@@ -52,14 +52,23 @@ Qwen35Sequence::Qwen35Sequence(Backend& backend, const Qwen35Descriptor& d)
   reset_recurrent();
 }
 
-Qwen35Sequence::Qwen35Sequence(const Qwen35Sequence& attention_only, KvCache shared_kv)
-    : backend_(attention_only.backend_),
+Qwen35Sequence::Qwen35Sequence(const Qwen35Sequence& from, KvCache shared_kv)
+    : backend_(from.backend_),
       kv_(std::move(shared_kv)),
-      kv_index_(attention_only.kv_index_),
-      lin_index_(attention_only.lin_index_) {}
+      kv_index_(from.kv_index_),
+      lin_index_(from.lin_index_),
+      kept_(from.kept_) {
+  for (size_t i = 0; i < from.conv_.size(); ++i) {
+    conv_.push_back(copy_buffer(*backend_, from.conv_[i]));
+    rec_.push_back(copy_buffer(*backend_, from.rec_[i]));
+    conv_views_.push_back(from.conv_views_[i]);
+    conv_views_.back().data = conv_.back().data();
+    rec_views_.push_back(from.rec_views_[i]);
+    rec_views_.back().data = rec_.back().data();
+  }
+}
 
 std::unique_ptr<SequenceState> Qwen35Sequence::share() const {
-  if (!conv_.empty()) return nullptr;
   std::optional<KvCache> kv = kv_.share();
   if (!kv) return nullptr;
   return std::unique_ptr<SequenceState>(new Qwen35Sequence(*this, std::move(*kv)));
@@ -74,7 +83,7 @@ size_t Qwen35Sequence::bytes() const {
   size_t total = kv_.bytes();
   for (const auto& b : conv_) total += b.size();
   for (const auto& b : rec_) total += b.size();
-  for (const auto& s : kept_) total += s->bytes();
+  for (const auto& s : kept_) total += s->bytes() / size_t(s.use_count());
   return total;
 }
 

@@ -20,6 +20,7 @@ class FakeState : public SequenceState {
     return true;
   }
   void keep_checkpoint() override { cps_.push_back(n_); }
+  bool needs_checkpoints() const override { return recurrent_; }
   size_t bytes() const override { return size_t(n_) * bpt_; }
   size_t bytes_after(int64_t n_more) const override { return size_t(n_ + n_more) * bpt_; }
   std::vector<int64_t> cps_;
@@ -82,12 +83,35 @@ TEST(PromptCache, RecurrentStateFallsBackToACheckpoint) {
   EXPECT_EQ(hit.checkpoints, (std::vector<int64_t>{256}));
 }
 
-TEST(PromptCache, RecurrentStateWithoutUsableCheckpointIsDropped) {
+// A checkpoint within the common prefix decides, not the prefix's length: a recurrent entry
+// with none there is a miss and stays cached for prompts it can serve.
+TEST(PromptCache, RecurrentStateWithoutUsableCheckpointStaysCached) {
   PromptCache cache(1 << 20);
   cache.release(seq(0, 100), std::make_unique<FakeState>(100, true), {100});
   auto hit = cache.acquire(seq(0, 50), 49);
   EXPECT_FALSE(hit.state);
-  EXPECT_EQ(cache.stats().entries, 0u);
+  EXPECT_EQ(cache.stats().entries, 1u);
+  auto longer = seq(0, 120);
+  hit = cache.acquire(longer, 119);
+  ASSERT_TRUE(hit.state);
+  EXPECT_EQ(hit.n_reused, 100);
+}
+
+// Between entries, the one that serves the most positions wins: a recurrent state's last
+// checkpoint within the prefix, not its longest common prefix.
+TEST(PromptCache, RecurrentStateChosenByItsCheckpoints) {
+  PromptCache cache(1 << 20);
+  auto longer = seq(0, 150);
+  longer[130] = -1;
+  auto state = std::make_unique<FakeState>(150, true);
+  state->cps_ = {64};
+  cache.release(longer, std::move(state), {64});
+  cache.release(seq(0, 90), std::make_unique<FakeState>(90, true), {90});
+  ASSERT_EQ(cache.stats().entries, 2u);
+  auto prompt = seq(0, 140);
+  auto hit = cache.acquire(prompt, 139);
+  ASSERT_TRUE(hit.state);
+  EXPECT_EQ(hit.n_reused, 90);  // the longer entry shares 130 tokens but can only go back to 64
 }
 
 TEST(PromptCache, EvictsLeastRecentlyUsedOverTheCap) {
