@@ -2,7 +2,8 @@
 """Serving benchmark for any running hearth server (or any OpenAI-compatible one), in the manner
 of vLLM's benchmark_serving: at each concurrency level, that many clients send streamed
 /v1/completions requests back to back, each a prompt of random token ids and a fixed number of
-generated tokens (ignore_eos), until the level's requests are done. Prints per level: requests,
+generated tokens (ignore_eos), until the level's requests are done; --prefix-len puts the same
+random tokens before every prompt of a level (a shared system prompt). Prints per level: requests,
 failures, wall time, output tokens/s, requests/s, time to first token p50/p99 and inter-token
 latency p50/p99 (the gap between streamed chunks carrying text, per token when a chunk carries
 several).
@@ -63,7 +64,10 @@ def one_request(url, prompt, output_len, model, timeout):
 
 
 def run_level(args, concurrency, n_requests, rng):
-    prompts = [[rng.randrange(args.min_id, args.max_id) for _ in range(args.input_len)]
+    # With --prefix-len every prompt of the level starts with the same random tokens (a system
+    # prompt shared by many clients), then its own --input-len tokens.
+    prefix = [rng.randrange(args.min_id, args.max_id) for _ in range(args.prefix_len)]
+    prompts = [prefix + [rng.randrange(args.min_id, args.max_id) for _ in range(args.input_len)]
                for _ in range(n_requests)]
     lock = threading.Lock()
     next_i = [0]
@@ -110,6 +114,8 @@ def main():
     p.add_argument("--requests", type=int, default=0,
                    help="requests per level (default: 2 x the level, at least 4)")
     p.add_argument("--input-len", type=int, default=256, help="prompt tokens")
+    p.add_argument("--prefix-len", type=int, default=0,
+                   help="tokens every prompt of a level starts with (before its --input-len own)")
     p.add_argument("--output-len", type=int, default=128, help="generated tokens")
     p.add_argument("--min-id", type=int, default=100, help="prompt token ids are drawn from")
     p.add_argument("--max-id", type=int, default=1000, help="[min-id, max-id)")
@@ -117,14 +123,18 @@ def main():
     p.add_argument("--timeout", type=float, default=3600, help="seconds per request")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    if args.input_len < 1 or args.output_len < 1 or args.min_id >= args.max_id:
-        sys.exit("--input-len and --output-len must be >= 1, and --min-id < --max-id")
+    if (args.input_len < 1 or args.output_len < 1 or args.prefix_len < 0
+            or args.min_id >= args.max_id):
+        sys.exit("--input-len and --output-len must be >= 1, --prefix-len >= 0, "
+                 "and --min-id < --max-id")
     levels = [int(c) for c in args.concurrency.split(",")]
     if any(c < 1 for c in levels):
         sys.exit("--concurrency levels must be >= 1")
     rng = random.Random(args.seed)
     if not args.json:
-        print(f"{args.url}: prompts of {args.input_len} random tokens, {args.output_len} generated")
+        shared = f" after {args.prefix_len} shared" if args.prefix_len else ""
+        print(f"{args.url}: prompts of {args.input_len} random tokens{shared}, "
+              f"{args.output_len} generated")
         print("| clients | requests | failed | wall s | output tok/s | req/s | TTFT p50 ms | "
               "TTFT p99 ms | ITL p50 ms | ITL p99 ms |")
         print("|---|---|---|---|---|---|---|---|---|---|")
