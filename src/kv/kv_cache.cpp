@@ -93,6 +93,7 @@ void KvCache::claim_rows(Group& g, int64_t n_tokens) {
     g.blocks.push_back(std::make_shared<Block>(backend_->alloc(block_bytes(g)), 0));
     g.table.push_back(static_cast<std::byte*>(g.blocks.back()->memory.data()));
   }
+  if (n_tokens <= 0) return;  // nothing is written
   for (int64_t i = end_ / B; i < int64_t(needed); ++i) {
     std::shared_ptr<Block>& block = g.blocks[size_t(i)];
     const int64_t start = i * B;
