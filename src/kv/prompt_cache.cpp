@@ -15,10 +15,8 @@ int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 }
 }  // namespace
 
-PromptCache::Acquired PromptCache::acquire(std::span<const int32_t> prompt, int64_t max_reuse) {
-  std::lock_guard lock(mu_);
-  ++stats_.lookups;
-  Acquired out;
+std::pair<std::list<PromptCache::Entry>::iterator, int64_t> PromptCache::best_locked(
+    std::span<const int32_t> prompt, int64_t max_reuse) {
   // How far an entry's state can serve the prompt: the common prefix, or for a recurrent state
   // the last checkpoint within it (the state itself where the prefix covers all of it).
   auto reach = [&](const Entry& e) {
@@ -33,6 +31,19 @@ PromptCache::Acquired PromptCache::acquire(std::span<const int32_t> prompt, int6
   int64_t target = 0;
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
     if (const int64_t n = reach(*it); n > target) target = n, best = it;
+  return {best, target};
+}
+
+int64_t PromptCache::reusable(std::span<const int32_t> prompt, int64_t max_reuse) {
+  std::lock_guard lock(mu_);
+  return best_locked(prompt, max_reuse).second;
+}
+
+PromptCache::Acquired PromptCache::acquire(std::span<const int32_t> prompt, int64_t max_reuse) {
+  std::lock_guard lock(mu_);
+  ++stats_.lookups;
+  Acquired out;
+  const auto [best, target] = best_locked(prompt, max_reuse);
   if (best == entries_.end()) return out;
   // A state that can be shared stays cached for the next request: this one gets a copy that
   // holds the same memory until it writes. Any other state is taken out.

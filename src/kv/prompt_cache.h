@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "models/model.h"
@@ -38,10 +39,13 @@ class PromptCache {
     int64_t n_reused = 0;                  // == state->n_past()
     std::vector<int64_t> checkpoints;      // checkpoint positions still valid (<= n_reused)
   };
-  // Takes out (or shares) the entry sharing the longest common prefix with `prompt`, rolled back
-  // to at most `max_reuse` tokens (callers pass prompt.size() - 1: the last prompt token must be
-  // run to get logits). Entries that match nothing stay cached.
+  // Takes out (or shares) the entry that serves the most of `prompt`: its common prefix, or for
+  // a recurrent state the last checkpoint within it, at most `max_reuse` tokens (callers pass
+  // prompt.size() - 1: the last prompt token must be run to get logits). Entries that match
+  // nothing stay cached.
   Acquired acquire(std::span<const int32_t> prompt, int64_t max_reuse);
+  // The tokens acquire() would reuse for `prompt` now (nothing is taken or counted).
+  int64_t reusable(std::span<const int32_t> prompt, int64_t max_reuse);
   // Hands a state back; `tokens` are the tokens it holds (n_past() of them). Evicts LRU entries
   // over the cap; a state larger than the whole cap is dropped.
   void release(std::vector<int32_t> tokens, std::unique_ptr<SequenceState> state,
@@ -58,6 +62,9 @@ class PromptCache {
     size_t bytes = 0;
   };
   void evict_locked();
+  // The entry serving `prompt` best and how many of its tokens it serves (end(), 0: none).
+  std::pair<std::list<Entry>::iterator, int64_t> best_locked(std::span<const int32_t> prompt,
+                                                             int64_t max_reuse);
 
   size_t max_bytes_;
   mutable std::mutex mu_;

@@ -134,6 +134,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
       n_ctx_ = fit;
     }
   }
+  states_share_ = model_->new_sequence()->share() != nullptr;
   max_running_ = options_.max_running > 0 ? options_.max_running : default_max_running(cpu);
   max_step_tokens_ = options_.max_step_tokens > 0 ? options_.max_step_tokens
                      : cpu                        ? 128
@@ -285,14 +286,21 @@ bool Engine::admit() {
     }
     // New requests wait while a preempted one does (first come, first served), and while the
     // KV budget cannot hold their prompts next to the running ones.
+    // A request that will reuse a prefix another is still prefilling waits for it, keeping its
+    // place; the ones behind it go on.
     const size_t cancelled = admitted.size();
-    while (preempted_.empty() && !queue_.empty() &&
-           int64_t(running_.size() + admitted.size() - cancelled) < max_running_) {
-      const size_t need = state_bytes_for(int64_t(queue_.front().request.prompt.size()) + 1);
+    for (auto it = queue_.begin();
+         preempted_.empty() && it != queue_.end() &&
+         int64_t(running_.size() + admitted.size() - cancelled) < max_running_;) {
+      if (waits_for_prefix(it->request.prompt, admitted, cancelled)) {
+        ++it;
+        continue;
+      }
+      const size_t need = state_bytes_for(int64_t(it->request.prompt.size()) + 1);
       if (!(running_.empty() && admitted.size() == cancelled) && used + need > kv_budget_) break;
       used += need;
-      admitted.push_back(std::move(queue_.front()));
-      queue_.pop_front();
+      admitted.push_back(std::move(*it));
+      it = queue_.erase(it);
     }
   }
   const RunningRequest::Context context{*model_, tokenizer_.get(),
@@ -320,6 +328,26 @@ bool Engine::admit() {
     if (job.callbacks.on_done) job.callbacks.on_done(failed);
   }
   return true;
+}
+
+bool Engine::waits_for_prefix(std::span<const int32_t> prompt, const std::vector<Job>& admitted,
+                              size_t first_new) {
+  constexpr size_t kBlock = size_t(KvCache::kBlockPositions);
+  if (!states_share_ || options_.cache_bytes == 0 || prompt.size() <= kBlock) return false;
+  auto common = [&](std::span<const int32_t> other) {
+    const size_t n = std::min(prompt.size() - 1, other.size());
+    return int64_t(
+        std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), other.begin()).first -
+        prompt.begin());
+  };
+  int64_t longest = 0;
+  for (const auto& r : running_)
+    if (!r->done() && r->publishes_prompt()) longest = std::max(longest, common(r->prompt()));
+  for (size_t i = first_new; i < admitted.size(); ++i)
+    longest = std::max(longest, common(admitted[i].request.prompt));
+  if (longest < int64_t(kBlock)) return false;
+  const int64_t cached = cache_.reusable(prompt, int64_t(prompt.size()) - 1);
+  return longest >= cached + int64_t(kBlock);
 }
 
 void Engine::worker_loop() {

@@ -186,6 +186,12 @@ class Engine {
   // Admits preempted, then queued requests up to max_running and the KV budget; false when
   // stopping and nothing is left.
   bool admit();
+  // Whether a queued prompt waits for the prefill of a request that shares a block or more of
+  // it (running, or admitted in this round from admitted[first_new..]) beyond what the prompt
+  // cache holds: when that prefill ends its state is cached and shared, and this one skips the
+  // common prefix instead of computing it again.
+  bool waits_for_prefix(std::span<const int32_t> prompt, const std::vector<Job>& admitted,
+                        size_t first_new);
   // One step of the running requests (those it finishes are done() afterwards, those it
   // preempts have no state).
   void step();
@@ -203,6 +209,7 @@ class Engine {
   PromptCache cache_;
   int64_t max_running_ = 0, max_step_tokens_ = 0;
   size_t kv_budget_ = SIZE_MAX, state_fixed_bytes_ = 0;
+  bool states_share_ = false;  // SequenceState::share works for this model's states
   std::atomic<uint64_t> preemptions_{0};
   std::atomic<size_t> running_count_{0}, preempted_count_{0}, kv_bytes_in_use_{0};
   // The worker's: requests running (admission order), and preempted ones (arrival order).

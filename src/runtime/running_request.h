@@ -53,6 +53,9 @@ class RunningRequest {
   // of a request that has no token yet, `logits` (the last row's) give the first token, or
   // `picked` is that token where the backend picked it.
   bool prefilling() const { return prompt_pos_ < prefill_target_; }
+  std::span<const int32_t> prompt() const { return request_.prompt; }
+  // In its first prefill, whose end puts the prompt's state into the prompt cache.
+  bool publishes_prompt() const { return prefilling() && result_.tokens.empty(); }
   int64_t prompt_left() const { return prefill_target_ - prompt_pos_; }
   std::span<const int32_t> prompt_chunk(int64_t max) const;
   // Whether a chunk of n tokens needs its last row's logits.

@@ -287,8 +287,9 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
 // With the prompt cache on, requests with a common prefix reuse its state: a request's prompt
 // state is cached when its prefill ends where states can be shared (paged caches, the CPU), and
 // the later ones hold its KV blocks while they run, each copying a block before writing where
-// another reads (a hybrid's recurrent state is copied, its snapshots shared). Their tokens are
-// their lone ones (run with no cache).
+// another reads (a hybrid's recurrent state is copied, its snapshots shared); requests that
+// arrive together wait for the first one's prefill. Their tokens are their lone ones (run with
+// no cache).
 TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
   const FixtureCase& c = GetParam();
   auto plain = make_engine(c);
@@ -332,6 +333,19 @@ TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
   const uint64_t hits = kN / 2 - (state->needs_checkpoints() ? 1 : 0);
   EXPECT_GE(stats.hits, hits) << c.name;
   EXPECT_GE(stats.reused_tokens, 64 * hits) << c.name;
+
+  // All at once into an empty cache: the others wait for the first one's prefill rather than
+  // computing the prefix beside it, and then reuse it.
+  Engine burst(load_model(c.dir, load), nullptr, ModelConfig::load(c.dir), o);
+  Results results{static_cast<size_t>(kN)};
+  for (int i = 0; i < kN; ++i) burst.submit(make(i), results.callbacks(size_t(i)));
+  const auto& together = results.wait_all();
+  for (int i = 0; i < kN; ++i)
+    expect_same_tokens(alone[size_t(i)], together[size_t(i)], tol,
+                       c.name + " submitted together, request " + std::to_string(i));
+  const uint64_t waited = kN - 1 - (state->needs_checkpoints() ? 1 : 0);
+  EXPECT_GE(burst.cache_stats().hits, waited) << c.name;
+  EXPECT_GE(burst.cache_stats().reused_tokens, 64 * waited) << c.name;
 }
 
 #ifdef HEARTH_HAVE_CUDA
