@@ -134,7 +134,11 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
       n_ctx_ = fit;
     }
   }
-  states_share_ = model_->new_sequence()->share() != nullptr;
+  {
+    const auto probe = model_->new_sequence();
+    states_share_ = probe->share() != nullptr;
+    states_need_checkpoints_ = probe->needs_checkpoints();
+  }
   max_running_ = options_.max_running > 0 ? options_.max_running : default_max_running(cpu);
   max_step_tokens_ = options_.max_step_tokens > 0 ? options_.max_step_tokens
                      : cpu                        ? 128
@@ -334,11 +338,16 @@ bool Engine::waits_for_prefix(std::span<const int32_t> prompt, const std::vector
                               size_t first_new) {
   constexpr size_t kBlock = size_t(KvCache::kBlockPositions);
   if (!states_share_ || options_.cache_bytes == 0 || prompt.size() <= kBlock) return false;
+  // What the other prompt's cached state will serve of this one: the common prefix, or for a
+  // recurrent state the checkpoint its prefill keeps within it (chunk boundaries, its end).
+  const int64_t interval = std::max<int64_t>(options_.checkpoint_interval, 1);
   auto common = [&](std::span<const int32_t> other) {
     const size_t n = std::min(prompt.size() - 1, other.size());
-    return int64_t(
-        std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), other.begin()).first -
-        prompt.begin());
+    const auto shared =
+        int64_t(std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), other.begin()).first -
+                prompt.begin());
+    if (!states_need_checkpoints_ || shared == int64_t(other.size())) return shared;
+    return shared / interval * interval;
   };
   int64_t longest = 0;
   for (const auto& r : running_)
