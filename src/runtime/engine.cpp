@@ -134,11 +134,6 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
       n_ctx_ = fit;
     }
   }
-  {
-    const auto probe = model_->new_sequence();
-    states_share_ = probe->share() != nullptr;
-    states_need_checkpoints_ = probe->needs_checkpoints();
-  }
   max_running_ = options_.max_running > 0 ? options_.max_running : default_max_running(cpu);
   max_step_tokens_ = options_.max_step_tokens > 0 ? options_.max_step_tokens
                      : cpu                        ? 128
@@ -337,7 +332,12 @@ bool Engine::admit() {
 bool Engine::waits_for_prefix(std::span<const int32_t> prompt, const std::vector<Job>& admitted,
                               size_t first_new) {
   constexpr size_t kBlock = size_t(KvCache::kBlockPositions);
-  if (!states_share_ || options_.cache_bytes == 0 || prompt.size() <= kBlock) return false;
+  if (options_.cache_bytes == 0 || prompt.size() <= kBlock) return false;
+  if (!state_traits_) {  // asked of a fresh state, once
+    const auto probe = model_->new_sequence();
+    state_traits_ = StateTraits{probe->share() != nullptr, probe->needs_checkpoints()};
+  }
+  if (!state_traits_->share) return false;
   // What the other prompt's cached state will serve of this one: the common prefix, or for a
   // recurrent state the checkpoint its prefill keeps within it (chunk boundaries, its end).
   const int64_t interval = std::max<int64_t>(options_.checkpoint_interval, 1);
@@ -346,7 +346,7 @@ bool Engine::waits_for_prefix(std::span<const int32_t> prompt, const std::vector
     const auto shared =
         int64_t(std::mismatch(prompt.begin(), prompt.begin() + ptrdiff_t(n), other.begin()).first -
                 prompt.begin());
-    if (!states_need_checkpoints_ || shared == int64_t(other.size())) return shared;
+    if (!state_traits_->need_checkpoints || shared == int64_t(other.size())) return shared;
     return shared / interval * interval;
   };
   int64_t longest = 0;

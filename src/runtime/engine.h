@@ -209,8 +209,13 @@ class Engine {
   PromptCache cache_;
   int64_t max_running_ = 0, max_step_tokens_ = 0;
   size_t kv_budget_ = SIZE_MAX, state_fixed_bytes_ = 0;
-  bool states_share_ = false;             // SequenceState::share works for this model's states
-  bool states_need_checkpoints_ = false;  // and they only go back to checkpoints (recurrent)
+  // Of this model's states: whether SequenceState::share works, and whether they only go back
+  // to checkpoints (recurrent). Asked of a fresh state when first needed.
+  struct StateTraits {
+    bool share = false;
+    bool need_checkpoints = false;
+  };
+  std::optional<StateTraits> state_traits_;
   std::atomic<uint64_t> preemptions_{0};
   std::atomic<size_t> running_count_{0}, preempted_count_{0}, kv_bytes_in_use_{0};
   // The worker's: requests running (admission order), and preempted ones (arrival order).
