@@ -87,6 +87,11 @@ int64_t KvCache::capacity_for(const Ring& ring, int64_t n_tokens) const {
   return capacity;
 }
 
+bool KvCache::writes_shared_rows(const std::shared_ptr<Block>& block, int64_t index) const {
+  const int64_t start = index * B;
+  return std::max(end_, start) - start < block->filled && block.use_count() > 1;
+}
+
 void KvCache::claim_rows(Group& g, int64_t n_tokens) {
   const size_t needed = size_t(blocks_for(end_ + n_tokens));
   while (g.blocks.size() < needed) {
@@ -98,7 +103,7 @@ void KvCache::claim_rows(Group& g, int64_t n_tokens) {
     std::shared_ptr<Block>& block = g.blocks[size_t(i)];
     const int64_t start = i * B;
     const int64_t from = std::max(end_, start) - start, to = std::min(end_ + n_tokens - start, B);
-    if (from < block->filled && block.use_count() > 1) {
+    if (writes_shared_rows(block, i)) {
       // Another holder may read these rows: write into a copy of the block.
       auto copy = std::make_shared<Block>(backend_->alloc(block_bytes(g)), from);
       const int64_t rows = int64_t(block_bytes(g) / row_bytes_);
@@ -200,7 +205,7 @@ size_t KvCache::bytes_after(int64_t n_more) const {
          n_more > 0 && i < std::min<int64_t>(blocks_for(end_ + n_more), int64_t(g.blocks.size()));
          ++i) {
       const auto& block = g.blocks[size_t(i)];
-      if (std::max(end_, i * B) - i * B < block->filled && block.use_count() > 1) ++added;
+      if (writes_shared_rows(block, i)) ++added;
     }
     total += size_t(added) * block_bytes(g);
   }

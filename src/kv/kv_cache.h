@@ -97,6 +97,9 @@ class KvCache {
   // Gives the group's blocks that positions [end, end + n_tokens) fall in to this cache alone
   // (copies of shared blocks another holder may read there) and claims those rows.
   void claim_rows(Group& g, int64_t n_tokens);
+  // Whether writing block `index` from the end on would write rows another holder may read (it
+  // is then copied first).
+  bool writes_shared_rows(const std::shared_ptr<Block>& block, int64_t index) const;
   void grow(Ring& ring, int64_t capacity);
   // The capacity `ring` needs to hold a batch of n_tokens after the stored positions.
   int64_t capacity_for(const Ring& ring, int64_t n_tokens) const;
