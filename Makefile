@@ -36,13 +36,21 @@ asan-build: deps
 	  -DHEARTH_CUDA=OFF
 	cmake --build build-asan -j $(JOBS) --target test_unit test_ops fuzz_all
 
-# Tests that code whole models with the trellis Viterbi encoder take minutes at -O1 under the
-# sanitizers; the release suite (make test's first part) runs them.
-ASAN_SLOW_TESTS = QuantizeTrellis.LlamaEndToEndWithAndWithoutRotation
+# Tests that run the trellis Viterbi encoder over whole models or many large blocks take minutes
+# at -O1 under the sanitizers (together over four of CI's thirty); the release suite (make test's
+# first part) runs them, and smaller trellis tests keep the encoder under the sanitizers.
+ASAN_SLOW_TESTS = QuantizeTrellis.LlamaEndToEndWithAndWithoutRotation \
+  QuantizeMoe.TrellisStacksLoadAsExpertsWithTheirOwnCodes TrellisEncoder.GaussianMseNearQtip \
+  TrellisLdlq.IdentityHessianGivesPlainViterbi \
+  TrellisLdlq.LowerProxyLossThanPlainViterbiOnCorrelatedHessian
+colon := :
+empty :=
+space := $(empty) $(empty)
+ASAN_SLOW_FILTER = $(subst $(space),$(colon),$(strip $(ASAN_SLOW_TESTS)))
 
 asan: asan-build
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_unit \
-	  --gtest_filter=-$(ASAN_SLOW_TESTS)
+	  --gtest_filter=-$(ASAN_SLOW_FILTER)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/test_ops
 	scripts/fetch-test-assets.sh
 	scripts/run-fuzz.sh build-asan $(FUZZ_SECONDS)
