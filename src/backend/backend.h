@@ -20,9 +20,10 @@ enum class Activation : uint8_t { Silu, GeluTanh, Gelu };
 // One layer's cached keys and values; valid positions are [first, end). Two layouts:
 // - paged (blocks != nullptr): position p's key row lives in block blocks[p / block_size] at
 //   byte k_offset + (p % block_size) * row_bytes, its value row at v_offset + the same; a block
-//   table entry below first's block may be null (freed). Backends whose paged_kv() is true get
-//   these from KvCache.
-// - a ring (blocks == nullptr): position p lives in row p % capacity of k and v.
+//   table entry below first's block may be null (freed). KvCache's views are these; the CUDA
+//   backend reads only these.
+// - a ring (blocks == nullptr): position p lives in row p % capacity of k and v. The CPU ops
+//   read it too, so their tests can lay out a cache by hand.
 struct KvView {
   Tensor k;              // ring: [capacity, n_head_kv * head_dim], the backend's activation dtype
   Tensor v;              // ring: [capacity, n_head_kv * head_dim]
@@ -120,9 +121,6 @@ class Backend {
                         float weight_offset) = 0;
   // In place on x [n_tokens, n_heads, head_dim]: rotates the first rotary_dim of every head.
   virtual void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope) = 0;
-  // Whether the KV ops (kv_store, attention, the fused and _rows forms) read paged KvViews;
-  // KvCache lays its caches out as rings for the others.
-  virtual bool paged_kv() const { return false; }
   // Writes k, v [n_tokens, n_head_kv, head_dim] into the cache slots of their positions.
   virtual void kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
                         const int32_t* positions) = 0;

@@ -9,6 +9,13 @@
 
 namespace hearth {
 
+// A device ran out of memory: what was asked may fit once other work gives memory back (the
+// engine preempts requests rather than failing them).
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws hearth::Error with a fmt-formatted message.
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

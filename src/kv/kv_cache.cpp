@@ -21,14 +21,8 @@ int64_t KvCache::blocks_alive() { return g_blocks_alive.load(std::memory_order_r
 
 KvCache::KvCache(Backend& backend, std::vector<int> windows, int n_head_kv, int head_dim)
     : backend_(&backend),
-      paged_(backend.paged_kv()),
       row_elems_(int64_t(n_head_kv) * head_dim),
       row_bytes_(size_t(row_elems_) * dtype_size(backend.activation_dtype())) {
-  if (!paged_) {
-    rings_.resize(windows.size());
-    for (size_t i = 0; i < windows.size(); ++i) rings_[i].window = windows[i];
-    return;
-  }
   for (int window : windows) {
     auto g = std::find_if(groups_.begin(), groups_.end(),
                           [&](const Group& x) { return x.window == window; });
@@ -41,12 +35,7 @@ KvCache::KvCache(Backend& backend, std::vector<int> windows, int n_head_kv, int 
   }
 }
 
-int64_t KvCache::positions_held(int64_t n, bool paged) {
-  if (paged) return blocks_for(n) * B;
-  int64_t capacity = 256;
-  while (capacity < n) capacity *= 2;
-  return capacity;
-}
+int64_t KvCache::positions_held(int64_t n) { return blocks_for(n) * B; }
 
 int64_t KvCache::keep_from(int window) const {
   return window > 0 ? std::max<int64_t>(0, end_ - (window - 1) - max_batch_) : 0;
@@ -54,37 +43,6 @@ int64_t KvCache::keep_from(int window) const {
 
 size_t KvCache::block_bytes(const Group& g) const {
   return size_t(2 * g.n_layers) * size_t(B) * row_bytes_;
-}
-
-void KvCache::grow(Ring& ring, int64_t capacity) {
-  const DType dtype = backend_->activation_dtype();
-  DeviceBuffer k = backend_->alloc(size_t(capacity) * row_bytes_);
-  DeviceBuffer v = backend_->alloc(size_t(capacity) * row_bytes_);
-  // Re-lay the valid positions into their slots of the larger ring, in contiguous runs.
-  for (int64_t p = ring.first; p < end_;) {
-    const int64_t from = p % ring.capacity, to = p % capacity;
-    const int64_t run = std::min({end_ - p, ring.capacity - from, capacity - to});
-    auto rows = [&](const DeviceBuffer& b, int64_t slot) {
-      return Tensor(static_cast<char*>(b.data()) + size_t(slot) * row_bytes_, dtype,
-                    {run, row_elems_}, b.device());
-    };
-    backend_->copy(rows(k, to), rows(ring.k, from));
-    backend_->copy(rows(v, to), rows(ring.v, from));
-    p += run;
-  }
-  ring.k = std::move(k);
-  ring.v = std::move(v);
-  ring.capacity = capacity;
-}
-
-int64_t KvCache::capacity_for(const Ring& ring, int64_t n_tokens) const {
-  int64_t needed = end_ + n_tokens;
-  if (ring.window > 0) needed = std::min<int64_t>(needed, ring.window - 1 + n_tokens);
-  if (needed <= ring.capacity) return ring.capacity;
-  int64_t capacity = std::max<int64_t>(256, ring.capacity);
-  while (capacity < needed) capacity *= 2;
-  if (ring.window > 0) capacity = std::max<int64_t>(needed, std::min(capacity, end_ + n_tokens));
-  return capacity;
 }
 
 bool KvCache::writes_shared_rows(const std::shared_ptr<Block>& block, int64_t index) const {
@@ -119,10 +77,6 @@ void KvCache::claim_rows(Group& g, int64_t n_tokens) {
 }
 
 void KvCache::reserve_batch(int64_t n_tokens) {
-  for (auto& ring : rings_) {
-    const int64_t capacity = capacity_for(ring, n_tokens);
-    if (capacity != ring.capacity) grow(ring, capacity);
-  }
   for (auto& g : groups_) claim_rows(g, n_tokens);
   pending_ = n_tokens;
 }
@@ -131,7 +85,6 @@ void KvCache::commit_batch() {
   end_ += pending_;
   max_batch_ = std::max(max_batch_, pending_);
   pending_ = 0;
-  for (auto& ring : rings_) ring.first = std::max<int64_t>(ring.first, end_ - ring.capacity);
   for (auto& g : groups_) {
     // Blocks wholly before what the window must keep are freed.
     const int64_t keep = keep_from(g.window);
@@ -150,8 +103,6 @@ bool KvCache::truncate(int64_t n) {
   auto reaches = [n](int window, int64_t first) {
     return window <= 0 || std::max<int64_t>(0, n - window + 1) >= first;
   };
-  for (const auto& ring : rings_)
-    if (!reaches(ring.window, ring.first)) return false;
   for (const auto& g : groups_)
     if (!reaches(g.window, g.first)) return false;
   end_ = n;
@@ -162,15 +113,6 @@ bool KvCache::truncate(int64_t n) {
 KvView KvCache::view(int layer_index) const {
   KvView kv;
   kv.end = end_ + pending_;
-  if (!paged_) {
-    const Ring& ring = rings_[size_t(layer_index)];
-    const int64_t cap = ring.capacity;
-    kv.k = ring.k.view(backend_->activation_dtype(), {cap, row_elems_});
-    kv.v = ring.v.view(backend_->activation_dtype(), {cap, row_elems_});
-    kv.capacity = cap;
-    kv.first = ring.first;
-    return kv;
-  }
   const Place place = places_[size_t(layer_index)];
   const Group& g = groups_[size_t(place.group)];
   kv.first = g.first;
@@ -182,10 +124,8 @@ KvView KvCache::view(int layer_index) const {
   return kv;
 }
 
-std::optional<KvCache> KvCache::share() const {
-  if (!paged_) return std::nullopt;
+KvCache KvCache::share() const {
   KvCache copy(*backend_, {}, 1, 1);
-  copy.paged_ = true;
   copy.groups_ = groups_;  // the same blocks, one more holder each
   copy.places_ = places_;
   copy.row_elems_ = row_elems_;
@@ -197,7 +137,6 @@ std::optional<KvCache> KvCache::share() const {
 
 size_t KvCache::bytes_after(int64_t n_more) const {
   size_t total = 0;
-  for (const auto& ring : rings_) total += 2 * size_t(capacity_for(ring, n_more)) * row_bytes_;
   for (const auto& g : groups_) {
     // Blocks to add, and shared ones the batch writes into that are copied first.
     int64_t added = std::max<int64_t>(0, blocks_for(end_ + n_more) - int64_t(g.blocks.size()));
@@ -214,7 +153,6 @@ size_t KvCache::bytes_after(int64_t n_more) const {
 
 size_t KvCache::bytes() const {
   size_t total = 0;
-  for (const auto& ring : rings_) total += ring.k.size() + ring.v.size();
   for (const auto& g : groups_)
     for (const auto& block : g.blocks)
       if (block) total += block_bytes(g) / size_t(block.use_count());

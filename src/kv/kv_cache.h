@@ -1,27 +1,21 @@
 // KvCache: one sequence's attention keys and values, per layer, in the backend's memory and
 // activation dtype. Valid positions of every layer are [first, end); end is the same for all.
 //
-// On a backend that reads paged views (Backend::paged_kv) the cache is a table of fixed-size
-// blocks of kBlockPositions positions: nothing is copied as a sequence grows, and memory follows
-// the positions held to within a block. Layers with the same sliding window form a group with
-// one table; a block holds its positions for every layer of the group (each layer's keys, then
-// its values). A sliding-window group frees the blocks no query can reach any more.
+// The cache is a table of fixed-size blocks of kBlockPositions positions in the backend's
+// memory: nothing is copied as a sequence grows, and memory follows the positions held to within
+// a block. Layers with the same sliding window form a group with one table; a block holds its
+// positions for every layer of the group (each layer's keys, then its values). A sliding-window
+// group frees the blocks no query can reach any more: it keeps window - 1 + the largest batch so
+// far behind the end, so a batch never overwrites a key one of its own queries needs, and a
+// rollback of up to one batch (speculative decoding) always succeeds.
 //
-// Elsewhere each layer is a ring: full-attention layers grow by doubling (256-position minimum)
-// and keep every position; sliding-window layers keep only what a window can still see.
-//
-// A paged cache can be shared (share()): the copy holds the same blocks, and whichever cache
-// then writes a position another holder of that block may read copies the block first (copy on
+// A cache can be shared (share()): the copy holds the same blocks, and whichever cache then
+// writes a position another holder of that block may read copies the block first (copy on
 // write), so prompts with a common prefix hold its blocks once.
-//
-// Either way a sliding-window layer keeps window - 1 + the largest batch so far behind the end,
-// so a batch never overwrites a key one of its own queries needs, and a rollback of up to one
-// batch (speculative decoding) always succeeds.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -47,20 +41,19 @@ class KvCache {
   // query at n without keys it needs is refused by returning false.
   bool truncate(int64_t n);
   KvView view(int layer) const;
-  // A cache holding the same positions in the same blocks (paged caches only; nullopt for rings).
-  std::optional<KvCache> share() const;
+  // A cache holding the same positions in the same blocks.
+  KvCache share() const;
   // The memory held: a block shared with others counts for its share.
   size_t bytes() const;
   // bytes() once n_more more positions are stored (the memory's growth included).
   size_t bytes_after(int64_t n_more) const;
   // The positions of one full-attention layer a cache holding n positions has memory for.
-  static int64_t positions_held(int64_t n, bool paged);
-  // Blocks of paged caches alive in the process (tests check that finished, cancelled and
-  // evicted sequences give theirs back).
+  static int64_t positions_held(int64_t n);
+  // Blocks of caches alive in the process (tests check that finished, cancelled and evicted
+  // sequences give theirs back).
   static int64_t blocks_alive();
 
  private:
-  // Paged layout: layers with one window share a block table.
   struct Block {
     Block(DeviceBuffer memory_, int64_t filled_);
     ~Block();
@@ -83,14 +76,6 @@ class KvCache {
     int group = 0;
     int index = 0;  // the layer's place among its group's
   };
-  // Ring layout: one growing buffer per layer and per keys/values.
-  struct Ring {
-    DeviceBuffer k, v;
-    int64_t capacity = 0;
-    int64_t first = 0;
-    int window = 0;
-  };
-
   // The first position a sliding window of `window` must keep once `end` positions are stored.
   int64_t keep_from(int window) const;
   size_t block_bytes(const Group& g) const;
@@ -100,15 +85,10 @@ class KvCache {
   // Whether writing block `index` from the end on would write rows another holder may read (it
   // is then copied first).
   bool writes_shared_rows(const std::shared_ptr<Block>& block, int64_t index) const;
-  void grow(Ring& ring, int64_t capacity);
-  // The capacity `ring` needs to hold a batch of n_tokens after the stored positions.
-  int64_t capacity_for(const Ring& ring, int64_t n_tokens) const;
 
   Backend* backend_;
-  bool paged_;
   std::vector<Group> groups_;
-  std::vector<Place> places_;  // per layer (paged)
-  std::vector<Ring> rings_;    // per layer (ring)
+  std::vector<Place> places_;  // per layer
   int64_t row_elems_;          // n_head_kv * head_dim
   size_t row_bytes_;
   int64_t end_ = 0;

@@ -95,6 +95,12 @@ void PromptCache::release(std::vector<int32_t> tokens, std::unique_ptr<SequenceS
   evict_locked();
 }
 
+void PromptCache::set_max_bytes(size_t max_bytes) {
+  std::lock_guard lock(mu_);
+  max_bytes_ = max_bytes;
+  evict_locked();
+}
+
 void PromptCache::evict_locked() {
   while (bytes_ > max_bytes_ && !entries_.empty()) {
     bytes_ -= entries_.back().bytes;

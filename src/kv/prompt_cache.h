@@ -53,6 +53,8 @@ class PromptCache {
   void clear();
   PromptCacheStats stats() const;
   size_t max_bytes() const { return max_bytes_; }
+  // Lowers (or raises) the cap, evicting entries over it.
+  void set_max_bytes(size_t max_bytes);
 
  private:
   struct Entry {

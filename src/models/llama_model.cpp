@@ -30,9 +30,7 @@ class LlamaSequence final : public SequenceState {
   size_t bytes() const override { return kv.bytes(); }
   size_t bytes_after(int64_t n_more) const override { return kv.bytes_after(n_more); }
   std::unique_ptr<SequenceState> share() const override {
-    std::optional<KvCache> shared = kv.share();
-    if (!shared) return nullptr;
-    return std::unique_ptr<SequenceState>(new LlamaSequence(std::move(*shared), rope_max_seq));
+    return std::unique_ptr<SequenceState>(new LlamaSequence(kv.share(), rope_max_seq));
   }
 
   KvCache kv;

@@ -69,9 +69,7 @@ Qwen35Sequence::Qwen35Sequence(const Qwen35Sequence& from, KvCache shared_kv)
 }
 
 std::unique_ptr<SequenceState> Qwen35Sequence::share() const {
-  std::optional<KvCache> kv = kv_.share();
-  if (!kv) return nullptr;
-  return std::unique_ptr<SequenceState>(new Qwen35Sequence(*this, std::move(*kv)));
+  return std::unique_ptr<SequenceState>(new Qwen35Sequence(*this, kv_.share()));
 }
 
 void Qwen35Sequence::reset_recurrent() {

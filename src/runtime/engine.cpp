@@ -109,13 +109,16 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
     fail("--max-batch-tokens must be >= 0, got {}", options_.max_step_tokens);
   const bool cpu = model_->device() == Device::CPU;
   // The KV budget: what the running requests' states may hold together. By default half the
-  // memory the CPU has free, or 80 % of a GPU's free memory after the weights (the rest is the
-  // step's activations and the prompt cache's room); unlimited where the backend cannot say.
+  // memory the CPU has free, or 80 % of a GPU's free memory after the weights; unlimited where
+  // the backend cannot say. On a GPU the prompt cache's states are device memory too: it gets
+  // at most a tenth, which leaves a tenth for the steps' activations and workspaces.
+  const size_t free = model_->memory_available();
   if (options_.kv_budget_bytes > 0) {
     kv_budget_ = options_.kv_budget_bytes;
-  } else if (const size_t free = model_->memory_available(); free > 0) {
+  } else if (free > 0) {
     kv_budget_ = size_t(double(free) * (cpu ? 0.5 : 0.8));
   }
+  if (!cpu && free > 0 && options_.cache_bytes > free / 10) cache_.set_max_bytes(free / 10);
   // A request must fit alone: the context is at most what the budget holds for one sequence.
   if (kv_budget_ < SIZE_MAX) {
     state_fixed_bytes_ = model_->new_sequence()->bytes();  // the recurrent state, if any
@@ -233,8 +236,8 @@ bool Engine::requests_waiting() const {
 int64_t default_max_running(bool on_cpu) { return on_cpu ? 16 : 256; }
 
 size_t Engine::state_bytes_for(int64_t n_tokens) const {
-  // Paged caches hold whole blocks; the CUDA backend's rings grow by doubling (kv_cache.h).
-  const int64_t held = KvCache::positions_held(n_tokens, /*paged=*/model_->device() == Device::CPU);
+  // Caches hold whole blocks (kv_cache.h).
+  const int64_t held = KvCache::positions_held(n_tokens);
   const double bytes =
       double(state_fixed_bytes_) + double(held) * double(model_->info().kv_bytes_per_token);
   return bytes >= double(SIZE_MAX) ? SIZE_MAX : size_t(bytes);
@@ -377,6 +380,21 @@ void Engine::worker_loop() {
   }
 }
 
+void Engine::give_way_to_memory(const std::vector<RunningRequest*>& ran, const std::string& what) {
+  if (ran.size() == 1) return ran[0]->finish("error", what);
+  const size_t was = kv_budget_;
+  kv_budget_ = std::max(state_bytes_for(256), bytes_in_use() / 10 * 9);
+  log(LogLevel::Warn,
+      "{}: the KV budget goes from {:.1f} to {:.1f} MiB and the step's {} requests recompute "
+      "later",
+      what, double(was) / (1 << 20), double(kv_budget_) / (1 << 20), ran.size());
+  for (RunningRequest* r : ran) {
+    if (r->done() || !r->has_state()) continue;
+    r->preempt();
+    preemptions_.fetch_add(1);
+  }
+}
+
 void Engine::step() {
   for (const auto& r : running_)
     if (!r->done() && r->cancel_requested()) r->finish("cancelled");
@@ -489,6 +507,11 @@ void Engine::step() {
   }
   try {
     model_->forward_batch(items);
+  } catch (const OutOfMemory& e) {
+    std::vector<RunningRequest*> ran;
+    for (const Part& p : plan) ran.push_back(p.r);
+    give_way_to_memory(ran, e.what());
+    return;
   } catch (const std::exception& e) {
     for (const Part& p : plan) p.r->finish("error", e.what());
     return;

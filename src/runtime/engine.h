@@ -199,6 +199,12 @@ class Engine {
   // An upper bound of a sequence state's bytes once it holds n_tokens positions.
   size_t state_bytes_for(int64_t n_tokens) const;
   size_t bytes_in_use() const;
+  // The device ran out of memory in a step that `ran` these requests (more went to activations,
+  // workspaces or other processes than the budget foresaw). The step may have run in part, and
+  // a recurrent state it updated cannot be trusted, so they are preempted (they recompute when
+  // there is room, as under the budget) rather than failed, and the budget shrinks to nine
+  // tenths of what the states hold. A request that ran alone fails with the error.
+  void give_way_to_memory(const std::vector<RunningRequest*>& ran, const std::string& what);
 
   std::unique_ptr<Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
@@ -208,7 +214,8 @@ class Engine {
   int64_t n_ctx_ = 0;
   PromptCache cache_;
   int64_t max_running_ = 0, max_step_tokens_ = 0;
-  size_t kv_budget_ = SIZE_MAX, state_fixed_bytes_ = 0;
+  std::atomic<size_t> kv_budget_ = SIZE_MAX;  // lowered by give_way_to_memory
+  size_t state_fixed_bytes_ = 0;
   // Of this model's states: whether SequenceState::share works, and whether they only go back
   // to checkpoints (recurrent). Asked of a fresh state when first needed.
   struct StateTraits {

@@ -75,7 +75,6 @@ class HessianCaptureBackend final : public Backend {
   std::string name() const override { return inner_->name(); }
   Device device() const override { return inner_->device(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
-  bool paged_kv() const override { return inner_->paged_kv(); }
   DeviceBuffer alloc(size_t bytes) override { return inner_->alloc(bytes); }
   Tensor prepare_weight(const Tensor& host) override { return inner_->prepare_weight(host); }
   void copy(const Tensor& dst, const Tensor& src) override;

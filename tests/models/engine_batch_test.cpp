@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 
+#include "core/error.h"
 #include "fixture.h"
 #include "kv/kv_cache.h"
 #include "models/llama.h"
@@ -290,11 +291,12 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
 // another reads (a hybrid's recurrent state is copied, its snapshots shared); requests that
 // arrive together wait for the first one's prefill. Their tokens are their lone ones (run with
 // no cache).
-TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
-  const FixtureCase& c = GetParam();
-  auto plain = make_engine(c);
+// The check of PrefixSharingGivesTheLoneTokens on `device`: tokens as their lone runs' within
+// tol (logprobs within lp_tol).
+void check_prefix_sharing(const FixtureCase& c, const std::string& device, double tol,
+                          double lp_tol) {
+  auto plain = make_engine(c, false, device);
   const int64_t n_vocab = plain->info().n_vocab;
-  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
   // 8 requests: the same 100-token prefix (not a multiple of a block), then 0-20 tokens of their
   // own; request 0 is the prefix alone, so the others' tails begin within a shared block.
   auto make = [&](int i) {
@@ -312,6 +314,7 @@ TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
   plain.reset();
 
   LoadOptions load;
+  load.device = device;
   EngineOptions o;
   o.model_dir = c.dir;
   o.cache_bytes = size_t(64) << 20;
@@ -321,18 +324,19 @@ TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
   // Half the requests at once, the other half when the first has its first token: none has
   // finished, so the later ones reuse prompt states cached at the end of their prefill.
   const auto got = run_staggered(shared, kN, make);
+  const std::string on = c.name + " on " + device;
   for (int i = 0; i < kN; ++i)
     expect_same_tokens(alone[size_t(i)], got[size_t(i)], tol,
-                       c.name + " sharing, request " + std::to_string(i));
+                       on + ", sharing, request " + std::to_string(i), lp_tol);
   // Every later request reuses the prefix, but for a recurrent state the one whose prompt is the
   // prefix alone: its last token must run again, and the state cannot step back one token.
   const PromptCacheStats stats = shared.cache_stats();
-  const auto model = load_model(c.dir);
+  const auto model = load_model(c.dir, load);
   const auto state = model->new_sequence();
-  EXPECT_TRUE(state->share()) << c.name << ": CPU states share";
+  EXPECT_TRUE(state->share()) << on << ": states share";
   const uint64_t hits = kN / 2 - (state->needs_checkpoints() ? 1 : 0);
-  EXPECT_GE(stats.hits, hits) << c.name;
-  EXPECT_GE(stats.reused_tokens, 64 * hits) << c.name;
+  EXPECT_GE(stats.hits, hits) << on;
+  EXPECT_GE(stats.reused_tokens, 64 * hits) << on;
 
   // All at once into an empty cache: the others wait for the first one's prefill rather than
   // computing the prefix beside it, and then reuse it.
@@ -342,13 +346,84 @@ TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
   const auto& together = results.wait_all();
   for (int i = 0; i < kN; ++i)
     expect_same_tokens(alone[size_t(i)], together[size_t(i)], tol,
-                       c.name + " submitted together, request " + std::to_string(i));
+                       on + ", submitted together, request " + std::to_string(i), lp_tol);
   const uint64_t waited = kN - 1 - (state->needs_checkpoints() ? 1 : 0);
-  EXPECT_GE(burst.cache_stats().hits, waited) << c.name;
-  EXPECT_GE(burst.cache_stats().reused_tokens, 64 * waited) << c.name;
+  EXPECT_GE(burst.cache_stats().hits, waited) << on;
+  EXPECT_GE(burst.cache_stats().reused_tokens, 64 * waited) << on;
+}
+
+TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
+  const FixtureCase& c = GetParam();
+  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  check_prefix_sharing(c, "cpu", tol, tol);
+}
+
+// A model whose forward_batch runs out of device memory once, at its `fail_at`-th call, after
+// running the first half of the step's items (their states advanced, as a step cut short leaves
+// them).
+class RunsOutOfMemoryOnce final : public Model {
+ public:
+  RunsOutOfMemoryOnce(std::unique_ptr<Model> inner, int fail_at)
+      : inner_(std::move(inner)), fail_at_(fail_at) {}
+  const ModelInfo& info() const override { return inner_->info(); }
+  std::unique_ptr<SequenceState> new_sequence() const override { return inner_->new_sequence(); }
+  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+               float* logits) override {
+    inner_->forward(state, tokens, rows, logits);
+  }
+  void forward_batch(std::span<const BatchItem> items) override {
+    if (++calls_ != fail_at_) return inner_->forward_batch(items);
+    inner_->forward_batch(items.first(items.size() / 2));
+    throw OutOfMemory("out of device memory (a test's)");
+  }
+  int calls() const { return calls_; }
+
+ private:
+  std::unique_ptr<Model> inner_;
+  int fail_at_;
+  int calls_ = 0;
+};
+
+// A step that runs out of device memory preempts its requests (they recompute) and lowers the
+// KV budget: every request still gets its lone tokens. A plain llama and a hybrid, whose
+// recurrent states the cut-short step advanced.
+TEST_P(EngineBatch, RunningOutOfMemoryPreemptsRatherThanFails) {
+  const FixtureCase& c = GetParam();
+  if (c.name != "llama" && c.name != "qwen3_5") GTEST_SKIP() << "llama and qwen3_5 only";
+  auto plain = make_engine(c);
+  const int64_t n_vocab = plain->info().n_vocab;
+  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  constexpr int kN = 6;
+  std::vector<GenerationResult> alone;
+  for (int i = 0; i < kN; ++i) alone.push_back(plain->generate(request(c, i, n_vocab)));
+  plain.reset();
+
+  EngineOptions o;
+  o.model_dir = c.dir;
+  o.cache_bytes = 0;
+  o.prefill_chunk = 8;
+  o.max_step_tokens = 24;
+  auto flaky = std::make_unique<RunsOutOfMemoryOnce>(load_model(c.dir), 4);
+  const RunsOutOfMemoryOnce& model = *flaky;
+  Engine engine(std::move(flaky), nullptr, ModelConfig::load(c.dir), o);
+  const size_t budget = engine.kv_budget();
+  const auto got = run_staggered(engine, kN, [&](int i) { return request(c, i, n_vocab); });
+  ASSERT_GE(model.calls(), 4) << c.name;
+  for (int i = 0; i < kN; ++i)
+    expect_same_tokens(alone[size_t(i)], got[size_t(i)], tol,
+                       c.name + " out of memory once, request " + std::to_string(i));
+  EXPECT_GE(engine.preemptions(), 2u) << c.name;
+  EXPECT_LT(engine.kv_budget(), budget) << c.name;
 }
 
 #ifdef HEARTH_HAVE_CUDA
+bool runs_on_cuda(const FixtureCase& c) {
+  std::vector<std::string> types = llama_model_types();
+  types.push_back("gemma3");
+  for (const std::string& t : qwen3_5_model_types()) types.push_back(t);
+  return std::find(types.begin(), types.end(), c.model_type) != types.end();
+}
+
 // On a GPU the rows of a step run together too (one launch per op for every sequence, their
 // caches passed as a table) and requests without logprobs get their tokens picked on the device.
 // Each request's tokens equal its lone run's, up to a near tie: bf16 activations round
@@ -358,11 +433,7 @@ TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
 TEST_P(EngineBatch, OnCudaEachRequestGetsItsLoneTokens) {
   const FixtureCase& c = GetParam();
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  std::vector<std::string> types = llama_model_types();
-  types.push_back("gemma3");
-  for (const std::string& t : qwen3_5_model_types()) types.push_back(t);
-  if (std::find(types.begin(), types.end(), c.model_type) == types.end())
-    GTEST_SKIP() << c.model_type << " does not run on CUDA";
+  if (!runs_on_cuda(c)) GTEST_SKIP() << c.model_type << " does not run on CUDA";
   auto engine = make_engine(c, false, "cuda");
   const int64_t n_vocab = engine->info().n_vocab;
   const double tol = 0.1 * c.reference["logits_std"].get<double>();
@@ -383,6 +454,16 @@ TEST_P(EngineBatch, OnCudaEachRequestGetsItsLoneTokens) {
                            2 * tol);
     }
   }
+}
+
+// Prefix sharing on the GPU: the caches share KV blocks there too (copy on write on the device),
+// with the batched-CUDA bounds of OnCudaEachRequestGetsItsLoneTokens.
+TEST_P(EngineBatch, OnCudaPrefixSharingGivesTheLoneTokens) {
+  const FixtureCase& c = GetParam();
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (!runs_on_cuda(c)) GTEST_SKIP() << c.model_type << " does not run on CUDA";
+  const double tol = 0.1 * c.reference["logits_std"].get<double>();
+  check_prefix_sharing(c, "cuda", tol, 2 * tol);
 }
 #endif
 

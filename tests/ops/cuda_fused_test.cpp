@@ -19,6 +19,7 @@
 #ifdef HEARTH_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
+#include "paged_kv_test_util.h"
 
 namespace hearth {
 namespace {
@@ -149,44 +150,51 @@ TEST_F(CudaFused, LinearResidual) {
   }
 }
 
+// The attention input step into a paged cache: the step's attention layers share one block
+// table (as a KvCache group's do), each storing at the same positions through its own offsets
+// in the blocks, with its own q, k and v; every block is compared once all layers stored. Cases
+// include batches across a block's edge and dropped positions (null table entries).
 TEST_F(CudaFused, QkNormRopeStore) {
   struct Case {
-    int64_t n, past, capacity;
+    int64_t n, past, kept;  // kept > 0: positions below past + n - kept are dropped
     int heads, kv_heads, hd, rotary;
     bool norm;
+    int layers;
   };
   const std::vector<Case> cases = {
-      {1, 40, 64, 16, 8, 128, 128, true}, {17, 0, 32, 8, 2, 64, 64, true},  // ring wraps
-      {1, 5, 16, 16, 4, 256, 64, true},   {3, 9, 16, 4, 2, 128, 64, false},
-      {1, 0, 8, 4, 2, 128, 0, true},      {5, 3, 16, 4, 2, 80, 80, true}};  // 80: composed
+      {1, 40, 64, 16, 8, 128, 128, true, 1},  {17, 0, 32, 8, 2, 64, 64, true, 2},
+      {1, 5, 16, 16, 4, 256, 64, true, 3},    {3, 9, 16, 4, 2, 128, 64, false, 2},
+      {1, 0, 8, 4, 2, 128, 0, true, 1},       {5, 3, 16, 4, 2, 80, 80, true, 2},  // 80: composed
+      {17, 55, 0, 16, 8, 128, 128, true, 3},  {3, 126, 40, 8, 2, 128, 64, true, 2},
+      {8, 2044, 100, 8, 2, 64, 64, false, 2}, {1, 191, 0, 4, 2, 80, 80, true, 4}};
   uint32_t seed = 120;
   for (const auto& c : cases) {
-    const int64_t row = int64_t(c.kv_heads) * c.hd;
-    auto q = make({c.n, c.heads, c.hd}, randn(size_t(c.n * c.heads * c.hd), seed++));
-    auto k = make({c.n, c.kv_heads, c.hd}, randn(size_t(c.n * row), seed++));
-    auto v = make({c.n, c.kv_heads, c.hd}, randn(size_t(c.n * row), seed++));
+    const int64_t row = int64_t(c.kv_heads) * c.hd, end = c.past + c.n;
+    test::PagedKv kv(*gpu_, *cpu_, row, c.layers, end,
+                     c.kept ? std::max<int64_t>(0, end - c.kept) : 0, seed);
     auto qn = make({c.hd}, randn(size_t(c.hd), seed++, 0.2f), DType::F32);
     auto kn = make({c.hd}, randn(size_t(c.hd), seed++, 0.2f), DType::F32);
-    auto kc = make({c.capacity, row}, randn(size_t(c.capacity * row), seed++));
-    auto vc = make({c.capacity, row}, randn(size_t(c.capacity * row), seed++));
     std::vector<float> inv_freq(size_t(std::max(1, c.rotary / 2)));
     for (int i = 0; i < c.rotary / 2; ++i)
       inv_freq[size_t(i)] = std::pow(1e6f, -2.0f * float(i) / float(c.rotary));
     const RopeParams rp{inv_freq.data(), c.rotary, 1.0f};
     std::vector<int32_t> pos(size_t(c.n));
     for (int64_t i = 0; i < c.n; ++i) pos[size_t(i)] = int32_t(c.past + i);
-    const int64_t end = c.past + c.n;
-    const KvView gv{kc.g, vc.g, c.capacity, std::max<int64_t>(0, end - c.capacity), end};
-    const KvView cv{kc.c, vc.c, c.capacity, gv.first, end};
     const Tensor none;
-    gpu_->qk_norm_rope_store(q.g, k.g, v.g, c.norm ? qn.g : none, c.norm ? kn.g : none, 1e-6f, 0.0f,
-                             c.rotary ? &rp : nullptr, gv, pos.data());
-    cpu_->qk_norm_rope_store(q.c, k.c, v.c, c.norm ? qn.c : none, c.norm ? kn.c : none, 1e-6f, 0.0f,
-                             c.rotary ? &rp : nullptr, cv, pos.data());
-    const std::string what = "hd=" + std::to_string(c.hd) + " rotary=" + std::to_string(c.rotary);
-    expect_close(q, kBf16Tol, "q " + what);
-    expect_close(kc, kBf16Tol, "k cache " + what);
-    expect_close(vc, kBf16Tol, "v cache " + what);
+    const std::string what = "hd=" + std::to_string(c.hd) + " rotary=" + std::to_string(c.rotary) +
+                             " past=" + std::to_string(c.past) + " n=" + std::to_string(c.n) +
+                             " first=" + std::to_string(kv.first());
+    for (int layer = 0; layer < c.layers; ++layer) {
+      auto q = make({c.n, c.heads, c.hd}, randn(size_t(c.n * c.heads * c.hd), seed++));
+      auto k = make({c.n, c.kv_heads, c.hd}, randn(size_t(c.n * row), seed++));
+      auto v = make({c.n, c.kv_heads, c.hd}, randn(size_t(c.n * row), seed++));
+      gpu_->qk_norm_rope_store(q.g, k.g, v.g, c.norm ? qn.g : none, c.norm ? kn.g : none, 1e-6f,
+                               0.0f, c.rotary ? &rp : nullptr, kv.gv(layer), pos.data());
+      cpu_->qk_norm_rope_store(q.c, k.c, v.c, c.norm ? qn.c : none, c.norm ? kn.c : none, 1e-6f,
+                               0.0f, c.rotary ? &rp : nullptr, kv.cv(layer), pos.data());
+      expect_close(q, kBf16Tol, "q of layer " + std::to_string(layer) + ", " + what);
+    }
+    kv.expect_close(kBf16Tol, "cache " + what);
   }
 }
 

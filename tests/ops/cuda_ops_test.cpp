@@ -5,9 +5,11 @@
 // replayed as a CUDA graph equals the same step run eagerly. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -18,6 +20,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
+#include "paged_kv_test_util.h"
 
 namespace hearth {
 void cuda_backend_set_graphs(Backend& b, bool on);
@@ -28,38 +31,46 @@ namespace {
 
 using test::kBf16Tol;
 using test::kF32Tol;
+using test::PagedKv;
 using test::randn;
 using test::rel_err;
 class CudaOps : public test::CudaTest {
  protected:
-  // A cache of `capacity` rows (0: past + n) holding random past positions, the batch's k and v
-  // stored into it through kv_store on both backends (both caches compared), and its q.
+  // A paged cache of two layers holding random positions [0, past + n), those below `first`
+  // dropped (the blocks wholly below first's block freed), the batch's k and v stored into layer
+  // `layer` through kv_store on both backends (all the blocks compared), and its q.
   struct Batch {
-    Pair kcache, vcache, k, v, q;
+    Batch(PagedKv kv_, int layer_) : kv(std::move(kv_)), layer(layer_) {}
+    PagedKv kv;
+    int layer;
+    Pair k, v, q;
     std::vector<int32_t> pos;
-    KvView gv, cv;
+    KvView gv() const { return kv.gv(layer); }
+    KvView cv() const { return kv.cv(layer); }
   };
-  Batch stored_batch(int64_t past, int64_t n, int n_head, int n_head_kv, int hd, int64_t capacity,
-                     DType qdt, uint32_t& seed) {
-    const int64_t end = past + n, cap = capacity ? capacity : end;
+  Batch stored_batch(int64_t past, int64_t n, int n_head, int n_head_kv, int hd, int64_t first,
+                     int layer, DType qdt, uint32_t& seed) {
+    const int64_t end = past + n;
     const int64_t row = int64_t(n_head_kv) * hd;
-    Batch b;
-    b.kcache = make({cap, row}, randn(size_t(cap * row), seed++));
-    b.vcache = make({cap, row}, randn(size_t(cap * row), seed++));
+    Batch b(PagedKv(*gpu_, *cpu_, row, 2, end, first, seed), layer);
     b.k = make({n, n_head_kv, hd}, randn(size_t(n * row), seed++));
     b.v = make({n, n_head_kv, hd}, randn(size_t(n * row), seed++));
     b.q = make({n, n_head, hd}, randn(size_t(n * n_head * hd), seed++), qdt);
     b.pos.resize(size_t(n));
     std::iota(b.pos.begin(), b.pos.end(), int32_t(past));
-    b.gv = {b.kcache.g, b.vcache.g, cap, std::max<int64_t>(0, end - cap), end};
-    b.cv = {b.kcache.c, b.vcache.c, cap, b.gv.first, end};
-    gpu_->kv_store(b.gv, b.k.g, b.v.g, b.pos.data());
-    cpu_->kv_store(b.cv, b.k.c, b.v.c, b.pos.data());
-    expect_close(b.kcache, kBf16Tol, "kv_store k");
-    expect_close(b.vcache, kBf16Tol, "kv_store v");
+    gpu_->kv_store(b.gv(), b.k.g, b.v.g, b.pos.data());
+    cpu_->kv_store(b.cv(), b.k.c, b.v.c, b.pos.data());
+    b.kv.expect_close(kBf16Tol, "kv_store past=" + std::to_string(past) +
+                                    " n=" + std::to_string(n) + " layer=" + std::to_string(layer));
     return b;
   }
 };
+
+// The first position a case keeps: `kept` > 0 keeps the last `kept` positions (what a ring of
+// that capacity held; the paged cache frees the blocks wholly below), 0 keeps them all.
+int64_t first_kept(int64_t end, int64_t kept) {
+  return kept ? std::max<int64_t>(0, end - kept) : 0;
+}
 
 TEST_F(CudaOps, Linear) {
   struct Case {
@@ -147,14 +158,18 @@ struct AttnCase {
   int64_t past, n;
   int n_head, n_head_kv, hd, window;
   float softcap;
-  int64_t capacity;  // 0: past + n
+  int64_t kept;  // first_kept: 0 keeps every position
 };
 
-// Decode (n ≤ 8) splits the key range over blocks by the cache capacity alone, so the cases with
-// a capacity far above the sequence length leave most splits empty; the last block of each group
-// merges the splits and rearms a counter in the workspace, which the second call on the same
-// inputs checks (same bits as the first). Also: windowed and softcapped splits, a ring that
-// wrapped, head dims 96 (idle lanes in P·V), 256 and 20 (the element-wise path).
+// Decode (n ≤ 8) splits the key range over blocks; the last block of each group merges the
+// splits and rearms a counter in the workspace, which the second call on the same inputs checks
+// (same bits as the first). Cases from the ring cache's days keep their positions (a `kept`
+// above past + n, once a ring far larger than the sequence, now keeps everything); the paged
+// cases add batches across a block's edge (63 → 64), a last row that fills its block (end 128)
+// and one that opens a block (end 65), and dropped positions: table entries null below first's
+// block, first inside a block or on its start, with and without a window. Also: windowed and
+// softcapped splits, head dims 96 (idle lanes in P·V), 256 and 20 (the element-wise path).
+// Cases alternate between the two layers of a block (k_offset 0 and not).
 TEST_F(CudaOps, KvStoreAndAttention) {
   const std::vector<AttnCase> cases = {
       {0, 1, 4, 2, 16, 0, 0.0f, 0},         {0, 17, 4, 2, 16, 0, 0.0f, 0},
@@ -166,13 +181,18 @@ TEST_F(CudaOps, KvStoreAndAttention) {
       {5, 3, 16, 4, 128, 0, 0.0f, 512},     {100, 1, 16, 4, 256, 0, 0.0f, 512},
       {1000, 2, 8, 2, 64, 300, 0.0f, 2048}, {500, 1, 8, 2, 128, 0, 30.0f, 1024},
       {300, 1, 8, 2, 128, 0, 0.0f, 256},    {200, 1, 8, 2, 96, 0, 0.0f, 1024},
-      {150, 1, 4, 2, 20, 0, 0.0f, 512},     {2000, 8, 64, 8, 128, 0, 0.0f, 4096}};
+      {150, 1, 4, 2, 20, 0, 0.0f, 512},     {2000, 8, 64, 8, 128, 0, 0.0f, 4096},
+      {63, 2, 8, 2, 128, 0, 0.0f, 0},       {127, 1, 16, 4, 128, 0, 0.0f, 0},
+      {64, 1, 8, 8, 64, 0, 0.0f, 0},        {1000, 1, 8, 2, 128, 256, 0.0f, 300},
+      {200, 1, 4, 2, 64, 64, 0.0f, 73},     {3005, 4, 16, 4, 128, 100, 0.0f, 120},
+      {4000, 1, 8, 2, 128, 0, 0.0f, 70},    {700, 3, 8, 1, 256, 0, 20.0f, 600}};
   uint32_t seed = 100;
-  for (const auto& c : cases) {
-    const int64_t cap = c.capacity ? c.capacity : c.past + c.n;
-    const Batch b =
-        stored_batch(c.past, c.n, c.n_head, c.n_head_kv, c.hd, c.capacity, DType::BF16, seed);
-    const KvView &gv = b.gv, &cv = b.cv;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const AttnCase& c = cases[i];
+    const int64_t first = first_kept(c.past + c.n, c.kept);
+    const Batch b = stored_batch(c.past, c.n, c.n_head, c.n_head_kv, c.hd, first, int(i % 2),
+                                 DType::BF16, seed);
+    const KvView gv = b.gv(), cv = b.cv();
     const Pair& q = b.q;
     const std::vector<int32_t>& pos = b.pos;
     AttentionParams p{c.n_head,  c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
@@ -182,7 +202,8 @@ TEST_F(CudaOps, KvStoreAndAttention) {
     cpu_->attention(o.c, q.c, cv, pos.data(), p);
     const std::string what = "attention past=" + std::to_string(c.past) +
                              " n=" + std::to_string(c.n) + " hd=" + std::to_string(c.hd) +
-                             " window=" + std::to_string(c.window) + " cap=" + std::to_string(cap);
+                             " window=" + std::to_string(c.window) +
+                             " first=" + std::to_string(first) + " layer=" + std::to_string(i % 2);
     expect_close(o, kBf16Tol, what);
     auto again = out({c.n, c.n_head, c.hd});
     gpu_->attention(again.g, q.g, gv, pos.data(), p);
@@ -192,18 +213,20 @@ TEST_F(CudaOps, KvStoreAndAttention) {
 
 // Prefill (n > 8) runs the tensor-core kernel (attention_mma.cu) for head dims 64/128/256: every
 // case is checked with each kernel pinned (Auto, 64- and 128-row tiles, and the SIMT kernel), so
-// tile edges (17, 64, 65, 200, 513 tokens), GQA groups 1/4/8, a continued prefill over a ring
-// that wrapped (first > 0), sliding windows, softcap and q/out dtypes are all covered. q and P go
-// through bf16 on the tensor cores, so f32 outputs get the bf16 bound too. The bound is 1.5e-2
-// rather than 1e-2: with 800k outputs per case the worst element of the old SIMT kernel (f32 P)
-// already reaches 1.08e-2 on the 32/8-head 200-token case (H200, 2026-11-29), the same as the
-// tensor-core kernel's.
+// tile edges (17, 64, 65, 200, 513 tokens), GQA groups 1/4/8, a continued prefill over dropped
+// positions (first > 0: null table entries below first's block; first inside a block or on its
+// start), batches across block edges and a batch that is exactly one block, sliding windows,
+// softcap and q/out dtypes are all covered. Cases alternate between the two layers of a block. q
+// and P go through bf16 on the tensor cores, so f32 outputs get the bf16 bound too. The bound
+// is 1.5e-2 rather than 1e-2: with 800k outputs per case the worst element of the old SIMT kernel
+// (f32 P) already reaches 1.08e-2 on the 32/8-head 200-token case (H200, 2026-11-29), the same as
+// the tensor-core kernel's.
 TEST_F(CudaOps, AttentionPrefill) {
   struct Case {
     int64_t past, n;
     int n_head, n_head_kv, hd, window;
     float softcap;
-    int64_t capacity;  // 0: past + n
+    int64_t kept;  // first_kept: 0 keeps every position
     DType qdt, odt;
   };
   const DType B = DType::BF16, F = DType::F32, H = DType::F16;
@@ -215,15 +238,18 @@ TEST_F(CudaOps, AttentionPrefill) {
       {300, 17, 8, 8, 64, 0, 0.0f, 320, F, B},      {1000, 129, 8, 2, 64, 128, 0.0f, 300, B, B},
       {1000, 200, 8, 1, 256, 100, 0.0f, 300, B, F}, {0, 65, 8, 2, 128, 0, 20.0f, 0, B, B},
       {100, 33, 8, 8, 64, 0, 30.0f, 0, F, F},       {40, 100, 12, 4, 128, 32, 0.0f, 140, H, H},
-      {513, 513, 16, 4, 256, 0, 0.0f, 0, B, B}};
+      {513, 513, 16, 4, 256, 0, 0.0f, 0, B, B},     {64, 64, 8, 8, 64, 0, 0.0f, 0, B, B},
+      {250, 100, 8, 2, 128, 0, 0.0f, 222, B, B},    {100, 92, 8, 2, 128, 64, 0.0f, 128, B, B}};
   struct Reset {
     ~Reset() { cuda::attention_set_kernel(cuda::AttentionKernel::Auto); }
   } reset;
   uint32_t seed = 500;
-  for (const auto& c : cases) {
-    const int64_t cap = c.capacity ? c.capacity : c.past + c.n;
-    const Batch b = stored_batch(c.past, c.n, c.n_head, c.n_head_kv, c.hd, c.capacity, c.qdt, seed);
-    const KvView &gv = b.gv, &cv = b.cv;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const int64_t first = first_kept(c.past + c.n, c.kept);
+    const Batch b =
+        stored_batch(c.past, c.n, c.n_head, c.n_head_kv, c.hd, first, int(i % 2), c.qdt, seed);
+    const KvView gv = b.gv(), cv = b.cv();
     const Pair& q = b.q;
     const std::vector<int32_t>& pos = b.pos;
     const AttentionParams p{c.n_head,  c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
@@ -233,7 +259,8 @@ TEST_F(CudaOps, AttentionPrefill) {
     const std::string what = "past=" + std::to_string(c.past) + " n=" + std::to_string(c.n) +
                              " heads=" + std::to_string(c.n_head) + "/" +
                              std::to_string(c.n_head_kv) + " hd=" + std::to_string(c.hd) +
-                             " window=" + std::to_string(c.window) + " cap=" + std::to_string(cap);
+                             " window=" + std::to_string(c.window) +
+                             " first=" + std::to_string(first) + " layer=" + std::to_string(i % 2);
     for (auto kern : {cuda::AttentionKernel::Auto, cuda::AttentionKernel::Mma64,
                       cuda::AttentionKernel::Mma128, cuda::AttentionKernel::Simt}) {
       cuda::attention_set_kernel(kern);
@@ -341,9 +368,11 @@ TEST_F(CudaOps, GatedDeltaNet) {
 
 // A toy decode step (embedding → norm → q/k/v → rope → kv_store → attention → linear to f32
 // logits → to_host_f32) recorded and replayed as a graph equals the eager run, step by step,
-// for 1- and 3-token steps.
+// for 1- and 3-token steps, over a paged cache that holds 50 positions of an earlier prompt and
+// gains its second block midway (the 3-token step at 63; the host table moves then).
 TEST_F(CudaOps, GraphReplayEqualsEager) {
-  const int64_t vocab = 97, H = 64, hd = 16, nh = 4, nkv = 2, cap = 256;
+  const int64_t vocab = 97, H = 64, hd = 16, nh = 4, nkv = 2;
+  const int32_t past = 50, steps = 16;
   auto embed = make({vocab, H}, randn(size_t(vocab * H), 71));
   auto wq = make({nh * hd, H}, randn(size_t(nh * hd * H), 72, 0.125f));
   auto wk = make({nkv * hd, H}, randn(size_t(nkv * hd * H), 73, 0.125f));
@@ -354,15 +383,16 @@ TEST_F(CudaOps, GraphReplayEqualsEager) {
   // size has its own graph, replayed after the other size's.
   auto run = [&](bool graphs) {
     cuda_backend_set_graphs(*gpu_, graphs);
-    auto kc = make({cap, nkv * hd}, randn(size_t(cap * nkv * hd), 75));
-    auto vc = make({cap, nkv * hd}, randn(size_t(cap * nkv * hd), 76));
+    uint32_t seed = 75;
+    PagedKv kv(*gpu_, *cpu_, nkv * hd);
+    kv.extend(past, seed);  // random keys and values before the first step
     const int64_t m = 3;
     auto x = out({m, H}), h = out({m, H}), q = out({m, nh, hd}), k = out({m, nkv, hd}),
          a = out({m, nh, hd});
     auto logits = out({m, vocab}, DType::F32);
     std::vector<float> all;
-    int32_t pos0 = 0;
-    for (int32_t step = 0; step < 12; ++step) {
+    int32_t pos0 = past;
+    for (int32_t step = 0; step < steps; ++step) {
       const int64_t n = step % 2 == 0 ? 1 : m;
       std::vector<int32_t> ids(static_cast<size_t>(n)), pos(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
@@ -372,6 +402,7 @@ TEST_F(CudaOps, GraphReplayEqualsEager) {
       const Tensor xs = x.g.slice_rows(0, n), hs = h.g.slice_rows(0, n), qs = q.g.slice_rows(0, n),
                    ks = k.g.slice_rows(0, n), as = a.g.slice_rows(0, n),
                    ls = logits.g.slice_rows(0, n);
+      kv.extend(pos0 + n, seed);  // before the step, as KvCache::reserve_batch
       gpu_->begin_step(n);
       gpu_->embedding(xs, embed.g, ids.data(), 1.0f);
       gpu_->rms_norm(hs, xs, norm.g, 1e-6f, 1.0f);
@@ -380,10 +411,10 @@ TEST_F(CudaOps, GraphReplayEqualsEager) {
       RopeParams rp{inv_freq.data(), int(hd), 1.0f};
       gpu_->rope(qs, pos.data(), rp);
       gpu_->rope(ks, pos.data(), rp);
-      KvView kv{kc.g, vc.g, cap, 0, pos0 + n};
-      gpu_->kv_store(kv, ks, ks, pos.data());
+      const KvView view = kv.gv(0);
+      gpu_->kv_store(view, ks, ks, pos.data());
       AttentionParams p{int(nh), int(nkv), int(hd), 0.25f, 0.0f, 0};
-      gpu_->attention(as, qs, kv, pos.data(), p);
+      gpu_->attention(as, qs, view, pos.data(), p);
       gpu_->linear(ls, as.reshaped({n, nh * hd}), embed.g, Tensor());
       std::vector<float> rows(static_cast<size_t>(n * vocab));
       gpu_->to_host_f32(rows.data(), ls);
@@ -397,7 +428,9 @@ TEST_F(CudaOps, GraphReplayEqualsEager) {
   const auto eager = run(false);
   const auto graphed = run(true);
   cuda_backend_set_graphs(*gpu_, true);
-  EXPECT_GE(cuda_backend_graphs_replayed(*gpu_) - before, 10);
+  // 14 steps follow the first of their size; 12 replays leave room for capturing both sizes
+  // again once the table gains its block.
+  EXPECT_GE(cuda_backend_graphs_replayed(*gpu_) - before, 12);
   ASSERT_EQ(eager.size(), graphed.size());
   for (size_t i = 0; i < eager.size(); ++i) ASSERT_EQ(eager[i], graphed[i]) << "element " << i;
 }

@@ -1,42 +1,29 @@
 // The CUDA backend's ops for steps of several sequences (one decode row each, each row on its
-// own cache or recurrent states) against the CPU backend row by row: caches of different
-// capacities and lengths, rings that wrapped, GQA groups, head dims 64/80/128/256, sliding
-// windows, split-K lengths; the Gated DeltaNet mixer; and pick_tokens against pick_token on
-// each row.
+// own cache or recurrent states) against the CPU backend row by row: paged caches of different
+// lengths, some with dropped positions (null table entries), GQA groups, head dims
+// 64/80/128/256, sliding windows, split-K lengths; the Gated DeltaNet mixer; and pick_tokens
+// against pick_token on each row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #ifdef HEARTH_HAVE_CUDA
 #include "cuda_test_util.h"
+#include "paged_kv_test_util.h"
 
 namespace hearth::test {
 namespace {
 
-class CudaRows : public CudaTest {
- protected:
-  // One sequence's cache: `past` positions stored in a ring of `capacity`, random contents.
-  struct Seq {
-    Pair k, v;
-    int64_t capacity = 0, past = 0;
-    KvView gv() const { return {k.g, v.g, capacity, first(), past + 1}; }
-    KvView cv() const { return {k.c, v.c, capacity, first(), past + 1}; }
-    int64_t first() const { return std::max<int64_t>(0, past + 1 - capacity); }
-  };
-  Seq make_seq(int64_t capacity, int64_t past, int64_t row, uint32_t& seed) {
-    Seq s;
-    s.capacity = capacity;
-    s.past = past;
-    s.k = make({capacity, row}, randn(size_t(capacity * row), seed++));
-    s.v = make({capacity, row}, randn(size_t(capacity * row), seed++));
-    return s;
-  }
-};
+using CudaRows = CudaTest;
 
 struct RowsCase {
   int n_head, n_head_kv, hd, window;
-  std::vector<std::pair<int64_t, int64_t>> seqs;  // (capacity, positions already stored)
+  // (kept, positions already stored): a sequence's cache, of random contents, holds positions
+  // [0, past + 1) (its row's position included) less those below past + 1 - kept, the blocks
+  // wholly below first's block freed (kept: what a ring of that capacity held).
+  std::vector<std::pair<int64_t, int64_t>> seqs;
 };
 
 const std::vector<RowsCase>& rows_cases() {
@@ -48,7 +35,10 @@ const std::vector<RowsCase>& rows_cases() {
       {16, 4, 256, 0, {{256, 100}, {512, 511}}},
       {8, 1, 128, 0, std::vector<std::pair<int64_t, int64_t>>(40, {256, 77})},  // many rows
       {8, 2, 80, 0, {{256, 3}, {256, 200}}},                                    // hd 80: no vec
-      {8, 8, 64, 64, {{128, 300}, {96, 90}, {128, 40}}},  // sliding windows: rings that wrapped
+      {8, 8, 64, 64, {{128, 300}, {96, 90}, {128, 40}}},  // sliding windows, dropped positions
+      // Paged edges: first inside a block with 12 null entries below; first on a block's start
+      // with a row that fills its block (end 128); end 64; a row that opens a block (end 193).
+      {8, 2, 128, 128, {{200, 1000}, {64, 127}, {100, 63}, {129, 192}, {4096, 700}}},
   };
   return cases;
 }
@@ -57,14 +47,18 @@ TEST_F(CudaRows, AttentionInputAndAttentionEqualEachRowAlone) {
   uint32_t seed = 900;
   for (const RowsCase& c : rows_cases()) {
     const int64_t n = int64_t(c.seqs.size()), row = int64_t(c.n_head_kv) * c.hd;
-    std::vector<Seq> seqs;
+    // Sequence r's cache has 1 + r % 2 layers, its row's being the last (k_offset 0 and not).
+    std::vector<PagedKv> seqs;
     std::vector<int32_t> pos;
-    for (const auto& [cap, past] : c.seqs) {
-      seqs.push_back(make_seq(cap, past, row, seed));
+    for (const auto& [kept, past] : c.seqs) {
+      const int layers = 1 + int(seqs.size() % 2);
+      seqs.emplace_back(*gpu_, *cpu_, row, layers, past + 1, std::max<int64_t>(0, past + 1 - kept),
+                        seed);
       pos.push_back(int32_t(past));
     }
     std::vector<KvView> gv, cv;
-    for (const Seq& s : seqs) gv.push_back(s.gv()), cv.push_back(s.cv());
+    for (const PagedKv& s : seqs)
+      gv.push_back(s.gv(s.layers() - 1)), cv.push_back(s.cv(s.layers() - 1));
     auto q = make({n, c.n_head, c.hd}, randn(size_t(n * c.n_head * c.hd), seed++));
     auto k = make({n, c.n_head_kv, c.hd}, randn(size_t(n * row), seed++));
     auto v = make({n, c.n_head_kv, c.hd}, randn(size_t(n * row), seed++));
@@ -86,10 +80,8 @@ TEST_F(CudaRows, AttentionInputAndAttentionEqualEachRowAlone) {
                                v.c.slice_rows(r, r + 1), qn.c, kn.c, 1e-6f, 0.0f, &rp,
                                cv[size_t(r)], pos.data() + r);
     expect_close(q, kBf16Tol, "q " + what);
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      expect_close(seqs[s].k, kBf16Tol, "k cache of row " + std::to_string(s) + ", " + what);
-      expect_close(seqs[s].v, kBf16Tol, "v cache of row " + std::to_string(s) + ", " + what);
-    }
+    for (size_t s = 0; s < seqs.size(); ++s)
+      seqs[s].expect_close(kBf16Tol, "cache of row " + std::to_string(s) + ", " + what);
 
     const AttentionParams p{c.n_head, c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
                             0.0f,     c.window};
@@ -205,10 +197,17 @@ TEST(CudaMemory, FreedBlocksAreReusedAndMayOutliveTheBackend) {
   DeviceBuffer d = be->alloc(size_t{1} << 19);  // 1 MiB blocks are too large for it
   EXPECT_NE(d.data(), first);
   { DeviceBuffer e = be->alloc(size_t{1} << 21); }
-  be.reset();  // the free block goes back to the driver; b, c and d outlive the backend
+  // Blocks of an odd number of 2 MiB pages (KV blocks) are slots of one slab, side by side.
+  const size_t odd = (size_t{9} << 20) + 4096;
+  DeviceBuffer s1 = be->alloc(odd);
+  DeviceBuffer s2 = be->alloc(odd);
+  EXPECT_EQ(static_cast<char*>(s2.data()) - static_cast<char*>(s1.data()), std::ptrdiff_t(odd));
+  s1 = DeviceBuffer();
+  be.reset();  // the free blocks go back to the driver; b, c, d and s2 outlive the backend
   b = DeviceBuffer();
   c = DeviceBuffer();
   d = DeviceBuffer();
+  s2 = DeviceBuffer();                // the slab's last slot in use: the slab goes back
   auto again = make_cuda_backend(0);  // the device is still in order
   DeviceBuffer f = again->alloc(64);
   std::vector<float> ones(16, 1.0f), back(16, 0.0f);

@@ -44,7 +44,6 @@ class CpuBackend final : public Backend {
     return DeviceBuffer(p, bytes, Device::CPU, [](void* q) { std::free(q); });
   }
   size_t memory_available() const override { return available_memory_bytes(); }
-  bool paged_kv() const override { return true; }
   // Weights are read in place from the mapped checkpoint (fast load, no copy). Without
   // keep_mapped (--no-mmap) each large tensor is copied once into 2 MiB-aligned anonymous memory
   // advised for huge pages and the mapped source pages are released: decode streams weights

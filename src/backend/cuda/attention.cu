@@ -1,5 +1,5 @@
-// Causal softmax attention over the ring-addressed KV cache: GQA, sliding window, softcap, scale.
-// One SIMT kernel for decode (and for prefill shapes the tensor-core kernel does not take),
+// Causal softmax attention over the paged KV cache (common.h, KvDev): GQA, sliding window, softcap,
+// scale. One SIMT kernel for decode (and for prefill shapes the tensor-core kernel does not take),
 // FlashAttention-style: a block owns NQ queries (the query heads that share one KV head, times T
 // consecutive tokens, so each K/V row read serves all of them), walks its key range in 32-key
 // steps per warp (one key per lane for Q·K, one slice of head dims per lane for P·V) with an
@@ -10,9 +10,9 @@
 // steps (128 keys) so that a single token keeps every SM busy. The last block of a group to
 // finish merges the splits' partials (an arrival counter per group in the workspace), so there
 // is no second launch. Positions and the cache's first valid position are read from device
-// memory, and the split count depends only on the cache capacity, so a captured decode graph
-// stays valid while the sequence grows (until the cache reallocates); splits past the current
-// length are empty (m = -inf, l = 0). K/V are bf16; q and out any float dtype.
+// memory, and the split count depends only on the table's span (a power of two), so a captured
+// decode graph stays valid while the sequence grows (until the span doubles); splits past the
+// current length are empty (m = -inf, l = 0). K/V are bf16; q and out any float dtype.
 // attention() sends prefill (n_tokens > 8) to the tensor-core kernel of attention_mma.cu where
 // it applies (head dims 64/128/256, 16-byte aligned operands) and keeps this one for the rest.
 #include <algorithm>
@@ -43,15 +43,14 @@ struct AttnArgs {
   int qdt;
   void* out;
   int odt;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
+  void* const* blocks;   // the cache's block table
+  int64_t k_off, v_off;  // the layer's keys and values in a block (elements)
   const int32_t* positions;
   const int32_t* first;
-  const SeqKv* seqs;  // non-null: token t is a sequence of its own, its cache seqs[t] (k, v,
-                      // first and capacity above unused; one token per block)
+  const SeqKv* seqs;  // non-null: token t is a sequence of its own, its cache seqs[t] (blocks
+                      // and first above unused; one token per block)
   float* part;        // split partials [n_splits][n_tokens·n_head][2 + hd] (m, l, acc); null: one
   unsigned* arrived;  // [blocks_x] splits finished per group; 0 between launches
-  int capacity;
   int n_tokens, n_head, n_head_kv, head_dim;
   int heads_per_block, tokens_per_block, head_chunks;
   int window;
@@ -139,21 +138,13 @@ __device__ __forceinline__ void unpack(uint4 w, float (&f)[8]) {
   f[7] = bf_hi(w.w);
 }
 
-// One warp step over keys [base, base + 32): key base + j lives in ring slot slot0 + j (mod
-// capacity). Keys past the range's end (base + last) are clamped to it, so every lane reads a
-// row the block reads anyway; their scores are masked. A range never spans more than the ring
-// (it lies in [first, newest position]); lim keeps the reads inside it regardless.
+// One warp step over keys [base, base + 32): key j of the step is position base + j. Keys past
+// the range's end (base + last) are clamped to it, so every lane reads a row the block reads
+// anyway; their scores are masked.
 struct Step {
-  int last, lim, slot0, cap;
-  __device__ __forceinline__ Step(int base, int k_hi, int capacity)
-      : last(k_hi - base),
-        lim(min(k_hi - base, capacity - 1)),
-        slot0(base % capacity),
-        cap(capacity) {}
-  __device__ __forceinline__ int slot(int j) const {
-    const int s = slot0 + min(j, lim);
-    return s >= cap ? s - cap : s;
-  }
+  int base, last;
+  __device__ __forceinline__ Step(int base_, int k_hi) : base(base_), last(k_hi - base_) {}
+  __device__ __forceinline__ int pos(int j) const { return base + min(j, last); }
 };
 
 // Words [piece·N, piece·N + N) of a K row; words past the head dim read as zero.
@@ -167,13 +158,14 @@ __device__ __forceinline__ void load_k(uint4 (&k)[N], const __nv_bfloat16* krow,
   }
 }
 
-// The lane's V slices of keys [j0, j0 + N) of the step (zero for lanes past the head dim).
+// The lane's V slices of keys [j0, j0 + N) of the step (zero for lanes past the head dim);
+// vcol: the lane's first element in a block.
 template <typename V, int N>
-__device__ __forceinline__ void load_v(V (&v)[N], const __nv_bfloat16* vcol, int64_t row,
+__device__ __forceinline__ void load_v(V (&v)[N], void* const* blocks, int64_t vcol, int64_t row,
                                        const Step& st, int j0, bool lane_ok) {
 #pragma unroll
   for (int j = 0; j < N; ++j)
-    v[j] = lane_ok ? *reinterpret_cast<const V*>(vcol + int64_t(st.slot(j0 + j)) * row) : V{};
+    v[j] = lane_ok ? *reinterpret_cast<const V*>(kv_row(blocks, vcol, row, st.pos(j0 + j))) : V{};
 }
 
 // s[i] += q_i · k over a piece of the lane's K row (q rows in shared memory, read as broadcasts).
@@ -228,12 +220,12 @@ __device__ __forceinline__ void dot_k_scalar(float (&s)[NQ], const __nv_bfloat16
 }
 
 template <int NQ, int DPL>
-__device__ __forceinline__ void add_pv_scalar(float (&acc)[NQ][DPL], const __nv_bfloat16* vcol,
-                                              int64_t row, const Step& st, const float* pw,
-                                              int n_dims) {
+__device__ __forceinline__ void add_pv_scalar(float (&acc)[NQ][DPL], void* const* blocks,
+                                              int64_t vcol, int64_t row, const Step& st,
+                                              const float* pw, int n_dims) {
 #pragma unroll 4
   for (int j = 0; j < kChunk; ++j) {
-    const __nv_bfloat16* vrow = vcol + int64_t(st.slot(j)) * row;
+    const __nv_bfloat16* vrow = kv_row(blocks, vcol, row, st.pos(j));
     float vf[DPL];
 #pragma unroll
     for (int e = 0; e < DPL; ++e) vf[e] = e < n_dims ? __bfloat162float(vrow[e]) : 0.0f;
@@ -376,15 +368,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   qy.n_live = min(qy.hpb * a.tokens_per_block, (a.n_tokens - qy.t0) * qy.hpb);
 
   // The cache: the call's, or in a step of several sequences the block's token's own.
-  const __nv_bfloat16* kbase = a.k;
-  const __nv_bfloat16* vbase = a.v;
-  int capacity = a.capacity;
+  void* const* blocks = a.blocks;
   int64_t first;
   if (a.seqs) {
     const SeqKv& sk = a.seqs[qy.t0];
-    kbase = static_cast<const __nv_bfloat16*>(sk.k);
-    vbase = static_cast<const __nv_bfloat16*>(sk.v);
-    capacity = int(sk.capacity);
+    blocks = sk.blocks;
     first = sk.first;
   } else {
     first = *a.first;
@@ -406,7 +394,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
     }
     if (int(threadIdx.x) == i) range[i] = r;
   }
-  // The capacity fixes the grid (graph replays); the current length decides how many splits
+  // The span fixes the grid (graph replays); the current length decides how many splits
   // have keys. Splits past it leave at once without counting themselves, and a group whose keys
   // fit one split writes its output directly: no partials, no merge (short contexts).
   int n_used = 1;
@@ -421,8 +409,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   }
 
   const int64_t row = int64_t(a.n_head_kv) * hd;
-  const __nv_bfloat16* kcol = kbase + int64_t(g) * hd;
-  const __nv_bfloat16* vcol = vbase + int64_t(g) * hd + lane * DPL;
+  const int64_t kcol = a.k_off + int64_t(g) * hd;
+  const int64_t vcol = a.v_off + int64_t(g) * hd + lane * DPL;
   const int words = hd / 8, v_dims = min(DPL, hd - lane * DPL);
   float* qs = smem + C::kQ;
   float* pw = smem + C::kP + warp * NQ * kChunk;
@@ -430,14 +418,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   // The first step's loads go out before q is staged, so the two round trips overlap.
   uint4 kr[C::kKPiece];
   V vr[C::kVBatch];
-  const __nv_bfloat16* krow = kcol;
+  const __nv_bfloat16* krow = nullptr;
   int base = k_lo + warp * kChunk;
   if constexpr (VEC) {
     if (base <= k_hi) {
-      const Step st(base, k_hi, capacity);
-      krow = kcol + int64_t(st.slot(lane)) * row;
+      const Step st(base, k_hi);
+      krow = kv_row(blocks, kcol, row, st.pos(lane));
       load_k(kr, krow, 0, words);
-      if constexpr (C::kVEarly) load_v(vr, vcol, row, st, 0, v_dims > 0);
+      if constexpr (C::kVEarly) load_v(vr, blocks, vcol, row, st, 0, v_dims > 0);
     }
   }
   {
@@ -470,15 +458,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
   }
 #pragma unroll 1
   for (bool ahead = VEC; base <= k_hi; base += kBlockKeys, ahead = false) {
-    const Step st(base, k_hi, capacity);
+    const Step st(base, k_hi);
     float s[NQ];
 #pragma unroll
     for (int i = 0; i < NQ; ++i) s[i] = 0.0f;
     if constexpr (VEC) {
       if (!ahead) {
-        krow = kcol + int64_t(st.slot(lane)) * row;
+        krow = kv_row(blocks, kcol, row, st.pos(lane));
         load_k(kr, krow, 0, words);
-        if constexpr (C::kVEarly) load_v(vr, vcol, row, st, 0, v_dims > 0);
+        if constexpr (C::kVEarly) load_v(vr, blocks, vcol, row, st, 0, v_dims > 0);
       }
       dot_k<NQ, HDP>(s, kr, qs, 0);
 #pragma unroll
@@ -487,7 +475,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
         dot_k<NQ, HDP>(s, kr, qs, piece);
       }
     } else {
-      dot_k_scalar<NQ, HDP>(s, kcol + int64_t(st.slot(lane)) * row, qs, hd);
+      dot_k_scalar<NQ, HDP>(s, kv_row(blocks, kcol, row, st.pos(lane)), qs, hd);
     }
     softmax_step(s, m, l, acc, range, base + lane, lane <= st.last, a.softcap, pw, lane);
     __syncwarp();  // p of every lane is in pw
@@ -497,11 +485,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
         // Batches wholly past the step's last key hold only masked keys (p = 0): skipped, which
         // saves their round trips on a short context's last step (st.last is warp-uniform).
         if (b > 0 && b * C::kVBatch > st.last) break;
-        if (b > 0 || !C::kVEarly) load_v(vr, vcol, row, st, b * C::kVBatch, v_dims > 0);
+        if (b > 0 || !C::kVEarly) load_v(vr, blocks, vcol, row, st, b * C::kVBatch, v_dims > 0);
         add_pv<NQ, DPL>(acc, vr, pw, b * C::kVBatch);
       }
     } else {
-      add_pv_scalar<NQ, DPL>(acc, vcol, row, st, pw, v_dims);
+      add_pv_scalar<NQ, DPL>(acc, blocks, vcol, row, st, pw, v_dims);
     }
     __syncwarp();  // pw is rewritten by the next step
   }
@@ -555,8 +543,8 @@ struct Shape {
 };
 
 // rows_apart: every token is a sequence of its own (attention_rows), so decode-shaped at any
-// count: one token per block, split-K by the largest capacity.
-Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_t capacity,
+// count: one token per block, split-K by the largest span.
+Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_t span,
                 bool rows_apart) {
   const bool decode = n_tokens <= 8 || rows_apart;
   Shape s{};
@@ -575,7 +563,7 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
   s.split_len = 1 << 30;
   s.n_splits = 1;
   if (decode && s.blocks_x <= kMaxGroups) {
-    int64_t keys = capacity;
+    int64_t keys = span;
     if (p.window > 0) keys = std::min<int64_t>(keys, p.window + n_tokens);
     // About two blocks per SM for long contexts.
     const int target = std::clamp((2 * sm_count + s.blocks_x - 1) / s.blocks_x, 1, kMaxSplits);
@@ -608,7 +596,7 @@ void launch(Ctx& ctx, const AttnArgs& a, int blocks_x, bool vec) {
 
 void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
                     const int32_t* positions, const AttentionParams& p);
-void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t capacity,
+void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t span,
                  const int32_t* positions, const AttentionParams& p, bool rows_apart, bool vec);
 
 std::atomic<int> g_kernel{int(AttentionKernel::Auto)};
@@ -643,8 +631,8 @@ void attention_init() {
 }
 
 size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
-                                 int64_t capacity, bool rows_apart) {
-  const Shape s = shape_for(ctx.sm_count, n_tokens, p, capacity, rows_apart);
+                                 int64_t span, bool rows_apart) {
+  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart);
   if (s.n_splits <= 1) return 0;
   return kCounterBytes +
          size_t(s.n_splits) * size_t(n_tokens) * size_t(p.n_head) * size_t(p.head_dim + 2) * 4;
@@ -668,32 +656,31 @@ namespace {
 void attention_simt(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
                     const int32_t* positions, const AttentionParams& p) {
   AttnArgs a{};
-  a.k = static_cast<const __nv_bfloat16*>(kv.k.p);
-  a.v = static_cast<const __nv_bfloat16*>(kv.v.p);
+  a.blocks = kv.blocks;
+  a.k_off = kv.k_off;
+  a.v_off = kv.v_off;
   a.first = kv.first;
-  a.capacity = int(kv.capacity);
-  // 16-byte K words and V slices need the rows 16-byte aligned.
-  const bool vec = p.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k.p) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(kv.v.p) % 16 == 0;
-  launch_simt(ctx, a, out, q, kv.capacity, positions, p, false, vec);
+  // Blocks are whole allocations (256-byte aligned) and the backend keeps the offsets 16-byte
+  // aligned, so rows of a head dim that is a multiple of 8 take 16-byte K words and V slices.
+  launch_simt(ctx, a, out, q, kv.span, positions, p, false, p.head_dim % 8 == 0);
 }
 
 // The launch of attention_kernel for a's cache (or cache table) and the rest of the call.
-void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t capacity,
+void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t span,
                  const int32_t* positions, const AttentionParams& p, bool rows_apart, bool vec) {
   const int64_t n_tokens = q.d[0];
   if (p.head_dim < 1 || p.head_dim > 256)
     cuda_fail("attention", "unsupported head shape", __FILE__, __LINE__);
-  if (capacity < 1 || capacity > INT32_MAX - 2 * kChunk)
-    cuda_fail("attention", "unsupported cache capacity", __FILE__, __LINE__);
-  const Shape s = shape_for(ctx.sm_count, n_tokens, p, capacity, rows_apart);
+  if (span < 1 || span > INT32_MAX - 2 * kChunk)
+    cuda_fail("attention", "unsupported cache span", __FILE__, __LINE__);
+  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart);
   a.q = q.p;
   a.qdt = q.dtype;
   a.out = out.p;
   a.odt = out.dtype;
   a.positions = positions;
   if (s.n_splits > 1) {
-    if (ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, capacity, rows_apart))
+    if (ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, span, rows_apart))
       cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
     a.arrived = reinterpret_cast<unsigned*>(ctx.attn_ws);
     a.part = ctx.attn_ws + kCounterBytes / 4;
@@ -752,13 +739,13 @@ void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t ca
 
 }  // namespace
 
-void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const SeqKv* seqs, int64_t max_capacity,
+void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const SeqKv* seqs,
                     const int32_t* positions, const AttentionParams& p) {
   AttnArgs a{};
   a.seqs = seqs;
-  // The backend's caches are whole allocations (256-byte aligned), so rows of a head dim that
-  // is a multiple of 8 are 16-byte aligned.
-  launch_simt(ctx, a, out, q, max_capacity, positions, p, true, p.head_dim % 8 == 0);
+  a.k_off = kv.k_off;
+  a.v_off = kv.v_off;
+  launch_simt(ctx, a, out, q, kv.span, positions, p, true, p.head_dim % 8 == 0);
 }
 
 }  // namespace hearth::cuda

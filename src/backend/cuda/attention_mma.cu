@@ -1,4 +1,4 @@
-// Tensor-core prefill attention (FlashAttention-2 style) over the ring-addressed bf16 KV cache:
+// Tensor-core prefill attention (FlashAttention-2 style) over the paged bf16 KV cache:
 // GQA, causal by position, sliding window, softcap, scale; q and out F32/F16/BF16. Same
 // semantics as the SIMT kernel of attention.cu, which still serves decode (n_tokens ≤ 8) and
 // head dims other than 64/128/256.
@@ -16,8 +16,8 @@
 // per-row mask only on tiles that are not fully inside every one of its rows' ranges.
 //
 // Key positions: row (token t at position pos) sees positions [max(first, pos-window+1), pos]
-// (window 0: [first, pos]); position p lives in cache row p mod capacity — the SIMT kernel's
-// mapping. Cache rows outside the block's range are never read (zero-filled in shared memory).
+// (window 0: [first, pos]); position p lives in row p mod 64 of block p / 64 (common.h, KvDev).
+// Cache rows outside the block's range are never read (zero-filled in shared memory).
 // Rounding: q and P go through bf16 (K/V already are); accumulation and softmax are f32.
 #include <climits>
 
@@ -31,11 +31,10 @@ namespace {
 struct MmaArgs {
   const void* q;
   void* out;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
+  void* const* blocks;   // the cache's block table
+  int64_t k_off, v_off;  // the layer's keys and values in a block (elements)
   const int32_t* positions;
   const int32_t* first;
-  uint32_t capacity;  // ≤ INT32_MAX (checked on the host)
   int qdt, odt;
   int n_tokens, n_head, n_head_kv, m_tiles, window;
   float softcap;
@@ -148,9 +147,9 @@ __global__ void __launch_bounds__(BM * 2) attention_mma_kernel(MmaArgs a) {
   const int h = int(blockIdx.x % unsigned(a.n_head));
   const int t0 = (a.m_tiles - 1 - int(blockIdx.x / unsigned(a.n_head))) * BM;
   const int kvh = h / (a.n_head / a.n_head_kv);
-  const int64_t kv_row = int64_t(a.n_head_kv) * HD;  // elements between cache rows
-  const __nv_bfloat16* kbase = a.k + int64_t(kvh) * HD;
-  const __nv_bfloat16* vbase = a.v + int64_t(kvh) * HD;
+  const int64_t kv_row_elems = int64_t(a.n_head_kv) * HD;  // elements between cache rows
+  const int64_t kcol = a.k_off + int64_t(kvh) * HD;
+  const int64_t vcol = a.v_off + int64_t(kvh) * HD;
 
   // 1. Each row's key range [lo, hi] (padding rows past n_tokens: empty), and the block's union.
   if (tid == 0) {
@@ -208,25 +207,15 @@ __global__ void __launch_bounds__(BM * 2) attention_mma_kernel(MmaArgs a) {
   // K/V tile j (keys lo_b + j·BN + r) → stage; keys past hi_b are zero-filled, never read.
   auto load_kv = [&](int j, int stage) {
     const int kb = lo_b + j * BN;
-    // slot(kb + r) = (slot(kb) + r) mod capacity: one division per tile, and one conditional
-    // subtraction per row when the ring holds at least a tile (else the general modulo).
-    const uint32_t kb_slot = uint32_t(kb) % a.capacity;
-    const bool wide = a.capacity >= uint32_t(BN);
 #pragma unroll
     for (int i = 0; i < BN * kCpr / kThreads; ++i) {
       const int x = tid + i * kThreads, r = x / kCpr, c = x % kCpr;
       const int kp = kb + r;
       const bool ok = kp <= hi_b;
-      uint32_t slot = kb_slot + uint32_t(r);
-      if (wide) {
-        if (slot >= a.capacity) slot -= a.capacity;
-      } else {
-        slot = uint32_t(kp) % a.capacity;
-      }
-      const int64_t off = ok ? int64_t(slot) * kv_row + c * 8 : 0;
+      const int64_t p = ok ? kp : lo_b;  // a row the block reads anyway (nothing is read)
       const uint32_t d = uint32_t(stage) * kStage + swz<HD>(r, c);
-      cp_async16(sk + d, kbase + off, ok);
-      cp_async16(sv + d, vbase + off, ok);
+      cp_async16(sk + d, kv_row(a.blocks, kcol + c * 8, kv_row_elems, p), ok);
+      cp_async16(sv + d, kv_row(a.blocks, vcol + c * 8, kv_row_elems, p), ok);
     }
   };
   if (n_kt > 0) load_kv(0, 0);
@@ -501,10 +490,10 @@ bool attention_mma_supported(const Ten& out, const Ten& q, const KvDev& kv,
                              const AttentionParams& p, int block_m) {
   if (!find_config(p.head_dim, block_m)) return false;
   if (p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0) return false;
-  if (kv.k.dtype != kBF16 || kv.v.dtype != kBF16) return false;
   if (q.dtype < kF32 || q.dtype > kBF16 || out.dtype < kF32 || out.dtype > kBF16) return false;
-  if (kv.capacity <= 0 || kv.capacity > INT32_MAX) return false;
-  return aligned16(q.p) && aligned16(out.p) && aligned16(kv.k.p) && aligned16(kv.v.p);
+  if (kv.span <= 0 || kv.span > INT32_MAX) return false;
+  // The cache's rows are 16-byte aligned (head dims 64/128/256, offsets kept so by the backend).
+  return aligned16(q.p) && aligned16(out.p);
 }
 
 void attention_mma(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
@@ -514,11 +503,11 @@ void attention_mma(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
   MmaArgs a{};
   a.q = q.p;
   a.out = out.p;
-  a.k = static_cast<const __nv_bfloat16*>(kv.k.p);
-  a.v = static_cast<const __nv_bfloat16*>(kv.v.p);
+  a.blocks = kv.blocks;
+  a.k_off = kv.k_off;
+  a.v_off = kv.v_off;
   a.positions = positions;
   a.first = kv.first;
-  a.capacity = uint32_t(kv.capacity);
   a.qdt = q.dtype;
   a.odt = out.dtype;
   a.n_tokens = int(q.d[0]);

@@ -87,23 +87,34 @@ struct PackedTen {
   bool transposed() const { return format == kPackedTrellis && axis == 0; }
 };
 
-// A KV view with its dynamic first position in device memory (graph replays read it there).
+// KV caches are paged (kv/kv_cache.h): position p of a layer lies in block p / kKvBlock of its
+// sequence's block table, at row p % kKvBlock of the layer's keys (k_off elements from the
+// block's start) or values (v_off). Rows are n_head_kv · head_dim bf16, back to back.
+constexpr int kKvBlockShift = 6;
+constexpr int64_t kKvBlock = int64_t(1) << kKvBlockShift;
+static_assert(kKvBlock == 64, "the CUDA kernels assume KvCache::kBlockPositions");
+
+// One sequence's cache for a layer, its table and first position in device memory (graph
+// replays read the new values at the same addresses).
 struct KvDev {
-  Ten k, v;
-  int64_t capacity = 0;
+  void* const* blocks = nullptr;  // device: the block table (entries below first's may be null)
+  int64_t k_off = 0, v_off = 0;   // elements
+  // Positions the table covers: the sequence's end rounded up to a power of two (at least
+  // 256). Grids sized by it (the split-K) change only when it doubles, so a captured decode
+  // graph stays valid while the sequence grows.
+  int64_t span = 0;
   const int32_t* first = nullptr;  // device int32
 };
 
 // One sequence's cache in a step of several (the _rows ops): row r of the step reads its keys
-// and values from table[r]. 32 bytes, uploaded through the dyn area as 8 ints.
+// and values through table[r] (the layer's k_off and v_off are the same for every row). 16
+// bytes, uploaded through the dyn area as 4 ints.
 struct SeqKv {
-  const void* k;
-  const void* v;
-  int64_t capacity;
+  void* const* blocks;
   int32_t first;
   int32_t unused;
 };
-static_assert(sizeof(SeqKv) == 32, "SeqKv is uploaded as 8 ints");
+static_assert(sizeof(SeqKv) == 16, "SeqKv is uploaded as 4 ints");
 
 struct Ctx {
   cudaStream_t stream = nullptr;
@@ -244,18 +255,20 @@ void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, cons
                         const Ten& k_norm, float eps, float offset, const KvDev& kv,
                         const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
                         float attention_factor);
-// The same with row t's cache from seqs[t] (kv unused), as qk_norm_rope_store_rows.
+// The same with row t's cache from seqs[t] (k_off and v_off those of kv, the rest unused), as
+// qk_norm_rope_store_rows.
 void qk_norm_rope_store_rows(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
-                             const Ten& k_norm, float eps, float offset, const SeqKv* seqs,
-                             const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
-                             float attention_factor);
+                             const Ten& k_norm, float eps, float offset, const KvDev& kv,
+                             const SeqKv* seqs, const int32_t* positions, const float* inv_freq,
+                             int32_t rotary_dim, float attention_factor);
 // attention.cu. The workspace (ctx.attn_ws) must hold this many bytes, zeroed once when allocated.
-// rows_apart: every row is its own sequence (attention_rows), of at most `capacity` positions.
+// span: the KvDev's (rows_apart: the largest of the rows'); rows_apart: every row is its own
+// sequence (attention_rows).
 size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
-                                 int64_t capacity, bool rows_apart = false);
-// Decode attention of n sequences, one row each: row t over the cache seqs[t]. max_capacity is
-// the largest of their capacities (it sizes the split-K).
-void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const SeqKv* seqs, int64_t max_capacity,
+                                 int64_t span, bool rows_apart = false);
+// Decode attention of n sequences, one row each: row t over the cache seqs[t], with kv's k_off
+// and v_off; kv.span is the largest of the rows' spans (it sizes the split-K).
+void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const SeqKv* seqs,
                     const int32_t* positions, const AttentionParams& p);
 // Raises the dynamic shared-memory limits once (outside any graph capture).
 void attention_init();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -239,9 +240,10 @@ void CudaBackend::kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
 void CudaBackend::attention(const Tensor& out, const Tensor& q, const KvView& kv,
                             const int32_t* positions, const AttentionParams& p) {
   bind();
-  ensure_attention_workspace(attention_workspace_bytes(ctx_, q.dim(0), p, kv.capacity));
+  const KvDev d = kv_dev(kv);
+  ensure_attention_workspace(attention_workspace_bytes(ctx_, q.dim(0), p, d.span));
   const int32_t* d_pos = upload_ints(positions, q.dim(0), 1);
-  submit<&cuda::attention>(Ten(out), Ten(q), kv_dev(kv), d_pos, packed(p));
+  submit<&cuda::attention>(Ten(out), Ten(q), d, d_pos, packed(p));
 }
 
 void CudaBackend::ensure_attention_workspace(size_t bytes) {
@@ -382,11 +384,27 @@ void CudaBackend::scatter_add_rows(const Tensor& y, const Tensor& x, const int32
   submit<&cuda::scatter_add_rows>(Ten(y), Ten(x), d_rows, d_w);
 }
 
+void* const* CudaBackend::upload_kv_table(const KvView& kv, int64_t* span) {
+  if (!kv.paged() || kv.block_size != kKvBlock || kv.row_bytes % 16 != 0 || kv.k_offset % 16 != 0 ||
+      kv.v_offset % 16 != 0 || kv.end > INT32_MAX)
+    fail(
+        "CUDA backend: a KV cache view must be paged in blocks of {} positions with 16-byte "
+        "aligned rows (got block size {}, row of {} bytes)",
+        kKvBlock, kv.block_size, kv.row_bytes);
+  const int64_t n = (kv.end + kKvBlock - 1) / kKvBlock;
+  const int64_t entries = int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(n, 4))));
+  block_table_.assign(size_t(entries), nullptr);
+  for (int64_t i = 0; i < n; ++i) block_table_[size_t(i)] = kv.blocks[i];
+  *span = entries * kKvBlock;
+  // Tag 8: a group's table, the same for each of its layers (uploaded once per step).
+  return reinterpret_cast<void* const*>(upload_ints(block_table_.data(), entries * 2, 8));
+}
+
 KvDev CudaBackend::kv_dev(const KvView& kv) {
   KvDev d;
-  d.k = Ten(kv.k);
-  d.v = Ten(kv.v);
-  d.capacity = kv.capacity;
+  d.blocks = upload_kv_table(kv, &d.span);
+  d.k_off = kv.k_offset / 2;  // bf16 elements
+  d.v_off = kv.v_offset / 2;
   const int32_t first = int32_t(kv.first);
   d.first = upload_ints(&first, 1, 5);
   return d;

@@ -43,10 +43,8 @@ bool attention_layer(const Backend::DecodeLayer& L, const StepArgs& a, const KvV
       !is_matrix(L.o, H, nq) || L.out_gate.empty() == bool(a.gated) ||
       (a.gated && !is_matrix(L.out_gate, nq, H)) || qk == L.k_norm.empty() ||
       (qk && (!is_gain(L.q_norm, a.hd, gdt) || !is_gain(L.k_norm, a.hd, gdt))) ||
-      L.kv.capacity != kv0.capacity || L.kv.first != kv0.first || L.kv.k.dtype != DType::BF16 ||
-      L.kv.v.dtype != DType::BF16 || L.kv.k.device != Device::CUDA ||
-      L.kv.v.device != Device::CUDA || L.kv.k.numel() != L.kv.capacity * nk ||
-      L.kv.v.numel() != L.kv.capacity * nk)
+      L.kv.blocks != kv0.blocks || L.kv.first != kv0.first || L.kv.end != kv0.end ||
+      L.kv.row_bytes != nk * 2 || L.kv.k_offset % 16 != 0 || L.kv.v_offset % 16 != 0)
     return false;
   d.q = static_cast<const uint4*>(L.q.data);
   d.k = static_cast<const uint4*>(L.k.data);
@@ -54,8 +52,8 @@ bool attention_layer(const Backend::DecodeLayer& L, const StepArgs& a, const KvV
   d.out_gate = a.gated ? static_cast<const uint4*>(L.out_gate.data) : nullptr;
   d.q_norm = qk ? L.q_norm.data : nullptr;
   d.k_norm = qk ? L.k_norm.data : nullptr;
-  d.kc = static_cast<__nv_bfloat16*>(L.kv.k.data);
-  d.vc = static_cast<__nv_bfloat16*>(L.kv.v.data);
+  d.k_off = L.kv.k_offset / 2;  // bf16 elements
+  d.v_off = L.kv.v_offset / 2;
   return true;
 }
 
@@ -101,8 +99,8 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   if (options_.decode_step == Mode::Auto && layer_bytes(L0) < kAutoMinLayerBytes) return false;
   const int64_t I = L0.gate.ndim == 2 ? L0.gate.shape[0] : 0;
   const DType gdt = L0.attn_norm.dtype;
-  // The attention layers' caches share capacity and first position (the first one's); a stack
-  // of Gated DeltaNet layers only has none, and attends to nothing. The first Gated DeltaNet
+  // The attention layers' caches share one block table and first position (the first one's); a
+  // stack of Gated DeltaNet layers only has none, and attends to nothing. The first Gated DeltaNet
   // layer (lin) gives the conv's taps and the gated norm's gain dtype.
   const DecodeLayer* first_attn = nullptr;
   const DecodeLayer* lin = nullptr;
@@ -113,7 +111,10 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
     if (!first_attn && !is_linear(L)) first_attn = &L;
     if (!lin && is_linear(L)) lin = &L;
   }
-  const KvView kv0 = first_attn ? first_attn->kv : KvView{Tensor(), Tensor(), 1, step.position};
+  KvView kv0;
+  kv0.first = step.position;
+  if (first_attn) kv0 = first_attn->kv;
+  if (first_attn && (!kv0.paged() || kv0.block_size != kKvBlock)) return false;
   // Its attention gives each (query head, chunk of keys) a warp, at most kStepMaxChunks chunks:
   // up to kMaxKeys (512) a warp reads one 32-key block. Longer contexts (a warp walking several
   // blocks in turn) are not measured yet, so they take the per-op path, whose attention splits
@@ -134,7 +135,6 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.nh = int32_t(nh);
   a.nkv = int32_t(nkv);
   a.hd = int32_t(hd);
-  a.capacity = int32_t(kv0.capacity);
   a.vec8 = int32_t(std::max({H, I, nh * hd, VD}) / 8);
   a.gain_dt = int32_t(gdt);
   a.act = int32_t(step.act);
@@ -215,6 +215,8 @@ bool CudaBackend::decode_layers(const DecodeLayers& step) {
   a.barrier = reinterpret_cast<unsigned long long*>(ws + barrier_at);
   const int32_t pf[2] = {step.position, int32_t(kv0.first)};
   a.pos_first = upload_ints(pf, 2, 13);
+  int64_t span = 0;
+  a.kv_blocks = first_attn ? upload_kv_table(kv0, &span) : nullptr;
   a.inv_freq = a.rot_half > 0
                    ? reinterpret_cast<const float*>(upload_ints(step.rope.inv_freq, a.rot_half, 2))
                    : nullptr;

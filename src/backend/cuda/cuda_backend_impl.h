@@ -304,17 +304,24 @@ class CudaBackend final : public Backend {
   // product per expert. `tag` names the pointer upload (upload_ints) of this projection.
   void moe_products(const Tensor& out, const Tensor& in, const Tensor* w, int tag);
 
-  // The cache view the kernels take (its first position through the dyn area).
+  // The cache view the kernels take: its block table and first position through the dyn area.
+  // Refuses (hearth::Error) a view that is not paged in 64-position blocks of 16-byte aligned
+  // rows: KvCache makes every cache so.
   KvDev kv_dev(const KvView& kv);
+  // kv's block table in the dyn area, padded with nulls to a power of two of at least 4 entries
+  // (*span: the positions they cover), so the table's size and the grids sized by it change
+  // only when a sequence doubles.
+  void* const* upload_kv_table(const KvView& kv, int64_t* span);
   // Whether the one-kernel attention input (qk_norm_rope_store's kernel) takes these shapes:
   // per-head norms or none, q [n, heads, head_dim], a rotary width it fits.
   static bool qk_norm_rope_store_fused(const Tensor& q, const Tensor& k, const Tensor& q_norm,
                                        const Tensor& k_norm, int32_t rotary_dim);
   // Grows the split-K attention workspace (ctx_.attn_ws) to at least `bytes`.
   void ensure_attention_workspace(size_t bytes);
-  // The caches of a step's rows as the kernels' table (SeqKv) in the dyn area; null when a
-  // cache is not 16-byte aligned bf16 (then the rows go one by one).
-  const SeqKv* upload_seq_kvs(const KvView* kvs, int64_t n, int64_t* max_capacity);
+  // The caches of a step's rows as the kernels' table (SeqKv) in the dyn area, every row's
+  // block table uploaded back to back; *kv gets the layer's offsets and the largest span. Null
+  // when the rows' layers lie at different offsets in their blocks (then they go one by one).
+  const SeqKv* upload_seq_kvs(const KvView* kvs, int64_t n, KvDev* kv);
 
   // Copies n 4-byte host values into the dyn area and returns their device address. Equal
   // contents of the same kind (tag) share a slot, so a step's positions upload once.
@@ -391,6 +398,9 @@ class CudaBackend final : public Backend {
   static void give_back_block(void* p);
   void release_free_blocks();
   void disown_blocks();
+  // cudaMalloc, after giving the free blocks back to the driver if it fails at first; null when
+  // the device has no room.
+  void* device_malloc(size_t bytes);
   std::multimap<size_t, void*> free_blocks_;  // guarded by the blocks' mutex
   size_t free_block_bytes_ = 0;
 
@@ -459,6 +469,7 @@ class CudaBackend final : public Backend {
   void* picks_dev_ = nullptr;  // pick_tokens' results
   // The tables of a step of several sequences, reused (host side, before upload).
   std::vector<SeqKv> seq_table_;
+  std::vector<void*> block_table_;
   std::vector<void*> state_table_;
   size_t picks_dev_bytes_ = 0;
   // Packed weights: the transposed-trellis products' partial sums, and prefill's bf16 rows.

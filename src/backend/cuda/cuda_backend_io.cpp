@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/error.h"
@@ -16,7 +17,21 @@ namespace hearth::cuda {
 // every running request's steps). A block is reused by its own backend only, whose work is all
 // on one stream, so a kernel queued before the block changed hands is ordered before any use by
 // its next owner. Blocks whose backend is gone are freed at once.
+//
+// The driver hands out large allocations in 2 MiB pages, so a block of an odd size (a KV cache
+// block of 64 positions: 9 MiB on the 8B) would waste the rest of its last page, a ninth of all
+// KV memory there. Such blocks come from slabs of about 64 MiB cut into slots of the one size;
+// a slot is a block like any other, and a slab goes back to the driver once none of its slots
+// is in use.
 namespace {
+constexpr size_t kPage = size_t(2) << 20;
+constexpr size_t kSlabBytes = size_t(64) << 20;
+struct Slab {
+  void* base;
+  int live;            // slots in use
+  CudaBackend* owner;  // null once its backend is gone
+  std::vector<void*> slots;
+};
 struct LiveBlock {
   CudaBackend* owner;
   size_t bytes;
@@ -26,14 +41,35 @@ std::unordered_map<void*, LiveBlock>& live_blocks() {
   static auto* blocks = new std::unordered_map<void*, LiveBlock>();  // outlives every backend
   return *blocks;
 }
+std::unordered_map<void*, Slab*>& slab_of() {  // every slot of every slab
+  static auto* slabs = new std::unordered_map<void*, Slab*>();
+  return *slabs;
+}
+Slab* find_slab(void* p) {
+  auto it = slab_of().find(p);
+  return it == slab_of().end() ? nullptr : it->second;
+}
+void free_slab(Slab* s) {
+  for (void* slot : s->slots) slab_of().erase(slot);
+  cudaFree(s->base);
+  delete s;
+}
+// Whether blocks of `bytes` come from slabs: past a page, and not a whole number of pages.
+bool slabbed(size_t bytes) { return bytes > kPage && bytes < kSlabBytes / 2 && bytes % kPage; }
 }  // namespace
 
 void CudaBackend::give_back_block(void* p) {
   std::lock_guard lock(g_blocks_mu);
   auto it = live_blocks().find(p);
+  Slab* slab = find_slab(p);
+  if (slab) --slab->live;
   if (it == live_blocks().end() || !it->second.owner) {
     if (it != live_blocks().end()) live_blocks().erase(it);
-    cudaFree(p);
+    if (!slab) {
+      cudaFree(p);
+    } else if (slab->live == 0 && !slab->owner) {
+      free_slab(slab);
+    }
     return;
   }
   CudaBackend& owner = *it->second.owner;
@@ -44,9 +80,23 @@ void CudaBackend::give_back_block(void* p) {
 
 void CudaBackend::release_free_blocks() {
   std::lock_guard lock(g_blocks_mu);
-  for (const auto& [bytes, p] : free_blocks_) cudaFree(p);
-  free_blocks_.clear();
-  free_block_bytes_ = 0;
+  // Whole blocks, and slabs none of whose slots is in use; slots of the others stay free here.
+  std::vector<Slab*> empty;
+  for (auto it = free_blocks_.begin(); it != free_blocks_.end();) {
+    Slab* slab = find_slab(it->second);
+    if (slab && slab->live > 0) {
+      ++it;
+      continue;
+    }
+    if (!slab) {
+      cudaFree(it->second);
+    } else if (std::find(empty.begin(), empty.end(), slab) == empty.end()) {
+      empty.push_back(slab);
+    }
+    free_block_bytes_ -= it->first;
+    it = free_blocks_.erase(it);
+  }
+  for (Slab* s : empty) free_slab(s);
 }
 
 void CudaBackend::disown_blocks() {
@@ -54,6 +104,26 @@ void CudaBackend::disown_blocks() {
   std::lock_guard lock(g_blocks_mu);
   for (auto& [p, block] : live_blocks())
     if (block.owner == this) block.owner = nullptr;
+  // The slabs still in use are freed by their last slot's buffer; their free slots go unused.
+  for (auto& [slot, slab] : slab_of())
+    if (slab->owner == this) slab->owner = nullptr;
+  free_blocks_.clear();
+  free_block_bytes_ = 0;
+}
+
+void* CudaBackend::device_malloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess && free_block_bytes_ > 0) {  // the free blocks back to the driver first
+    cudaGetLastError();
+    release_free_blocks();
+    err = cudaMalloc(&p, bytes);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
 }
 
 DeviceBuffer CudaBackend::alloc(size_t bytes) {
@@ -67,25 +137,36 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
     if (it != free_blocks_.end() && it->first <= want + want / 8) {
       void* p = it->second;
       live_blocks()[p] = LiveBlock{this, it->first};
+      if (Slab* slab = find_slab(p)) ++slab->live;
       free_block_bytes_ -= it->first;
       free_blocks_.erase(it);
       return DeviceBuffer(p, bytes, Device::CUDA, give_back_block);
     }
   }
-  void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, want);
-  if (err != cudaSuccess && free_block_bytes_ > 0) {  // the free blocks back to the driver first
-    cudaGetLastError();
-    release_free_blocks();
-    err = cudaMalloc(&p, want);
+  if (slabbed(want)) {
+    const size_t n = (kSlabBytes + want - 1) / want;
+    if (void* base = device_malloc(n * want)) {
+      auto* slab = new Slab{base, 1, this, {}};
+      std::lock_guard lock(g_blocks_mu);
+      for (size_t i = 0; i < n; ++i) {
+        void* slot = static_cast<char*>(base) + i * want;
+        slab->slots.push_back(slot);
+        slab_of()[slot] = slab;
+        if (i == 0) continue;
+        free_blocks_.emplace(want, slot);
+        free_block_bytes_ += want;
+      }
+      live_blocks()[base] = LiveBlock{this, want};
+      return DeviceBuffer(base, bytes, Device::CUDA, give_back_block);
+    }
   }
-  if (err != cudaSuccess) {
-    cudaGetLastError();
+  void* p = device_malloc(want);  // a slab's room may be gone where one block's is not
+  if (!p) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    fail("CUDA out of memory on cuda:{} allocating {:.1f} MiB ({:.1f} of {:.1f} GiB free): {}",
-         device_, double(bytes) / (1 << 20), double(free_b) / (1 << 30),
-         double(total_b) / (1 << 30), cudaGetErrorString(err));
+    throw OutOfMemory(fmt::format(
+        "CUDA out of memory on cuda:{} allocating {:.1f} MiB ({:.1f} of {:.1f} GiB free)", device_,
+        double(bytes) / (1 << 20), double(free_b) / (1 << 30), double(total_b) / (1 << 30)));
   }
   std::lock_guard lock(g_blocks_mu);
   live_blocks()[p] = LiveBlock{this, want};

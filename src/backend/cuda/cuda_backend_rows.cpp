@@ -3,6 +3,7 @@
 // and Gated DeltaNet mixer kernels take a table of them (in the dyn area) and serve every row in
 // one launch; the step's picks are made on the device and only the token ids come to the host.
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -17,23 +18,37 @@ void CudaBackend::begin_batch_step(int64_t n_tokens) {
   ctx_.gemv_max_rows = kBatchGemvRows;
 }
 
-const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, int64_t* max_capacity) {
+const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, KvDev* kv) {
+  if (n < 1) return nullptr;
+  // Every row's block table, back to back (row r's from entry at[r]).
+  std::vector<void*>& blocks = block_table_;
+  blocks.clear();
   std::vector<SeqKv>& table = seq_table_;
   table.resize(static_cast<size_t>(n));
+  std::vector<int64_t> at(static_cast<size_t>(n));
   int64_t most = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const KvView& kv = kvs[r];
-    if (kv.k.dtype != DType::BF16 || kv.v.dtype != DType::BF16 || kv.k.device != Device::CUDA ||
-        reinterpret_cast<uintptr_t>(kv.k.data) % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(kv.v.data) % 16 != 0)
+    const KvView& v = kvs[r];
+    if (!v.paged() || v.block_size != kKvBlock || v.k_offset != kvs[0].k_offset ||
+        v.v_offset != kvs[0].v_offset || v.row_bytes != kvs[0].row_bytes || v.row_bytes % 16 != 0 ||
+        v.k_offset % 16 != 0 || v.v_offset % 16 != 0)
       return nullptr;
-    table[size_t(r)] = SeqKv{kv.k.data, kv.v.data, kv.capacity, int32_t(kv.first), 0};
-    most = std::max(most, kv.capacity);
+    const int64_t count = (v.end + kKvBlock - 1) / kKvBlock;
+    at[size_t(r)] = int64_t(blocks.size());
+    blocks.insert(blocks.end(), v.blocks, v.blocks + count);
+    most = std::max(most, count);
   }
-  *max_capacity = most;
-  // Tag 7: the table of one layer's caches (qk_norm_rope_store_rows and attention_rows of the
-  // layer upload the same table, which then lands once).
-  return reinterpret_cast<const SeqKv*>(upload_ints(table.data(), n * 8, 7));
+  // Tag 9: the rows' block tables, the same for each layer of their group (uploaded once).
+  void* const* dev_blocks =
+      reinterpret_cast<void* const*>(upload_ints(blocks.data(), int64_t(blocks.size()) * 2, 9));
+  for (int64_t r = 0; r < n; ++r)
+    table[size_t(r)] = SeqKv{dev_blocks + at[size_t(r)], int32_t(kvs[r].first), 0};
+  kv->k_off = kvs[0].k_offset / 2;  // bf16 elements
+  kv->v_off = kvs[0].v_offset / 2;
+  kv->span = int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(most, 4)))) * kKvBlock;
+  // Tag 7: the rows' SeqKv (qk_norm_rope_store_rows and attention_rows of every layer of the
+  // group upload the same table, which then lands once).
+  return reinterpret_cast<const SeqKv*>(upload_ints(table.data(), n * 4, 7));
 }
 
 void CudaBackend::qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -43,10 +58,9 @@ void CudaBackend::qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, cons
   bind();
   const int64_t n = q.dim(0);
   const int32_t rot = rope ? int32_t(rope->rotary_dim) : 0;
-  int64_t max_capacity = 0;
-  const SeqKv* table = qk_norm_rope_store_fused(q, k, q_norm, k_norm, rot)
-                           ? upload_seq_kvs(kvs, n, &max_capacity)
-                           : nullptr;
+  KvDev kv;
+  const SeqKv* table =
+      qk_norm_rope_store_fused(q, k, q_norm, k_norm, rot) ? upload_seq_kvs(kvs, n, &kv) : nullptr;
   if (!table)
     return Backend::qk_norm_rope_store_rows(q, k, v, q_norm, k_norm, eps, off, rope, kvs,
                                             positions);
@@ -54,7 +68,7 @@ void CudaBackend::qk_norm_rope_store_rows(const Tensor& q, const Tensor& k, cons
   const float* d_freq =
       rot > 0 ? reinterpret_cast<const float*>(upload_ints(rope->inv_freq, rot / 2, 2)) : nullptr;
   submit<&cuda::qk_norm_rope_store_rows>(Ten(q), Ten(k), Ten(v), Ten(q_norm), Ten(k_norm), eps, off,
-                                         table, d_pos, d_freq, rot,
+                                         kv, table, d_pos, d_freq, rot,
                                          rope ? rope->attention_factor : 1.0f);
 }
 
@@ -62,13 +76,12 @@ void CudaBackend::attention_rows(const Tensor& out, const Tensor& q, const KvVie
                                  const int32_t* positions, const AttentionParams& p) {
   bind();
   const int64_t n = q.dim(0);
-  int64_t max_capacity = 0;
-  const SeqKv* table = p.head_dim % 8 == 0 ? upload_seq_kvs(kvs, n, &max_capacity) : nullptr;
+  KvDev kv;
+  const SeqKv* table = p.head_dim % 8 == 0 ? upload_seq_kvs(kvs, n, &kv) : nullptr;
   if (!table) return Backend::attention_rows(out, q, kvs, positions, p);
-  ensure_attention_workspace(
-      attention_workspace_bytes(ctx_, n, p, max_capacity, /*rows_apart=*/true));
+  ensure_attention_workspace(attention_workspace_bytes(ctx_, n, p, kv.span, /*rows_apart=*/true));
   const int32_t* d_pos = upload_ints(positions, n, 1);
-  submit<&cuda::attention_rows>(Ten(out), Ten(q), table, max_capacity, d_pos, packed(p));
+  submit<&cuda::attention_rows>(Ten(out), Ten(q), kv, table, d_pos, packed(p));
 }
 
 void CudaBackend::gated_delta_mixer_rows(const Tensor& normed, const Tensor& qkv,

@@ -570,7 +570,7 @@ bool decode_step_fits(const StepArgs& a) {
     if (a.blocks < 1 || !conv_rows_fit(a, (a.hv + a.blocks - 1) / a.blocks)) return false;
   }
   int dev = 0, optin = 0;
-  if (a.capacity < 1 || cudaGetDevice(&dev) != cudaSuccess ||
+  if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
       smem_bytes(a) > size_t(optin)) {
     cudaGetLastError();

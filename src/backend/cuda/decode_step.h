@@ -10,13 +10,14 @@
 namespace hearth::cuda {
 
 // One layer, device addresses. Weights bf16 row-major (16-byte aligned); gains of the step's
-// gain dtype; q_norm/k_norm null when the model has none. The caches are [capacity, nkv·hd].
+// gain dtype; q_norm/k_norm null when the model has none. The layer's cache rows are k_off and
+// v_off elements into each block of the step's table (StepArgs::kv_blocks; common.h, KvDev).
 // A Gated DeltaNet layer (hybrid steps, `linear` 1) has in_qkv/in_z/in_b/in_a instead of
 // q/k/v, o its out projection, and its conv and recurrent states (f32, updated in place).
 struct StepLayerDev {
   const uint4 *q, *k, *v, *o, *gate, *up, *down;
   const void *attn_norm, *ffn_norm, *q_norm, *k_norm;
-  __nv_bfloat16 *kc, *vc;
+  int64_t k_off, v_off;
   const uint4* out_gate;  // attention output gate rows [nh·hd, H], or null
   const uint4 *in_qkv, *in_z, *in_b, *in_a;
   const float *conv_w, *a_log, *dt_bias;  // [K, C], [Hv], [Hv]
@@ -33,7 +34,6 @@ struct StepArgs {
   const StepLayerDev* layers;  // device array [n_layers]
   int32_t n_layers;
   int32_t H, I, nh, nkv, hd;
-  int32_t capacity;
   int32_t vec8;  // 16-byte words of the largest phase input: max(H, I, nh·hd) / 8
   int32_t gain_dt;
   int32_t act;
@@ -66,6 +66,7 @@ struct StepArgs {
   int32_t* head_count;
   unsigned long long* barrier;  // arrivals at grid barriers; zero before the first launch
   const int32_t* pos_first;     // device [2]: the token's position, the caches' first position
+  void* const* kv_blocks;       // device: the block table every attention layer's cache shares
   const float* inv_freq;        // device [hd / 2], or null: no rope
 };
 

@@ -150,11 +150,15 @@ __device__ void prefetch_kv(const StepArgs& a, const StepLayerDev& L, int g, int
   for (int i = lane; i < kChunkKeys * words; i += 32) {
     const int j = i / words, w = i - j * words, p = lo + j;
     const bool ok = p <= hi && p != pos;
-    const int64_t at = int64_t(p % a.capacity) * row + g * hd + w * 8;
+    const int64_t col = g * hd + w * 8;
     copy16_async(reinterpret_cast<uint4*>(buf + j * k_stride_bytes(hd) + w * 16),
-                 ok ? static_cast<const void*>(L.kc + at) : static_cast<const void*>(buf), ok);
+                 ok ? static_cast<const void*>(kv_row(a.kv_blocks, L.k_off + col, row, p))
+                    : static_cast<const void*>(buf),
+                 ok);
     copy16_async(reinterpret_cast<uint4*>(vbuf + j * hd * 2 + w * 16),
-                 ok ? static_cast<const void*>(L.vc + at) : static_cast<const void*>(buf), ok);
+                 ok ? static_cast<const void*>(kv_row(a.kv_blocks, L.v_off + col, row, p))
+                    : static_cast<const void*>(buf),
+                 ok);
   }
   copy16_commit();
 }
@@ -205,10 +209,10 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
     for (int j = 0; j < E; ++j) t += qs[lane + 32 * j] * k[j];  // this lane's own qs elements
     s_new = warp_sum(t);
     if (hq % group == 0) {
-      const int64_t at = int64_t(pos % a.capacity) * row + g * hd;
+      __nv_bfloat16* kc = kv_row(a.kv_blocks, L.k_off + g * hd, row, pos);
 #pragma unroll
-      for (int j = 0; j < E; ++j) L.kc[at + lane + 32 * j] = __float2bfloat16(k[j]);
-      *reinterpret_cast<VecE*>(L.vc + at + lane * E) = v_new;
+      for (int j = 0; j < E; ++j) kc[lane + 32 * j] = __float2bfloat16(k[j]);
+      *reinterpret_cast<VecE*>(kv_row(a.kv_blocks, L.v_off + g * hd + lane * E, row, pos)) = v_new;
     }
   }
   if (buf) copy16_wait_all();  // this lane's copies landed; the __syncwarp shows everyone's
@@ -281,7 +285,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
       const int p = base + lane;
       const bool ok = p <= hi;
       const float s = key_score(
-          p, reinterpret_cast<const uint4*>(L.kc + int64_t(p % a.capacity) * row + g * hd),
+          p, reinterpret_cast<const uint4*>(kv_row(a.kv_blocks, L.k_off + g * hd, row, min(p, hi))),
           [](const uint4* q) { return __ldcg(q); });
       const float m_new = fmaxf(m, warp_max(s));
       const float pr = ok ? __expf(s - m_new) : 0.0f;
@@ -302,7 +306,7 @@ __device__ void chunk_attention(const StepArgs& a, const StepLayerDev& L, int hq
           const int q = base + j0 + j;
           vv[j] = q == pos  ? v_new
                   : q <= hi ? __ldcg(reinterpret_cast<const VecE*>(
-                                  L.vc + int64_t(q % a.capacity) * row + g * hd + lane * E))
+                                  kv_row(a.kv_blocks, L.v_off + g * hd + lane * E, row, q)))
                             : VecE{};
         }
 #pragma unroll

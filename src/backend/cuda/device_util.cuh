@@ -12,6 +12,13 @@
 
 namespace hearth::cuda {
 
+// Position p's row of a paged cache (common.h, KvDev): `off` elements from its block's start
+// (the layer's k_off or v_off, plus any column), rows `row` elements apart.
+__device__ __forceinline__ __nv_bfloat16* kv_row(void* const* blocks, int64_t off, int64_t row,
+                                                 int64_t p) {
+  return static_cast<__nv_bfloat16*>(blocks[p >> kKvBlockShift]) + off + (p & (kKvBlock - 1)) * row;
+}
+
 __device__ __forceinline__ float ld(const void* p, int dt, int64_t i) {
   if (dt == kBF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
   if (dt == kF32) return static_cast<const float*>(p)[i];

@@ -1,7 +1,7 @@
 // Rotary embedding (rotate_half pairs (i, i + rotary_dim/2), partial rotary, attention_factor)
-// and the KV-cache store into ring slots. Positions, inverse frequencies and ids are device
-// pointers: the backend uploads them per step, and a replayed decode graph reads the new values
-// at the same addresses. The angle is the same f32 product as the CPU (pos * inv_freq), with
+// and the store into the paged KV cache (common.h, KvDev). Positions, inverse frequencies and ids
+// are device pointers: the backend uploads them per step, and a replayed decode graph reads the new
+// values at the same addresses. The angle is the same f32 product as the CPU (pos * inv_freq), with
 // full-precision sinf/cosf.
 #include "backend/cuda/device_util.cuh"
 
@@ -28,15 +28,14 @@ __global__ void rope_kernel(void* x, int dt, const int32_t* positions, const flo
   }
 }
 
-__global__ void kv_store_kernel(void* kc, void* vc, int cdt, const void* k, int kdt, const void* v,
-                                int vdt, const int32_t* positions, int64_t n_tokens, int64_t row,
-                                int64_t capacity) {
+__global__ void kv_store_kernel(void* const* blocks, int64_t k_off, int64_t v_off, const void* k,
+                                int kdt, const void* v, int vdt, const int32_t* positions,
+                                int64_t n_tokens, int64_t row) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_tokens * row;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / row, c = i - t * row;
-    const int64_t slot = int64_t(positions[t]) % capacity;
-    st(kc, cdt, slot * row + c, ld(k, kdt, i));
-    st(vc, cdt, slot * row + c, ld(v, vdt, i));
+    const int64_t t = i / row, c = i - t * row, p = positions[t];
+    st(kv_row(blocks, k_off + c, row, p), kBF16, 0, ld(k, kdt, i));
+    st(kv_row(blocks, v_off + c, row, p), kBF16, 0, ld(v, vdt, i));
   }
 }
 
@@ -44,13 +43,12 @@ __global__ void kv_store_kernel(void* kc, void* vc, int cdt, const void* k, int 
 // [n_head + n_kv, n_head + 2 n_kv) v. Lane l holds elements l + 32 j (j < E), so with
 // rotary_dim/2 a multiple of 32 both halves of a rotate_half pair sit in the same lane.
 // Each stage rounds to the tensor's dtype as the composed ops do when they store.
-// seqs non-null: token t's cache is seqs[t] (kc, vc and capacity unused), a step of several
-// sequences.
+// seqs non-null: token t's cache is seqs[t] (blocks unused), a step of several sequences.
 template <int E>
 __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int kdt, const void* v,
                                           int vdt, const void* qn, const void* kn, int ndt,
-                                          float eps, float offset, void* kc, void* vc, int cdt,
-                                          int64_t capacity, const SeqKv* seqs,
+                                          float eps, float offset, void* const* blocks,
+                                          int64_t k_off, int64_t v_off, const SeqKv* seqs,
                                           const int32_t* positions, const float* inv_freq, int half,
                                           float factor, int n_tokens, int n_head, int n_kv,
                                           int hd) {
@@ -66,12 +64,8 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
   // Before waiting for the previous kernel: what no kernel of the step writes (positions,
   // frequencies and the cache table come from the host copy at the start of the step; gains
   // are weights).
-  if (seqs) {
-    kc = const_cast<void*>(seqs[t].k);
-    vc = const_cast<void*>(seqs[t].v);
-    capacity = seqs[t].capacity;
-  }
-  const int64_t slot = int64_t(positions[t]) % capacity;
+  if (seqs) blocks = seqs[t].blocks;
+  const int64_t pos = positions[t], row = int64_t(n_kv) * hd;
   const bool is_q = h < n_head;
   const void* gain = is_q ? qn : kn;
   float gv[E], cs[E], sn[E];
@@ -81,7 +75,7 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
     cs[j] = 1.0f;
     sn[j] = 0.0f;
     if (lane + 32 * j < half) {
-      sincosf(float(positions[t]) * inv_freq[lane + 32 * j], &sn[j], &cs[j]);
+      sincosf(float(pos) * inv_freq[lane + 32 * j], &sn[j], &cs[j]);
       cs[j] *= factor;
       sn[j] *= factor;
     }
@@ -89,9 +83,10 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
   pdl_wait();
   if (h >= n_head + n_kv) {  // v: straight into the cache
     const int hv = h - n_head - n_kv;
-    const int64_t src = (int64_t(t) * n_kv + hv) * hd, dst = (slot * n_kv + hv) * hd;
+    const int64_t src = (int64_t(t) * n_kv + hv) * hd;
+    __nv_bfloat16* dst = kv_row(blocks, v_off + int64_t(hv) * hd, row, pos);
 #pragma unroll
-    for (int j = 0; j < E; ++j) st(vc, cdt, dst + lane + 32 * j, ld(v, vdt, src + lane + 32 * j));
+    for (int j = 0; j < E; ++j) st(dst, kBF16, lane + 32 * j, ld(v, vdt, src + lane + 32 * j));
     return;
   }
   const int dt = is_q ? qdt : kdt;
@@ -127,9 +122,9 @@ __global__ void qk_norm_rope_store_kernel(void* q, int qdt, const void* k, int k
 #pragma unroll
     for (int j = 0; j < E; ++j) st(q, qdt, src + lane + 32 * j, x[j]);
   } else {
-    const int64_t dst = (slot * n_kv + h - n_head) * hd;
+    __nv_bfloat16* dst = kv_row(blocks, k_off + int64_t(h - n_head) * hd, row, pos);
 #pragma unroll
-    for (int j = 0; j < E; ++j) st(kc, cdt, dst + lane + 32 * j, x[j]);
+    for (int j = 0; j < E; ++j) st(dst, kBF16, lane + 32 * j, x[j]);
   }
 }
 
@@ -144,17 +139,16 @@ namespace {
 
 void launch_qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v,
                                const Ten& q_norm, const Ten& k_norm, float eps, float offset,
-                               const KvDev& kv, int cdt, const SeqKv* seqs,
-                               const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
-                               float attention_factor) {
+                               const KvDev& kv, const SeqKv* seqs, const int32_t* positions,
+                               const float* inv_freq, int32_t rotary_dim, float attention_factor) {
   const int n = int(q.d[0]), n_head = int(q.d[1]), hd = int(q.d[2]), n_kv = int(k.d[1]);
   const int64_t warps = int64_t(n) * (n_head + 2 * n_kv);
   const unsigned blocks = unsigned((warps + 3) / 4);
   const int ndt = q_norm.empty() ? k_norm.dtype : q_norm.dtype;
   auto go = [&](auto kernel) {
     launch_pdl(ctx, kernel, dim3(blocks), dim3(128), 0, q.p, q.dtype, k.p, k.dtype, v.p, v.dtype,
-               q_norm.p, k_norm.p, ndt, eps, offset, kv.k.p, kv.v.p, cdt, kv.capacity, seqs,
-               positions, inv_freq, rotary_dim / 2, attention_factor, n, n_head, n_kv, hd);
+               q_norm.p, k_norm.p, ndt, eps, offset, kv.blocks, kv.k_off, kv.v_off, seqs, positions,
+               inv_freq, rotary_dim / 2, attention_factor, n, n_head, n_kv, hd);
   };
   switch (hd / 32) {
     case 1:
@@ -193,17 +187,16 @@ void qk_norm_rope_store(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, cons
                         const Ten& k_norm, float eps, float offset, const KvDev& kv,
                         const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
                         float attention_factor) {
-  launch_qk_norm_rope_store(ctx, q, k, v, q_norm, k_norm, eps, offset, kv, kv.k.dtype, nullptr,
-                            positions, inv_freq, rotary_dim, attention_factor);
+  launch_qk_norm_rope_store(ctx, q, k, v, q_norm, k_norm, eps, offset, kv, nullptr, positions,
+                            inv_freq, rotary_dim, attention_factor);
 }
 
 void qk_norm_rope_store_rows(Ctx& ctx, const Ten& q, const Ten& k, const Ten& v, const Ten& q_norm,
-                             const Ten& k_norm, float eps, float offset, const SeqKv* seqs,
-                             const int32_t* positions, const float* inv_freq, int32_t rotary_dim,
-                             float attention_factor) {
-  // The caches of a step of several sequences are the backend's (bf16, as attention reads them).
-  launch_qk_norm_rope_store(ctx, q, k, v, q_norm, k_norm, eps, offset, KvDev{}, kBF16, seqs,
-                            positions, inv_freq, rotary_dim, attention_factor);
+                             const Ten& k_norm, float eps, float offset, const KvDev& kv,
+                             const SeqKv* seqs, const int32_t* positions, const float* inv_freq,
+                             int32_t rotary_dim, float attention_factor) {
+  launch_qk_norm_rope_store(ctx, q, k, v, q_norm, k_norm, eps, offset, kv, seqs, positions,
+                            inv_freq, rotary_dim, attention_factor);
 }
 
 void rope(Ctx& ctx, const Ten& x, const int32_t* positions, const float* inv_freq,
@@ -219,7 +212,7 @@ void rope(Ctx& ctx, const Ten& x, const int32_t* positions, const float* inv_fre
 void kv_store(Ctx& ctx, const KvDev& kv, const Ten& k, const Ten& v, const int32_t* positions) {
   const int64_t n = k.d[0], row = k.numel() / n;
   kv_store_kernel<<<grid_for(n * row, 256), 256, 0, ctx.stream>>>(
-      kv.k.p, kv.v.p, kv.k.dtype, k.p, k.dtype, v.p, v.dtype, positions, n, row, kv.capacity);
+      kv.blocks, kv.k_off, kv.v_off, k.p, k.dtype, v.p, v.dtype, positions, n, row);
   HEARTH_CUDA_LAUNCHED();
 }
 
