@@ -250,15 +250,24 @@ size_t Engine::bytes_in_use() const {
   return used;
 }
 
+size_t Engine::growth_bytes(int64_t positions, int64_t to_come) const {
+  const auto more = int64_t(reserve_ratio_ * double(to_come));
+  return state_bytes_for(positions + more) - state_bytes_for(positions);
+}
+
 bool Engine::admit() {
-  // Preempted requests come back first, oldest first, once their prefix fits again.
+  // Preempted requests come back first, oldest first, once their prefix fits again. Room is
+  // what the states hold, plus a share of what the running requests may still generate.
   size_t used = bytes_in_use();
+  for (const auto& r : running_)
+    if (!r->done()) used += growth_bytes(r->positions(), r->tokens_to_come());
   for (auto& r : preempted_)
     if (r->cancel_requested()) r->finish("cancelled");
   std::erase_if(preempted_, [](const auto& r) { return r->done(); });
   while (!preempted_.empty() && int64_t(running_.size()) < max_running_) {
     RunningRequest& r = *preempted_.front();
-    const size_t need = state_bytes_for(r.prompt_left() + 1);
+    const size_t need =
+        state_bytes_for(r.positions()) + growth_bytes(r.positions(), r.tokens_to_come());
     if (!running_.empty() && used + need > kv_budget_) break;
     r.resume();
     used += need;
@@ -298,7 +307,9 @@ bool Engine::admit() {
         ++it;
         continue;
       }
-      const size_t need = state_bytes_for(int64_t(it->request.prompt.size()) + 1);
+      const int64_t n_prompt = int64_t(it->request.prompt.size());
+      const size_t need =
+          state_bytes_for(n_prompt + 1) + growth_bytes(n_prompt + 1, it->request.max_tokens);
       if (!(running_.empty() && admitted.size() == cancelled) && used + need > kv_budget_) break;
       used += need;
       admitted.push_back(std::move(*it));
@@ -396,6 +407,7 @@ void Engine::give_way_to_memory(const std::vector<RunningRequest*>& ran, const s
 }
 
 void Engine::step() {
+  reserve_ratio_ = std::max(kMinReserve, reserve_ratio_ - kReserveDecay);
   for (const auto& r : running_)
     if (!r->done() && r->cancel_requested()) r->finish("cancelled");
   std::vector<RunningRequest*> live;
@@ -473,10 +485,11 @@ void Engine::step() {
     if (holding <= 1) {  // the context bound keeps this from happening: a request fits alone
       victim->finish("error", fmt::format("the KV cache budget of {} bytes cannot hold this "
                                           "request's next step ({} bytes)",
-                                          kv_budget_, need));
+                                          kv_budget_.load(), need));
     } else {
       victim->preempt();
       preemptions_.fetch_add(1);
+      reserve_ratio_ = kMaxReserve;  // admission was too hopeful: reserve all room again
     }
     std::erase_if(plan, [&](const Part& p) { return p.r == victim; });
     need = projected();

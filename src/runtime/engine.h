@@ -215,6 +215,15 @@ class Engine {
   PromptCache cache_;
   int64_t max_running_ = 0, max_step_tokens_ = 0;
   std::atomic<size_t> kv_budget_ = SIZE_MAX;  // lowered by give_way_to_memory
+  // Admission counts, beside what the states hold, room for this share of the tokens each
+  // running request may still generate (SGLang's new-token ratio): all of them after a
+  // preemption, then less each step while none is needed (requests that stop early leave room
+  // a full reserve would keep idle). Preemption recomputes a request, so it costs more than a
+  // request that waits.
+  static constexpr double kMaxReserve = 1.0, kMinReserve = 0.1, kReserveDecay = 0.0015;
+  double reserve_ratio_ = kMaxReserve;
+  // The growth room of a request holding `positions` that may generate `to_come` more.
+  size_t growth_bytes(int64_t positions, int64_t to_come) const;
   size_t state_fixed_bytes_ = 0;
   // Of this model's states: whether SequenceState::share works, and whether they only go back
   // to checkpoints (recurrent). Asked of a fresh state when first needed.

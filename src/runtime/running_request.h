@@ -7,6 +7,7 @@
 // state is back in the prompt cache (unless the request failed) or freed. A preempted request
 // has no state until resume(); it then recomputes its prompt and the tokens it generated.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -57,6 +58,11 @@ class RunningRequest {
   // In its first prefill, whose end puts the prompt's state into the prompt cache.
   bool publishes_prompt() const { return prefilling() && result_.tokens.empty(); }
   int64_t prompt_left() const { return prefill_target_ - prompt_pos_; }
+  // Tokens of history (prompt and generated) and tokens it may still generate (max_tokens).
+  int64_t positions() const { return int64_t(history_.size()); }
+  int64_t tokens_to_come() const {
+    return std::max<int64_t>(0, request_.max_tokens - int64_t(result_.tokens.size()));
+  }
   std::span<const int32_t> prompt_chunk(int64_t max) const;
   // Whether a chunk of n tokens needs its last row's logits.
   bool chunk_wants_logits(int64_t n) const { return n == prompt_left() && result_.tokens.empty(); }
