@@ -1,8 +1,9 @@
 // hearth's C++ API: load a model, submit completion or chat requests, stream their text, cancel
-// them, read the engine's counters. This header and hearth/error.h are the whole public surface;
-// nothing of the engine's internals is exposed, so they can change without breaking programs
-// built against it. Link with the installed CMake package (find_package(hearth), target
-// hearth::hearth) or pkg-config (hearth). See examples/embed.cpp.
+// them, read the engine's counters. This header and hearth/error.h are the library's whole public
+// surface (hearth/server.h adds the HTTP server, a library of its own); nothing of the engine's
+// internals is exposed, so they can change without breaking programs built against it. Link with
+// the installed CMake package (find_package(hearth), target hearth::hearth) or pkg-config
+// (hearth). See examples/embed.cpp.
 //
 // Threads: a Runtime may be used from any number of threads. Requests run on the engine's own
 // thread; on_text callbacks are called there, in order, and should return quickly. Every
@@ -36,6 +37,15 @@ struct RuntimeOptions {
   // request is preempted and recomputed later); 0: half the free RAM on the CPU, 80 % of the free
   // GPU memory after loading.
   uint64_t kv_budget_bytes = 0;
+  // Bytes the prompt cache may hold: the states of earlier prompts, so a request that starts
+  // with one (the next turn of a chat) skips its prefill; 0 turns it off.
+  uint64_t prompt_cache_bytes = uint64_t{8192} << 20;
+  // CPU weights are read in place from the mapped files; false copies them into huge-page memory
+  // (a slower load, a faster decode).
+  bool mmap = true;
+  // Batch-invariant kernels: a request's tokens are bit-identical whatever other requests share
+  // its steps (CPU only; prefill is slower).
+  bool deterministic = false;
 };
 
 struct ChatTurn {
@@ -114,6 +124,9 @@ class Runtime {
   int64_t context() const;         // tokens per sequence
 
  private:
+  // Hands the engine to the HTTP server library (hearth/server.h), whose routes use features of
+  // the engine this API does not offer yet; not part of the API.
+  friend struct RuntimeInternals;
   struct Impl;
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

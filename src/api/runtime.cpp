@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "api/runtime_internal.h"
 #include "chat/encode_chat.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -37,11 +38,17 @@ Completion Generation::wait() {
 }
 
 struct Runtime::Impl {
+  RuntimeOptions options;
   mutable std::mutex mu;
   RuntimeMetrics finished;  // the counters of completed requests
-  // Last, so that it is destroyed first: stopping it completes the requests it holds, whose
-  // callbacks still count into `finished`.
-  std::unique_ptr<Engine> engine;
+  // Shared with an HTTP server serving this Runtime (runtime_internal.h), so it may outlive Impl.
+  std::shared_ptr<Engine> engine;
+
+  // Stopping the engine completes the requests it holds, whose callbacks count into `finished`
+  // and point to this Impl: it is shut down here, whoever else still holds it.
+  ~Impl() {
+    if (engine) engine->shutdown();
+  }
 
   std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const {
     const Tokenizer* tok = engine->tokenizer();
@@ -80,7 +87,11 @@ std::unique_ptr<Runtime> Runtime::load(const RuntimeOptions& options) {
   engine.max_running = options.parallel;
   engine.max_step_tokens = options.max_batch_tokens;
   engine.kv_budget_bytes = size_t(options.kv_budget_bytes);
+  engine.cache_bytes = size_t(options.prompt_cache_bytes);
+  engine.mmap = options.mmap;
+  engine.deterministic = options.deterministic;
   auto impl = std::make_unique<Impl>();
+  impl->options = options;
   impl->engine = Engine::load(engine);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
@@ -154,5 +165,13 @@ RuntimeMetrics Runtime::metrics() const {
 std::string Runtime::model_type() const { return impl_->engine->config().model_type(); }
 
 int64_t Runtime::context() const { return impl_->engine->n_ctx(); }
+
+std::shared_ptr<Engine> RuntimeInternals::engine(const Runtime& runtime) {
+  return runtime.impl_->engine;
+}
+
+const RuntimeOptions& RuntimeInternals::options(const Runtime& runtime) {
+  return runtime.impl_->options;
+}
 
 }  // namespace hearth

@@ -111,6 +111,29 @@ TEST_F(Api, DestroyingTheRuntimeCompletesEveryRequest) {
   }
 }
 
+// RuntimeOptions::prompt_cache_bytes reaches the engine: a prompt that continues an earlier one
+// reuses all of it (the hybrid model resumes from the state kept at the earlier prompt's end),
+// and with 0 nothing, for the same greedy text. The uncached runtime also copies its weights
+// (mmap off), which must not change the text either.
+TEST(ApiLoad, PromptCacheBytesAndMmapReachTheEngine) {
+  const std::string first =
+      "<|im_start|>user\nTell me about the sea and the ships.<|im_end|>\n<|im_start|>assistant\n";
+  const std::string second =
+      first +
+      "Something else entirely.<|im_end|>\n<|im_start|>user\nAnd the mountains?<|im_end|>\n";
+  auto cached = hearth::Runtime::load({.model = kModel, .threads = 2});
+  auto uncached = hearth::Runtime::load(
+      {.model = kModel, .threads = 2, .prompt_cache_bytes = 0, .mmap = false});
+  const auto a = cached->complete(greedy(first, 4));
+  const auto b = cached->complete(greedy(second, 8));
+  EXPECT_EQ(b.cached_prompt_tokens, a.prompt_tokens);
+  uncached->complete(greedy(first, 4));
+  const auto c = uncached->complete(greedy(second, 8));
+  EXPECT_EQ(c.cached_prompt_tokens, 0);
+  EXPECT_EQ(c.text, b.text);
+  EXPECT_EQ(cached->metrics().prompt_cache_hit_tokens, a.prompt_tokens);
+}
+
 TEST(ApiLoad, BadOptionsAreErrorsNamingThem) {
   try {
     hearth::Runtime::load({.model = "/nonexistent/model"});
