@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -80,13 +79,9 @@ int run_serve(ServeOptions& o) {
   o.server.mmap = !o.model.no_mmap;
   o.server.deterministic = o.model.deterministic;
   o.server.cache_mb = size_t(o.cache_mb);
-  // A streamed request holds its handler thread while it generates, so the default lets every
-  // request the engine can run at once (--parallel) stream, with room for the short ones
-  // (health, models, metrics) beside them.
-  const int64_t running = o.server.max_running > 0 ? o.server.max_running
-                                                   : default_max_running(o.model.device == "cpu");
-  o.server.http_threads =
-      o.http_threads > 0 ? o.http_threads : int(std::clamp<int64_t>(running + 32, 64, 4096));
+  o.server.http_threads = o.http_threads > 0
+                              ? o.http_threads
+                              : server::default_http_threads(o.server.max_running, o.model.device);
 
   // Block the stop signals before any thread starts, so every thread inherits the mask.
   sigset_t stop_signals;

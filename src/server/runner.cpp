@@ -18,6 +18,7 @@ EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
   if (state.options.request_timeout_s > 0)
     deadline_ = arrival + std::chrono::seconds(state.options.request_timeout_s);
   timeout_s_ = state.options.request_timeout_s;
+  if (state.engine_ownership == EngineOwnership::Shared) stop_cancels_ = &state.stopping;
   GenerationCallbacks cb;
   auto ch = channel_;
   auto last = std::make_shared<std::optional<Clock::time_point>>();
@@ -74,7 +75,7 @@ GenerationResult pump(EngineRequest& request, const http::Request* client,
                       const std::function<bool(const GenerationDelta&)>& on_delta,
                       const std::function<bool()>& heartbeat,
                       const std::function<bool()>& after_batch) {
-  bool gone = false, timed_out = false;
+  bool gone = false, timed_out = false, stopped = false;
   auto last_beat = Clock::now(), last_check = Clock::now();
   for (;;) {
     const auto& u = request.wait(std::chrono::milliseconds(100));
@@ -96,6 +97,10 @@ GenerationResult pump(EngineRequest& request, const http::Request* client,
                         request.timeout_seconds());
       }
       return r;
+    }
+    if (!stopped && request.cancel_for_stop()) {
+      stopped = true;  // ends "cancelled": a 503, or an error event on a stream
+      request.cancel();
     }
     const auto now = Clock::now();
     if (!gone && !timed_out && now >= request.deadline()) {

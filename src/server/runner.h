@@ -40,6 +40,9 @@ class EngineRequest {
   // When the server's request time limit runs out (time_point::max(): no limit).
   Clock::time_point deadline() const { return deadline_; }
   int64_t timeout_seconds() const { return timeout_s_; }
+  // The server is stopping and its engine is shared (EngineOwnership::Shared): the request is
+  // not ended by an engine shutdown, so its handler cancels it.
+  bool cancel_for_stop() const { return stop_cancels_ && stop_cancels_->load(); }
 
  private:
   struct Channel;
@@ -48,6 +51,7 @@ class EngineRequest {
   Update update_;
   Clock::time_point deadline_ = Clock::time_point::max();
   int64_t timeout_s_ = 0;
+  const std::atomic<bool>* stop_cancels_ = nullptr;  // the server's `stopping`, shared engines only
 };
 
 // A result that did not complete, as the client sees it: its HTTP status and message.
@@ -61,7 +65,8 @@ std::optional<ResultFailure> result_failure(const ServerState& state, const Gene
 // and after_batch once the deltas that had arrived by a wake-up are handled (where a streaming
 // handler writes them out in one go). Polls the connection while waiting, and cancels the
 // request when the server's --request-timeout passes (the result then says so: finish_reason
-// "error", with the limit in its message). Returns the result.
+// "error", with the limit in its message) or when a server over a shared engine stops. Returns
+// the result.
 GenerationResult pump(EngineRequest& request, const http::Request* client,
                       const std::function<bool(const GenerationDelta&)>& on_delta,
                       const std::function<bool()>& heartbeat = {},

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/log.h"
@@ -62,20 +63,18 @@ void Server::load() {
     eo.n_ctx = state_.options.n_ctx;
     eo.cache_bytes = state_.options.cache_mb << 20;
     std::shared_ptr<Engine> engine = Engine::load(eo);
-    std::string id =
-        std::filesystem::path(state_.options.model_dir).lexically_normal().filename().string();
-    if (id.empty())
-      id = std::filesystem::path(state_.options.model_dir).parent_path().filename().string();
-    set_engine(std::move(engine), id.empty() ? "hearth" : id);
+    set_engine(std::move(engine), model_id_for(state_.options.model_dir));
   } catch (const std::exception& e) {
     state_.load_error = e.what();
     throw;
   }
 }
 
-void Server::set_engine(std::shared_ptr<Engine> engine, const std::string& model_id) {
+void Server::set_engine(std::shared_ptr<Engine> engine, const std::string& model_id,
+                        EngineOwnership ownership) {
   ServerState& s = state_;
   s.engine = std::move(engine);
+  s.engine_ownership = ownership;
   s.model_id = model_id;
   if (const Tokenizer* tok = s.engine->tokenizer()) {
     s.chat_template_source = tok->chat_template();
@@ -94,8 +93,22 @@ void Server::set_engine(std::shared_ptr<Engine> engine, const std::string& model
 
 void Server::stop() {
   if (!http_ || state_.stopping.exchange(true)) return;
-  if (state_.engine) state_.engine->shutdown();  // in-flight requests end now, with an error
-  http_->stop();                                 // joins the handler threads
+  // In-flight requests end now, with an error. A shared engine runs on: each handler cancels its
+  // own request once it sees `stopping` (runner.cpp).
+  if (state_.engine && state_.engine_ownership == EngineOwnership::Server)
+    state_.engine->shutdown();
+  http_->stop();  // joins the handler threads
+}
+
+std::string model_id_for(const std::string& model_dir) {
+  std::string id = std::filesystem::path(model_dir).lexically_normal().filename().string();
+  if (id.empty()) id = std::filesystem::path(model_dir).parent_path().filename().string();
+  return id.empty() ? "hearth" : id;
+}
+
+int default_http_threads(int64_t max_running, const std::string& device) {
+  const int64_t running = max_running > 0 ? max_running : default_max_running(device == "cpu");
+  return int(std::clamp<int64_t>(running + 32, 64, 4096));
 }
 
 }  // namespace hearth::server

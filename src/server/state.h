@@ -36,9 +36,15 @@ struct ServerOptions {
   int64_t max_prompt_tokens = 0;  // 0: the context length; else prompts over it get a 400
 };
 
+// Whose engine the server serves: its own (loaded by Server::load, or handed over), which stop()
+// shuts down, or one shared with other users (a hearth::Runtime), which runs on after stop():
+// the server then cancels only its own requests.
+enum class EngineOwnership { Server, Shared };
+
 struct ServerState {
   ServerOptions options;
   std::shared_ptr<Engine> engine;
+  EngineOwnership engine_ownership = EngineOwnership::Server;
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
   std::atomic<int> running{0};
