@@ -1,12 +1,14 @@
-# Installation: the hearth CLI, the library (libhearth.a) with the public headers
-# (include/hearth/), a CMake package (find_package(hearth) → hearth::hearth) and a pkg-config file.
-# The library is static, so both carry what it links against: Threads, fmt, PCRE2, utf8proc and,
-# in a CUDA build, the CUDA runtime and cuBLAS(Lt).
+# Installation: the hearth CLI, the library (libhearth.a) and the HTTP server over it
+# (libhearth-server.a) with the public headers (include/hearth/), a CMake package
+# (find_package(hearth) → hearth::hearth, hearth::server) and pkg-config files (hearth,
+# hearth-server). The libraries are static, so both carry what they link against: Threads, fmt,
+# PCRE2, utf8proc and, in a CUDA build, the CUDA runtime and cuBLAS(Lt); the server adds nothing
+# (Boost and nlohmann/json are header-only and appear in no installed header).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS hearth RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS hearth_lib ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS hearth_lib hearth_server ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/hearth DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(HEARTH_PACKAGE_CUDA ${HEARTH_HAVE_CUDA})
@@ -26,4 +28,6 @@ endif()
 # --prefix elsewhere (or moved) still describes itself.
 file(RELATIVE_PATH HEARTH_PC_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
 configure_file(cmake/hearth.pc.in ${CMAKE_BINARY_DIR}/hearth.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/hearth.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(cmake/hearth-server.pc.in ${CMAKE_BINARY_DIR}/hearth-server.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/hearth.pc ${CMAKE_BINARY_DIR}/hearth-server.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
