@@ -35,6 +35,11 @@ std::vector<FixtureCase> all_cases() {
   return cases;
 }
 
+// The bound two CPU runs of a request agree within (logits and the tie between the best two).
+double cpu_tol(const FixtureCase& c) {
+  return 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+}
+
 // Small prefill chunks and step budgets, so prompts take several steps and share them with
 // decode tokens.
 std::unique_ptr<Engine> make_engine(const FixtureCase& c, bool deterministic = false,
@@ -161,7 +166,7 @@ TEST_P(EngineBatch, EachRequestGetsItsLoneTokens) {
   const FixtureCase& c = GetParam();
   auto engine = make_engine(c);
   const int64_t n_vocab = engine->info().n_vocab;
-  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  const double tol = cpu_tol(c);
   constexpr int kMost = 17;
   std::vector<GenerationResult> alone;
   for (int i = 0; i < kMost; ++i) alone.push_back(engine->generate(request(c, i, n_vocab)));
@@ -215,7 +220,7 @@ TEST_P(EngineBatch, CancelledRequestsLeaveTheOthersAlone) {
   if (c.model_type != "qwen3" && c.model_type != "qwen3_5") GTEST_SKIP() << "one per family";
   auto engine = make_engine(c);
   const int64_t n_vocab = engine->info().n_vocab;
-  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  const double tol = cpu_tol(c);
   GenerationRequest keep = request(c, 5, n_vocab);
   keep.max_tokens = 12;
   const GenerationResult alone = engine->generate(keep);
@@ -265,7 +270,7 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
   o.kv_budget_bytes = state_bytes(512) + state_bytes(256) + state_bytes(256) / 2;
   Engine engine(std::move(model), nullptr, ModelConfig::load(c.dir), o);
   const int64_t n_vocab = engine.info().n_vocab;
-  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  const double tol = cpu_tol(c);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 4; ++i) {
     GenerationRequest r = request(c, 3 * i + 1, n_vocab);
@@ -354,7 +359,7 @@ void check_prefix_sharing(const FixtureCase& c, const std::string& device, doubl
 
 TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
   const FixtureCase& c = GetParam();
-  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  const double tol = cpu_tol(c);
   check_prefix_sharing(c, "cpu", tol, tol);
 }
 
@@ -392,7 +397,7 @@ TEST_P(EngineBatch, RunningOutOfMemoryPreemptsRatherThanFails) {
   if (c.name != "llama" && c.name != "qwen3_5") GTEST_SKIP() << "llama and qwen3_5 only";
   auto plain = make_engine(c);
   const int64_t n_vocab = plain->info().n_vocab;
-  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+  const double tol = cpu_tol(c);
   constexpr int kN = 6;
   std::vector<GenerationResult> alone;
   for (int i = 0; i < kN; ++i) alone.push_back(plain->generate(request(c, i, n_vocab)));
