@@ -2,13 +2,16 @@
 #   make run    install deps, build the CLI, run the default model
 #   make test   install deps, build, run every test (then make asan: sanitizers, brief fuzzing)
 #   make build  build into build/ (binary: build/hearth)
+#   make install PREFIX=/usr/local   install hearth, its default model, the library and headers
+#   make dist   a release tarball in dist/ that runs without the build dependencies
 #   make fuzz   run each fuzz target for FUZZ_SECONDS (default 600; docs/testing.md)
-.PHONY: deps build test test-fast asan asan-build fuzz run clean format-check
+.PHONY: deps build test test-fast asan asan-build fuzz run clean format-check install dist dist-check
 
 BUILD ?= build
+PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 APT_PACKAGES = build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev \
-  libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libboost-dev python3-numpy \
+  libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libboost-dev libedit-dev python3-numpy \
   clang libclang-rt-14-dev clang-format
 # Seconds per fuzz target: `make asan` (hence `make test` and CI) runs each briefly.
 FUZZ_SECONDS ?= 20
@@ -21,6 +24,16 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+dist: deps
+	scripts/make-dist.sh
+
+# Runs the tarball in a bare Debian chroot (root, a Debian mirror; not part of make test).
+dist-check: dist
+	scripts/check-dist.sh $$(ls -t dist/hearth-*.tar.gz | head -1)
 
 test: build
 	scripts/fetch-test-assets.sh
@@ -70,4 +83,4 @@ format-check: deps
 	clang-format --dry-run --Werror $$(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-dist dist

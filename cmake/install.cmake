@@ -1,4 +1,5 @@
-# Installation: the hearth CLI, the library (libhearth.a) and the HTTP server over it
+# Installation (`make install PREFIX=...` or `cmake --install BUILD --prefix ...`): the hearth
+# CLI with the default model, the library (libhearth.a) and the HTTP server over it
 # (libhearth-server.a) with the public headers (include/hearth/), a CMake package
 # (find_package(hearth) → hearth::hearth, hearth::server) and pkg-config files (hearth,
 # hearth-server). The libraries are static, so both carry what they link against: Threads, fmt,
@@ -8,6 +9,13 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS hearth RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The default model, where an installed hearth looks for it (PREFIX/share/hearth/models/default,
+# src/cli/common.cpp), so `hearth` without -m works from any directory. The chat page needs no
+# files: it is compiled in.
+install(FILES models/default/config.json models/default/generation_config.json
+              models/default/model.safetensors models/default/tokenizer.json
+              models/default/tokenizer_config.json models/default/README.md
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/hearth/models/default)
 install(TARGETS hearth_lib hearth_server ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/hearth DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 

@@ -23,9 +23,9 @@
 
 namespace hearth {
 
-// `hearth serve`'s HTTP flags under their own names, with their defaults but web_dir's
-// (docs/server.md). Every field has an initializer, so a designated initializer may leave any out
-// (GCC's -Wextra warns otherwise).
+// `hearth serve`'s HTTP flags under their own names, with their defaults (docs/server.md). Every
+// field has an initializer, so a designated initializer may leave any out (GCC's -Wextra warns
+// otherwise).
 struct ApiServerOptions {
   std::string host = "127.0.0.1";  // "0.0.0.0" or "::": every interface
   int port = 8080;                 // 0: any free port (port() says which)
@@ -41,7 +41,10 @@ struct ApiServerOptions {
   int64_t idle_timeout_s = 30;    // a kept-alive connection with no request is closed
   uint64_t max_body_bytes = uint64_t{32} << 20;  // larger bodies get 413
   int64_t max_prompt_tokens = 0;                 // longer prompts get 400; 0: the context
-  std::string web_dir{};  // the chat page's files (the source tree's web/); "": no page
+  bool chat_page = true;                         // serve the chat page at GET /
+  // Read the chat page's files from this directory at start (to work on the page without
+  // rebuilding); "": the copy compiled into the library.
+  std::string web_dir{};
 };
 
 class ApiServer {

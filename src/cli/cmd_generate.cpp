@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "cli/text_io.h"
 #include "core/error.h"
 #include "loader/config.h"
@@ -61,9 +62,15 @@ int run_generate(GenerateOptions& o) {
   eo.cache_bytes = 0;
   Engine engine(std::move(model), nullptr, config, eo);
   StreamPrinter printer(codec, !o.json);
-  const GenerationResult result = engine.generate(request, [&](const GenerationDelta& delta) {
-    for (int32_t token : delta.tokens) printer.push(token);
-  });
+  ProgressLine prefill("prefill", "tokens", 1);  // a long prompt's progress, on a terminal
+  const GenerationResult result = engine.generate(
+      request,
+      [&](const GenerationDelta& delta) {
+        prefill.erase();
+        for (int32_t token : delta.tokens) printer.push(token);
+      },
+      [&](int64_t done, int64_t total) { prefill.update(done, total); });
+  prefill.erase();
   if (result.finish_reason == "error") fail("{}", result.error);
   const std::string text = codec.decode(result.tokens);
   const GenerationTimings& t = result.timings;

@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "runtime/engine.h"
@@ -72,6 +74,8 @@ int run_serve(ServeOptions& o) {
     fail("--idle-timeout must be >= 1 second, got {}", o.server.idle_timeout_s);
   if (o.server.max_prompt_tokens < 0)
     fail("--max-prompt-tokens must be >= 0, got {}", o.server.max_prompt_tokens);
+  if (!o.server.web_dir.empty() && !std::filesystem::is_directory(o.server.web_dir))
+    fail("--web-dir: {} is not a directory", o.server.web_dir);
   resolve_api_key(o);
   ThreadPool::set_global_threads(o.model.threads);
   o.server.model_dir = resolve_model_dir(o.model.dir);
@@ -92,6 +96,10 @@ int run_serve(ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
 
+  ProgressLine load_line("loading weights", "GB", 1e9);  // on a terminal, for slow loads
+  o.server.load_progress = [&load_line](size_t done, size_t total) {
+    load_line.update(int64_t(done), int64_t(total));
+  };
   server::Server srv(o.server);
   srv.start();
   std::fprintf(stderr, "hearth serve: listening on %s:%d, loading %s\n", o.server.host.c_str(),
@@ -126,6 +134,7 @@ int run_serve(ServeOptions& o) {
       srv.stop();
       std::rethrow_exception(load_error);
     }
+    load_line.erase(true);
     using ms = std::chrono::duration<double, std::milli>;
     const auto now = std::chrono::steady_clock::now();
     const auto& info = srv.state().engine->info();
@@ -186,13 +195,14 @@ CommandRegistration serve_command(
       sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")
           ->capture_default_str();
       sub.add_option("--web-dir", o->server.web_dir,
-                     "directory of the chat page (default: the source tree's web/)");
+                     "serve the chat page's files from this directory (to work on the page "
+                     "without rebuilding; default: the copy built into hearth)");
+      sub.add_flag("!--no-chat-page", o->server.chat_page, "serve no chat page at /");
       sub.add_option("--max-body", o->server.max_body_bytes, "largest request body in bytes")
           ->capture_default_str();
       sub.add_option("--http-threads", o->http_threads,
                      "requests handled at once (idle connections need none; default: "
                      "--parallel + 32, at least 64)");
-      o->server.web_dir = std::string(HEARTH_SOURCE_ROOT) + "/web";
       return [o] { return run_serve(*o); };
     });
 

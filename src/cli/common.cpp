@@ -1,7 +1,10 @@
 #include "cli/common.h"
 
 #include <filesystem>
+#include <optional>
+#include <vector>
 
+#include "cli/progress.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -21,12 +24,28 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
                "runs with it (CPU only; slower prefill)");
 }
 
+namespace {
+
+// The bundled default model: installed beside the binary (PREFIX/bin/hearth →
+// PREFIX/share/hearth/models/default, also in a release tarball), else the source tree's, for
+// a binary run from its build folder.
+std::optional<std::filesystem::path> bundled_model_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::vector<std::filesystem::path> candidates;
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share/hearth/models/default");
+  candidates.push_back(std::filesystem::path(HEARTH_SOURCE_ROOT) / "models/default");
+  for (const auto& dir : candidates)
+    if (std::filesystem::exists(dir / "config.json", ec)) return dir;
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string resolve_model_dir(const std::string& dir) {
   if (!dir.empty()) return dir;
   if (const char* env = std::getenv("HEARTH_MODEL")) return env;
-  const std::filesystem::path bundled =
-      std::filesystem::path(HEARTH_SOURCE_ROOT) / "models/default";
-  if (std::filesystem::exists(bundled / "config.json")) return bundled.string();
+  if (auto bundled = bundled_model_dir()) return bundled->string();
   fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or set HEARTH_MODEL");
 }
 
@@ -39,7 +58,13 @@ std::unique_ptr<Model> load_model_from(ModelOptions& o) {
   load.mmap = !o.no_mmap;
   load.gdn_recurrent_prefill = o.gdn_recurrent_prefill;
   load.deterministic = o.deterministic;
-  return load_model(o.dir, load);
+  ProgressLine line("loading weights", "GB", 1e9);
+  load.progress = [&line](size_t done, size_t total) {
+    line.update(int64_t(done), int64_t(total));
+  };
+  auto model = load_model(o.dir, load);
+  line.erase(true);
+  return model;
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text, const char* option) {

@@ -207,6 +207,10 @@ Tensor WeightStore::take_entry(Entry& entry, const std::vector<int64_t>& expecte
         "tensor {} in {} is not aligned to {} bytes (the file's header is not padded); re-save "
         "the checkpoint with the safetensors library",
         info.name, info.file, dtype_size(info.dtype));
+  if (entry.state != State::Taken && progress_) {
+    progress_bytes_ += info.nbytes;
+    progress_(progress_bytes_, total_bytes());
+  }
   entry.state = State::Taken;
   Tensor t;
   t.data = const_cast<void*>(info.data);  // read-only mapping: writing to it faults

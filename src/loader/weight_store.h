@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,12 @@ class WeightStore {
   // Renames a tensor (checkpoint-name normalisation at load); error if `from` is absent or `to`
   // exists. Keeps its taken/ignored state.
   void rename(const std::string& from, const std::string& to);
+
+  // Called as tensors are first taken, with the bytes taken so far and the checkpoint's total:
+  // a model's loader takes each weight just before it copies or uploads it, so this follows the
+  // load (LoadOptions::progress).
+  using Progress = std::function<void(size_t done_bytes, size_t total_bytes)>;
+  void set_progress(Progress progress) { progress_ = std::move(progress); }
 
   // How packed modules are read (config.json's quantization); see take().
   void set_quantization(QuantizationConfig quantization) {
@@ -126,6 +133,8 @@ class WeightStore {
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep the mappings alive
   std::map<std::string, Entry> entries_;  // node-based: TensorInfo pointers survive moves/renames
   QuantizationConfig quantization_;
+  Progress progress_;
+  size_t progress_bytes_ = 0;
   std::vector<Copy> copies_;
 };
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -166,6 +167,9 @@ struct LoadOptions {
   // Batch-invariant kernels: a sequence's results are bit-identical whatever else runs in the
   // same step and however its prompt is chunked (CPU only; docs/design-notes.md).
   bool deterministic = false;
+  // Called as the weights load, with bytes done and the checkpoint's total (the CLI's progress
+  // line); on the loading thread.
+  std::function<void(size_t done_bytes, size_t total_bytes)> progress;
 };
 
 // Loads config.json + safetensors from dir; throws hearth::Error naming what is wrong.

@@ -76,6 +76,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
   const bool gpu = backend->device() == Device::CUDA;
   WeightStore weights = WeightStore::open(dir);
   weights.set_quantization(QuantizationConfig::from_json(config.raw(), config.source()));
+  weights.set_progress(options.progress);
   auto model = it->second(config, std::move(weights), std::move(backend), options);
   model->set_default_prefill_chunk(gpu ? 2048 : 512);
   return model;

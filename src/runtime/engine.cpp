@@ -74,6 +74,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   load.device = options.device;
   load.mmap = options.mmap;
   load.deterministic = options.deterministic;
+  load.progress = options.load_progress;
   auto model = load_model(options.model_dir, load);
   ModelConfig config = ModelConfig::load(options.model_dir);
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -190,11 +191,13 @@ uint64_t Engine::submit(GenerationRequest request, GenerationCallbacks callbacks
 }
 
 GenerationResult Engine::generate(GenerationRequest request,
-                                  std::function<void(const GenerationDelta&)> on_delta) {
+                                  std::function<void(const GenerationDelta&)> on_delta,
+                                  std::function<void(int64_t, int64_t)> on_prefill) {
   std::promise<GenerationResult> done;
   auto future = done.get_future();
   GenerationCallbacks cb;
   cb.on_delta = std::move(on_delta);
+  cb.on_prefill = std::move(on_prefill);
   cb.on_done = [&done](const GenerationResult& r) { done.set_value(r); };
   submit(std::move(request), std::move(cb));
   return future.get();

@@ -36,6 +36,8 @@ class Tokenizer;
 struct EngineOptions {
   std::string model_dir;
   std::string device = "cpu";
+  std::function<void(size_t done_bytes, size_t total_bytes)>
+      load_progress;                        // LoadOptions::progress
   bool mmap = true;                         // LoadOptions::mmap
   bool deterministic = false;               // LoadOptions::deterministic
   int64_t n_ctx = 0;                        // 0: the model's max_position_embeddings
@@ -116,6 +118,9 @@ struct EngineStats {
 struct GenerationCallbacks {
   std::function<void(const GenerationDelta&)> on_delta;  // worker thread; keep it quick
   std::function<void(const GenerationResult&)> on_done;  // exactly once
+  // After each chunk of the prompt's prefill: the prompt tokens the state holds (a cached prefix
+  // included) and the prompt's length (not called again when a preempted request recomputes).
+  std::function<void(int64_t done, int64_t total)> on_prefill;
 };
 
 // Streaming stop-string matcher: push decoded text, get what is safe to emit. Text that could
@@ -160,7 +165,8 @@ class Engine {
   uint64_t submit(GenerationRequest request, GenerationCallbacks callbacks);
   // submit() and wait.
   GenerationResult generate(GenerationRequest request,
-                            std::function<void(const GenerationDelta&)> on_delta = {});
+                            std::function<void(const GenerationDelta&)> on_delta = {},
+                            std::function<void(int64_t, int64_t)> on_prefill = {});
   // Cancels the running requests, fails queued ones ("shutting down"), stops the worker.
   void shutdown();
 

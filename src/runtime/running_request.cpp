@@ -101,6 +101,8 @@ void RunningRequest::prompt_chunk_ran(int64_t n, std::span<float> logits,
                                       std::optional<int32_t> picked) {
   prompt_pos_ += n;
   const bool last = prompt_pos_ == prefill_target_;
+  if (callbacks_.on_prefill && result_.tokens.empty())
+    callbacks_.on_prefill(prompt_pos_, prefill_target_);
   const int64_t interval = std::max<int64_t>(ctx_.checkpoint_interval, 1);
   if ((state_->needs_checkpoints() && prompt_pos_ % interval == 0) || last) {
     state_->keep_checkpoint();

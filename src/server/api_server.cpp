@@ -1,6 +1,8 @@
 // hearth::ApiServer (include/hearth/server.h): the internal server::Server over the engine of a
 // public Runtime (api/runtime_internal.h), shared rather than owned, so stop() leaves the
 // Runtime running. Options are checked like `hearth serve`'s flags, under the struct's names.
+#include <filesystem>
+
 #include "api/runtime_internal.h"
 #include "core/error.h"
 #include "hearth/server.h"
@@ -24,6 +26,8 @@ server::ServerOptions server_options(const ApiServerOptions& o, const RuntimeOpt
   if (o.max_prompt_tokens < 0)
     fail("ApiServerOptions::max_prompt_tokens must be >= 0, got {}", o.max_prompt_tokens);
   if (o.max_body_bytes == 0) fail("ApiServerOptions::max_body_bytes must be >= 1");
+  if (!o.web_dir.empty() && !std::filesystem::is_directory(o.web_dir))
+    fail("ApiServerOptions::web_dir: {} is not a directory", o.web_dir);
   server::ServerOptions s;
   s.host = o.host;
   s.port = o.port;
@@ -36,6 +40,7 @@ server::ServerOptions server_options(const ApiServerOptions& o, const RuntimeOpt
   s.idle_timeout_s = o.idle_timeout_s;
   s.max_body_bytes = size_t(o.max_body_bytes);
   s.max_prompt_tokens = o.max_prompt_tokens;
+  s.chat_page = o.chat_page;
   s.web_dir = o.web_dir;
   return s;  // the engine's fields stay unset: the Runtime loaded it (Server::load is not called)
 }

@@ -1,7 +1,7 @@
 // Service routes: GET /health (200 when the model is ready, 503 while loading or stopping),
 // GET /metrics (Prometheus text), POST /tokenize and /detokenize (vLLM and llama.cpp field names
-// both accepted and returned), and the chat page: GET / and its files, read from the web
-// directory at start-up (no build step; see docs/server.md).
+// both accepted and returned), and the chat page: GET / and its files, compiled in or read from
+// --web-dir at start-up (no build step for the page itself; see docs/server.md).
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +10,7 @@
 #include "server/chat_pipeline.h"
 #include "server/http_util.h"
 #include "server/routes.h"
+#include "server/web_assets.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::server {
@@ -18,23 +19,39 @@ namespace {
 
 using nlohmann::json;
 
-std::map<std::string, std::pair<std::string, std::string>> load_web_files(const std::string& dir) {
-  std::map<std::string, std::pair<std::string, std::string>> files;  // name → (type, bytes)
-  if (dir.empty() || !std::filesystem::is_directory(dir)) return files;
+using WebFiles =
+    std::map<std::string, std::pair<std::string, std::string>>;  // name → (type, bytes)
+
+// The chat page: the copy compiled in, or the files of `dir` when one is given (a directory that
+// is not there was refused at start).
+WebFiles load_web_files(const ServerOptions& o) {
+  WebFiles files;
+  if (!o.chat_page) return files;
   static const std::map<std::string, std::string> types = {
       {".html", "text/html; charset=utf-8"},
       {".css", "text/css; charset=utf-8"},
       {".js", "text/javascript; charset=utf-8"},
       {".svg", "image/svg+xml"},
       {".ico", "image/x-icon"}};
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    auto it = types.find(e.path().extension().string());
-    if (it == types.end()) continue;
+  auto type_of = [](const std::filesystem::path& name) {
+    auto it = types.find(name.extension().string());
+    return it == types.end() ? std::string() : it->second;
+  };
+  if (o.web_dir.empty()) {
+    for (const WebAsset& a : web_assets()) {
+      const std::string type = type_of(a.name);
+      if (!type.empty())
+        files[a.name] = {type, std::string(reinterpret_cast<const char*>(a.data), a.size)};
+    }
+    return files;
+  }
+  for (const auto& e : std::filesystem::directory_iterator(o.web_dir)) {
+    const std::string type = type_of(e.path().filename());
+    if (!e.is_regular_file() || type.empty()) continue;
     std::ifstream in(e.path(), std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    files[e.path().filename().string()] = {it->second, ss.str()};
+    files[e.path().filename().string()] = {type, ss.str()};
   }
   return files;
 }
@@ -126,8 +143,7 @@ void register_misc_routes(http::Router& http, ServerState& s) {
                         send_json(res, {{"prompt", text}, {"content", text}});
                       }));
 
-  auto files = std::make_shared<const std::map<std::string, std::pair<std::string, std::string>>>(
-      load_web_files(s.options.web_dir));
+  auto files = std::make_shared<const WebFiles>(load_web_files(s.options));
   http.get(R"(/([A-Za-z0-9_\-]*\.?[A-Za-z0-9]*))",
            [&s, files](const http::Request& req, http::Response& res) {
              std::string name = req.matches[1];
@@ -135,9 +151,8 @@ void register_misc_routes(http::Router& http, ServerState& s) {
              auto it = files->find(name);
              if (it == files->end()) {
                send_error(res, ApiStyle::OpenAI, 404,
-                          files->empty()
-                              ? "no chat page: the web directory was not found (--web-dir)"
-                              : "not found: /" + name);
+                          files->empty() ? "no chat page: it is turned off (--no-chat-page)"
+                                         : "not found: /" + name);
                s.metrics.count_request("/", 404);
                return;
              }

@@ -62,6 +62,7 @@ void Server::load() {
     eo.kv_budget_bytes = state_.options.kv_budget_mb << 20;
     eo.n_ctx = state_.options.n_ctx;
     eo.cache_bytes = state_.options.cache_mb << 20;
+    eo.load_progress = state_.options.load_progress;
     std::shared_ptr<Engine> engine = Engine::load(eo);
     set_engine(std::move(engine), model_id_for(state_.options.model_dir));
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,7 +28,9 @@ struct ServerOptions {
   int64_t max_running = 0;       // requests decoding together (0: the engine's default)
   int64_t max_batch_tokens = 0;  // tokens per step while requests decode (0: the engine's)
   size_t kv_budget_mb = 0;       // the running requests' states together (0: the engine's)
-  std::string web_dir;           // the chat page's files; empty: no page
+  std::function<void(size_t, size_t)> load_progress;  // EngineOptions::load_progress
+  bool chat_page = true;                              // serve the chat page at /
+  std::string web_dir;  // read the page from here instead of the built-in copy
   size_t max_body_bytes = size_t{32} << 20;
   int http_threads = 64;          // requests handled at once (the rest wait, in order)
   std::string cors_origin;        // "": no CORS; "*": any origin; else one origin

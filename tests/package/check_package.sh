@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The installed package from a program's side: installs BUILD_DIR into a scratch prefix, builds
+# The installed package from a program's side: installs BUILD_DIR into a scratch prefix, checks
+# that the installed hearth finds its default model from any directory, builds
 # examples/embed.cpp and examples/serve.cpp against it with CMake (find_package(hearth)) and with
 # pkg-config (hearth, hearth-server), and runs every build on the bundled default model: embed
-# answers a prompt; serve answers /health, /v1/models and a chat completion over HTTP, then
+# answers a prompt; serve answers /health, /v1/models, a chat completion and the chat page, then
 # stops on SIGTERM with status 0. Usage: check_package.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -19,6 +20,12 @@ test -f "$work/prefix/include/hearth/hearth.h"
 test -f "$work/prefix/include/hearth/server.h"
 libdir=$(dirname "$(find "$work/prefix" -name libhearth.a | head -1)")
 test -f "$libdir/libhearth-server.a"
+
+# The installed hearth, run from elsewhere without -m, finds the installed default model (not the
+# source tree's), and names its commit.
+info=$(cd "$work" && "$work/prefix/bin/hearth" info)
+grep -q "^model: *$work/prefix/share/hearth/models/default" <<<"$info" || { echo "$info"; exit 1; }
+"$work/prefix/bin/hearth" --version | grep -q "(commit " || { echo "no commit in --version"; exit 1; }
 
 cmake -S "$src/examples" -B "$work/cmake-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
@@ -66,6 +73,12 @@ reply = call("/v1/chat/completions", {"model": "default", "max_tokens": 8,
                                       "messages": [{"role": "user", "content": "Say hello."}]})
 assert reply["choices"][0]["finish_reason"] in ("stop", "length"), reply
 assert reply["usage"]["completion_tokens"] > 0, reply
+# The chat page is compiled into the server library: served with no files beside the program.
+with urllib.request.urlopen(url + "/", timeout=30) as r:
+    page = r.read().decode()
+assert "<html" in page and r.headers["Content-Type"].startswith("text/html"), page[:200]
+with urllib.request.urlopen(url + "/app.js", timeout=30) as r:
+    assert r.headers["Content-Type"].startswith("text/javascript"), r.headers
 PY
   kill -TERM "$server_pid"
   status=0

@@ -32,11 +32,15 @@ RunResult run(const std::string& args) {
 
 const std::string kModel = std::string(HEARTH_TEST_DATA) + "/models/qwen3";
 
-TEST(Cli, VersionListsBackends) {
+TEST(Cli, VersionNamesTheCommitAndTheBackends) {
   auto r = run("--version");
   EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.out.find("hearth "), std::string::npos);
-  EXPECT_NE(r.out.find("cpu"), std::string::npos);
+  EXPECT_NE(r.out.find("hearth " HEARTH_VERSION " (commit "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("(commit unknown)"), std::string::npos) << "built from a git checkout";
+  EXPECT_NE(r.out.find("backends: cpu"), std::string::npos) << r.out;
+#ifdef HEARTH_HAVE_CUDA
+  EXPECT_NE(r.out.find(", cuda (sm "), std::string::npos) << r.out;
+#endif
 }
 
 TEST(Cli, GenerateJsonIsOneLineWithTokensTextAndTimings) {
