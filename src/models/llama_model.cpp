@@ -51,6 +51,7 @@ class LlamaModel final : public StepModel {
     info_.model_type = d_.model_type;
     info_.architecture = "llama-family decoder (" + d_.model_type + ")";
     set_decode_work(info_, weights_, embed_, lm_head_);
+    info_.generates = !headless_;
     head_ = {.norm = final_norm_,
              .eps = d_.norm_eps,
              .norm_offset = d_.norm_offset,
@@ -89,6 +90,7 @@ class LlamaModel final : public StepModel {
   WeightStore weights_;
   std::unique_ptr<Backend> backend_;
   ModelInfo info_;
+  bool headless_ = false;  // a base model without lm_head: the embedding stands in, unused
   Tensor embed_, final_norm_, lm_head_;
   OutputHead head_;
   std::vector<LlamaLayer> layers_;
@@ -127,12 +129,14 @@ void LlamaModel::load_weights() {
   for (const char* prefix : {"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.",
                              "multi_modal_projector."})
     weights_.ignore_prefix(prefix);
+  const bool base_model = weights_.contains("embed_tokens.weight");
   use_text_model_names(weights_);
   const int64_t H = d_.n_embd, hd = d_.head_dim, nq = d_.n_head * hd, nkv = d_.n_head_kv * hd;
   embed_ = backend_->prepare_weight(
       weights_.take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size"));
   final_norm_ = take_norm("model.norm.weight", H);
-  if (d_.tied_embeddings) {
+  headless_ = !d_.tied_embeddings && base_model && !weights_.contains("lm_head.weight");
+  if (d_.tied_embeddings || headless_) {
     lm_head_ = embed_;
   } else {
     lm_head_ = backend_->prepare_weight(

@@ -37,6 +37,9 @@ struct ModelInfo {
   // ("affine 4-bit g64: 12.3 M weights, 6.90 MB, 4.50 bits/weight; BF16: ...").
   std::string formats;
   std::vector<int64_t> eos_token_ids;
+  // False for a base model saved without its LM head (an embedding model such as
+  // Qwen3-Embedding-8B): it embeds (LogitsRows::Hidden) but cannot generate.
+  bool generates = true;
   // Per decoded token: the weight bytes read and the parameters multiplied — every weight but
   // the embedding table when the head has its own (a lookup reads one row), the MTP head (not
   // run), and in MoE layers only the routed experts. `hearth bench` divides by these to print
@@ -73,7 +76,10 @@ class SequenceState {
   virtual std::unique_ptr<SequenceState> share() const { return nullptr; }
 };
 
-enum class LogitsRows : uint8_t { None, Last, All };
+// Which rows of a forward come back: none, the last token's logits, every token's logits, or
+// (Hidden) no head at all: every token's final hidden state, after the model's last norm
+// ([n_tokens, n_embd] f32, transformers' last_hidden_state), which embeddings pool.
+enum class LogitsRows : uint8_t { None, Last, All, Hidden };
 
 class Model {
  public:
@@ -84,7 +90,8 @@ class Model {
   virtual const WeightStore* weight_store() const { return nullptr; }
   virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
   // Runs `tokens` at positions n_past().. of `state` and appends them to it. Writes logits for
-  // the requested rows into logits ([n_rows, n_vocab] f32). Token ids must be < n_vocab.
+  // the requested rows into logits ([n_rows, n_vocab] f32; with LogitsRows::Hidden the hidden
+  // states, [n_tokens, n_embd]). Token ids must be < n_vocab.
   virtual void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
                        float* logits) = 0;
   // One step of several sequences: each item's tokens run at the next positions of its state

@@ -8,6 +8,14 @@
 namespace hearth {
 
 void use_text_model_names(WeightStore& weights) {
+  // A bare base model (saved from AutoModel, as embedding models are: Qwen3-Embedding's
+  // embed_tokens.weight, layers.N.*, norm.weight) has the decoder's names without "model.".
+  if (weights.contains("embed_tokens.weight") && !weights.contains("model.embed_tokens.weight")) {
+    for (const auto& name : weights.names())
+      if (name.rfind("embed_tokens.", 0) == 0 || name.rfind("layers.", 0) == 0 ||
+          name.rfind("norm.", 0) == 0)
+        weights.rename(name, "model." + name);
+  }
   for (const auto& name : weights.names()) {
     for (auto [from, to] : {std::pair<std::string, std::string>{"model.language_model.", "model."},
                             {"language_model.model.", "model."},

@@ -22,7 +22,8 @@ struct Linear {
 
 // Multimodal wrappers keep the text model under a prefix: model.language_model.* (HF) and
 // language_model.model.* (gemma3's legacy names, MLX) become model.*, language_model.lm_head.*
-// becomes lm_head.*.
+// becomes lm_head.*; a bare base model's embed_tokens.*, layers.*, norm.* (embedding models
+// saved from AutoModel) become model.*.
 void use_text_model_names(WeightStore& weights);
 
 // ModelInfo with what every decoder fills the same way: sizes, weight totals and dtypes, eos

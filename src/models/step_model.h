@@ -108,6 +108,11 @@ class StepModel : public Model {
                           const OutputHead& head, float* logits, const TokenPick* pick,
                           int32_t* token) {
     if (rows == LogitsRows::None) return be.end_step();
+    if (rows == LogitsRows::Hidden) {  // the head's norm alone: the last hidden state
+      be.rms_norm(h, x, head.norm, head.eps, head.norm_offset);
+      be.to_host_f32(logits, h);
+      return be.end_step();
+    }
     const int64_t n = x.dim(0);
     const int64_t first = rows == LogitsRows::Last ? n - 1 : 0;
     const Tensor out = head_logits(be, x.slice_rows(first, n), h.slice_rows(first, n), head);

@@ -80,8 +80,15 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   std::shared_ptr<const Tokenizer> tokenizer;
   if (std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json"))
     tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(options.model_dir));
-  return std::make_unique<Engine>(std::move(model), std::move(tokenizer), std::move(config),
-                                  options);
+  auto engine =
+      std::make_unique<Engine>(std::move(model), std::move(tokenizer), std::move(config), options);
+  // A pooling configuration that cannot be followed only stops embeddings, not generation.
+  try {
+    engine->embedding_config_ = EmbeddingConfig::load(options.model_dir);
+  } catch (const Error& e) {
+    engine->embedding_config_error_ = e.what();
+  }
+  return engine;
 }
 
 Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -156,6 +163,10 @@ size_t Engine::queue_depth() const {
 
 void Engine::validate(const GenerationRequest& r) const {
   const int64_t n_vocab = model_->info().n_vocab;
+  if (!model_->info().generates)
+    fail(
+        "this checkpoint is a base model without an LM head (an embedding model): it can embed "
+        "text but not generate");
   if (r.prompt.empty()) fail("the prompt is empty: at least one token is needed");
   for (int32_t t : r.prompt)
     if (t < 0 || t >= n_vocab) fail("prompt token id {} is out of range [0, {})", t, n_vocab);
@@ -203,15 +214,72 @@ GenerationResult Engine::generate(GenerationRequest request,
   return future.get();
 }
 
+void Engine::with_model(std::function<void(Model&)> work) {
+  std::future<void> done;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) fail("the engine is shutting down");
+    model_work_.push_back({std::move(work), {}});
+    done = model_work_.back().done.get_future();
+  }
+  cv_.notify_all();
+  done.get();
+}
+
+std::vector<float> Engine::embed(std::span<const int32_t> tokens) {
+  if (!embedding_config_error_.empty()) fail("{}", embedding_config_error_);
+  if (tokens.empty()) fail("the input is empty: at least one token is needed");
+  const int64_t n_vocab = model_->info().n_vocab;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= n_vocab) fail("input token id {} is out of range [0, {})", t, n_vocab);
+  if (int64_t(tokens.size()) > n_ctx_)
+    fail("the input has {} tokens, more than this model's context of {}", tokens.size(), n_ctx_);
+  std::vector<float> out;
+  with_model([&](Model& model) {
+    out = embed_tokens(model, tokens, embedding_config_, model.default_prefill_chunk());
+  });
+  return out;
+}
+
+void Engine::run_model_work() {
+  std::deque<ModelWork> work;
+  {
+    std::lock_guard lock(mu_);
+    work.swap(model_work_);
+  }
+  if (work.empty()) return;
+  // A lone request picking ahead may have a step queued on the model: take it first.
+  for (const auto& r : running_) {
+    if (r->done()) continue;
+    try {
+      r->drain_picks();
+    } catch (const std::exception& e) {
+      r->finish("error", e.what());
+    }
+  }
+  for (ModelWork& w : work) {
+    try {
+      w.work(*model_);
+      w.done.set_value();
+    } catch (...) {
+      w.done.set_exception(std::current_exception());
+    }
+  }
+}
+
 void Engine::shutdown() {
   std::deque<Job> dropped;
+  std::deque<ModelWork> dropped_work;
   {
     std::lock_guard lock(mu_);
     if (stopping_ && !worker_.joinable()) return;
     stopping_ = true;
     dropped.swap(queue_);
+    dropped_work.swap(model_work_);
   }
   cv_.notify_all();
+  for (auto& w : dropped_work)
+    w.done.set_exception(std::make_exception_ptr(Error("the engine is shutting down")));
   for (auto& job : dropped) {
     GenerationResult r;
     r.finish_reason = "error";
@@ -233,7 +301,7 @@ EngineStats Engine::stats() const {
 
 bool Engine::requests_waiting() const {
   std::lock_guard lock(mu_);
-  return !queue_.empty();
+  return !queue_.empty() || !model_work_.empty();
 }
 
 int64_t default_max_running(bool on_cpu) { return on_cpu ? 16 : 256; }
@@ -281,7 +349,7 @@ bool Engine::admit() {
   {
     std::unique_lock lock(mu_);
     if (running_.empty() && preempted_.empty())
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !model_work_.empty(); });
     if (stopping_) {  // shutdown() failed the queued ones; the running ones end cancelled
       for (auto& r : running_) r->finish("cancelled");
       for (auto& r : preempted_) r->finish("cancelled");
@@ -379,6 +447,7 @@ bool Engine::waits_for_prefix(std::span<const int32_t> prompt, const std::vector
 void Engine::worker_loop() {
   while (admit()) {
     std::erase_if(running_, [](const auto& r) { return r->done(); });
+    run_model_work();
     step();
     // Preempted requests leave the running list for the front of the line, by arrival.
     for (auto& r : running_) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "kv/prompt_cache.h"
 #include "loader/config.h"
 #include "models/model.h"
+#include "runtime/embedding.h"
 #include "runtime/sampler.h"
 
 namespace hearth {
@@ -169,6 +171,16 @@ class Engine {
                             std::function<void(int64_t, int64_t)> on_prefill = {});
   // Cancels the running requests, fails queued ones ("shutting down"), stops the worker.
   void shutdown();
+  // Runs `work` on the engine's thread between two steps, with the model to itself (a model
+  // runs one forward at a time): embeddings go through here. Blocks until it has run and
+  // rethrows what it threw; throws hearth::Error after shutdown().
+  void with_model(std::function<void(Model&)> work);
+  // The embedding of `tokens` (runtime/embedding.h) as the checkpoint's sentence-transformers
+  // files say (read by load(); the default pooling otherwise), computed between steps. Throws
+  // hearth::Error naming the problem: empty, out-of-range ids, longer than the context, or a
+  // pooling configuration hearth cannot follow.
+  std::vector<float> embed(std::span<const int32_t> tokens);
+  const EmbeddingConfig& embedding_config() const { return embedding_config_; }
 
   const ModelInfo& info() const { return model_->info(); }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
@@ -189,6 +201,8 @@ class Engine {
     double submitted_at_ms;
   };
   void worker_loop();
+  // The with_model() work queued so far, run in arrival order.
+  void run_model_work();
   // Admits preempted, then queued requests up to max_running and the KV budget; false when
   // stopping and nothing is left.
   bool admit();
@@ -212,6 +226,13 @@ class Engine {
   // tenths of what the states hold. A request that ran alone fails with the error.
   void give_way_to_memory(const std::vector<RunningRequest*>& ran, const std::string& what);
 
+  struct ModelWork {
+    std::function<void(Model&)> work;
+    std::promise<void> done;
+  };
+  std::deque<ModelWork> model_work_;  // guarded by mu_
+  EmbeddingConfig embedding_config_;
+  std::string embedding_config_error_;  // why the checkpoint's pooling files cannot be followed
   std::unique_ptr<Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   ModelConfig config_;

@@ -36,6 +36,7 @@ void Server::start() {
   http::Router router;
   register_openai_routes(router, s);
   register_anthropic_routes(router, s);
+  register_embedding_routes(router, s);
   register_misc_routes(router, s);
   auto on_error = [&s](const http::Request& req, http::Response& res, int status,
                        const std::string& message) {
