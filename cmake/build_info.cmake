@@ -20,10 +20,5 @@ const char* build_commit() { return \"${commit}\"; }
 const char* build_cuda_archs() { return \"${archs}\"; }
 }  // namespace hearth::cli
 ")
-if(EXISTS "${OUTPUT}")
-  file(READ "${OUTPUT}" old)
-  if(old STREQUAL source)
-    return()
-  endif()
-endif()
-file(WRITE "${OUTPUT}" "${source}")
+include("${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake")
+write_if_changed("${OUTPUT}" "${source}")

@@ -33,10 +33,5 @@ ${entries}  };
 }  // namespace hearth::server
 ")
 # Rewrite only on change, so an unchanged page does not relink the server.
-if(EXISTS "${OUTPUT}")
-  file(READ "${OUTPUT}" old)
-  if(old STREQUAL source)
-    return()
-  endif()
-endif()
-file(WRITE "${OUTPUT}" "${source}")
+include("${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake")
+write_if_changed("${OUTPUT}" "${source}")

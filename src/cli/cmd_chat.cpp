@@ -18,7 +18,6 @@
 #include "cli/progress.h"
 #include "cli/terminal.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "runtime/engine.h"
 
 namespace hearth::cli {
@@ -311,15 +310,9 @@ class ChatLoop {
 };
 
 int run_chat(ChatOptions& o) {
-  if (o.model.threads < 0) fail("--threads must be >= 1, got {}", o.model.threads);
   if (o.ctx < 0) fail("--ctx must be >= 0, got {}", o.ctx);
   if (o.max_tokens < 0) fail("--max-tokens must be >= 0, got {}", o.max_tokens);
-  ThreadPool::set_global_threads(o.model.threads);
-  EngineOptions eo;
-  eo.model_dir = resolve_model_dir(o.model.dir);
-  eo.device = o.model.device;
-  eo.mmap = !o.model.no_mmap;
-  eo.deterministic = o.model.deterministic;
+  EngineOptions eo = engine_options_from(o.model);
   eo.n_ctx = o.ctx;
   eo.max_running = 1;
   ProgressLine load_line("loading weights", "GB", 1e9);

@@ -11,7 +11,6 @@
 #include "cli/command.h"
 #include "cli/common.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,7 +36,6 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 int run_embed(EmbedOptions& o) {
-  if (o.model.threads < 0) fail("--threads must be >= 1, got {}", o.model.threads);
   if (o.dimensions < 0) fail("--dimensions must be >= 1, got {}", o.dimensions);
   if (o.texts.empty()) {
     std::string line;
@@ -45,12 +43,7 @@ int run_embed(EmbedOptions& o) {
       if (!line.empty()) o.texts.push_back(line);
     if (o.texts.empty()) fail("no text to embed: give texts as arguments or lines on stdin");
   }
-  ThreadPool::set_global_threads(o.model.threads);
-  EngineOptions eo;
-  eo.model_dir = resolve_model_dir(o.model.dir);
-  eo.device = o.model.device;
-  eo.mmap = !o.model.no_mmap;
-  eo.deterministic = o.model.deterministic;
+  EngineOptions eo = engine_options_from(o.model);
   eo.cache_bytes = 0;
   eo.max_running = 1;
   auto engine = Engine::load(eo);

@@ -49,6 +49,17 @@ std::string resolve_model_dir(const std::string& dir) {
   fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or set HEARTH_MODEL");
 }
 
+EngineOptions engine_options_from(ModelOptions& o) {
+  if (o.threads < 0) fail("--threads must be >= 1, got {}", o.threads);
+  ThreadPool::set_global_threads(o.threads);
+  EngineOptions eo;
+  eo.model_dir = resolve_model_dir(o.dir);
+  eo.device = o.device;
+  eo.mmap = !o.no_mmap;
+  eo.deterministic = o.deterministic;
+  return eo;
+}
+
 std::unique_ptr<Model> load_model_from(ModelOptions& o) {
   if (o.threads < 0) fail("--threads must be >= 1, got {}", o.threads);
   ThreadPool::set_global_threads(o.threads);

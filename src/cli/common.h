@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 
 namespace hearth::cli {
@@ -25,6 +26,9 @@ void add_model_options(CLI::App& app, ModelOptions& options);
 // Sets the thread count and loads the model (the bundled default when -m is absent).
 std::unique_ptr<Model> load_model_from(ModelOptions& options);
 std::string resolve_model_dir(const std::string& dir);
+// For commands that run an Engine: sets the thread count and returns the options the model
+// flags give (the model directory resolved as load_model_from does).
+EngineOptions engine_options_from(ModelOptions& options);
 
 // "1,2,3" (spaces allowed) → ids; throws naming the bad item.
 std::vector<int32_t> parse_token_list(const std::string& text, const char* option);

@@ -12,6 +12,8 @@
 #include <regex>
 #include <string>
 
+#include "run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -34,15 +36,10 @@ class CliChat : public ::testing::Test {
     std::ofstream(dir_ / "input") << input;
     const std::string cmd = std::string(HEARTH_BINARY) + " chat -t 2 --temperature 0 " + args +
                             " < " + (dir_ / "input").string() + " 2> " + (dir_ / "err").string();
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-    const int status = pclose(pipe);
+    const hearth::test::CommandResult r = hearth::test::run_command(cmd);
     std::ifstream err_in(dir_ / "err");
     std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, err};
+    return {r.status, r.out, err};
   }
 
   // The "(N cached)" figures of the per-reply stats lines, in order.

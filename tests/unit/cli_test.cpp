@@ -11,23 +11,13 @@
 #include <string>
 
 #include "loader/npy.h"
+#include "run_command.h"
 
 namespace {
 
-struct RunResult {
-  int status;
-  std::string out;  // stdout and stderr together
-};
-
-RunResult run(const std::string& args) {
-  std::string cmd = std::string(HEARTH_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+// The hearth binary with `args`: its exit status and stdout and stderr together.
+hearth::test::CommandResult run(const std::string& args) {
+  return hearth::test::run_command(std::string(HEARTH_BINARY) + " " + args + " 2>&1");
 }
 
 const std::string kModel = std::string(HEARTH_TEST_DATA) + "/models/qwen3";

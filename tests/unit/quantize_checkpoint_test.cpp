@@ -20,6 +20,7 @@
 #include "loader/weight_store.h"
 #include "loader_test_util.h"
 #include "quant/affine.h"
+#include "run_command.h"
 
 namespace hearth {
 namespace {
@@ -593,20 +594,8 @@ TEST(QuantizeCheckpoint, ShardedOutputLoads) {
 
 // ---- the command line -------------------------------------------------------------------------
 
-struct RunResult {
-  int status;
-  std::string out;
-};
-
-RunResult run_hearth(const std::string& args) {
-  const std::string cmd = std::string(HEARTH_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+test::CommandResult run_hearth(const std::string& args) {
+  return test::run_command(std::string(HEARTH_BINARY) + " " + args + " 2>&1");
 }
 
 TEST(QuantizeCli, QuantizesAndReportsOrFailsInOneLine) {
