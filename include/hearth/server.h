@@ -41,6 +41,10 @@ struct ApiServerOptions {
   int64_t idle_timeout_s = 30;    // a kept-alive connection with no request is closed
   uint64_t max_body_bytes = uint64_t{32} << 20;  // larger bodies get 413
   int64_t max_prompt_tokens = 0;                 // longer prompts get 400; 0: the context
+  // Stored /v1/responses (GET, previous_response_id): at most this many, and this many bytes of
+  // their JSON; the least recently used go first. 0 responses: none is kept.
+  uint64_t responses_max = 1000;
+  uint64_t responses_bytes = uint64_t{256} << 20;
   std::string web_dir{};  // the chat page's files (the source tree's web/); "": no page
 };
 
