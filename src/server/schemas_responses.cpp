@@ -491,6 +491,14 @@ ojson responses_object(const ResponsesRequest& r, const std::string& id, int64_t
              {"model", model},
              {"output", std::move(output)},
              {"usage", std::move(usage)}};
+  // output_text is a property the SDKs compute on responses.create; their stream helpers do not,
+  // so the server sends it too (the message items' text, concatenated).
+  std::string text;
+  for (const ojson& item : o["output"])
+    if (item.value("type", "") == "message")
+      for (const ojson& part : item.value("content", ojson::array()))
+        if (part.value("type", "") == "output_text") text += part.value("text", "");
+  o["output_text"] = std::move(text);
   for (auto it = r.echo.begin(); it != r.echo.end(); ++it) o[it.key()] = it.value();
   if (status == "incomplete") o["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return o;

@@ -48,7 +48,8 @@ ojson responses_output_text_part(const std::string& text);
 ojson responses_usage(const GenerationUsage& usage, int64_t reasoning_tokens);
 
 // A response object: the request's echoed fields with id, created_at, model, status, output,
-// usage (null until known), incomplete_details and error.
+// output_text (the SDKs' convenience property, sent so their stream helpers have it too), usage
+// (null until known), incomplete_details and error.
 ojson responses_object(const ResponsesRequest& request, const std::string& id, int64_t created_at,
                        const std::string& model, const std::string& status, ojson output,
                        ojson usage);
