@@ -45,6 +45,10 @@ struct ApiServerOptions {
   // Read the chat page's files from this directory at start (to work on the page without
   // rebuilding); "": the copy compiled into the library.
   std::string web_dir{};
+  // Stored /v1/responses (GET, previous_response_id): at most this many, and this many bytes of
+  // their JSON; the least recently used go first. 0 responses: none is kept.
+  uint64_t responses_max = 1000;
+  uint64_t responses_bytes = uint64_t{256} << 20;
 };
 
 class ApiServer {

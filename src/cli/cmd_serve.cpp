@@ -32,6 +32,7 @@ struct ServeOptions {
   ModelOptions model;
   server::ServerOptions server;
   int64_t cache_mb = 8192;
+  int64_t responses_mb = 256;
   int http_threads = 0;  // 0: the running cap + 32, at least 64
   std::string api_key_file;
 };
@@ -76,6 +77,8 @@ int run_serve(ServeOptions& o) {
     fail("--max-prompt-tokens must be >= 0, got {}", o.server.max_prompt_tokens);
   if (!o.server.web_dir.empty() && !std::filesystem::is_directory(o.server.web_dir))
     fail("--web-dir: {} is not a directory", o.server.web_dir);
+  if (o.responses_mb < 0 || o.responses_mb > (int64_t{1} << 30))
+    fail("--responses-ram must be in [0, 2^30] MB, got {}", o.responses_mb);
   resolve_api_key(o);
   ThreadPool::set_global_threads(o.model.threads);
   o.server.model_dir = resolve_model_dir(o.model.dir);
@@ -83,6 +86,7 @@ int run_serve(ServeOptions& o) {
   o.server.mmap = !o.model.no_mmap;
   o.server.deterministic = o.model.deterministic;
   o.server.cache_mb = size_t(o.cache_mb);
+  o.server.responses_bytes = size_t(o.responses_mb) << 20;
   o.server.http_threads = o.http_threads > 0
                               ? o.http_threads
                               : server::default_http_threads(o.server.max_running, o.model.device);
@@ -193,6 +197,12 @@ CommandRegistration serve_command(
                      "clamped to what one request can hold")
           ->capture_default_str();
       sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")
+          ->capture_default_str();
+      sub.add_option("--responses-max", o->server.responses_max,
+                     "/v1/responses kept for GET and previous_response_id, at most (0: none; "
+                     "least recently used out first)")
+          ->capture_default_str();
+      sub.add_option("--responses-ram", o->responses_mb, "MB of stored /v1/responses, at most")
           ->capture_default_str();
       sub.add_option("--web-dir", o->server.web_dir,
                      "serve the chat page's files from this directory (to work on the page "

@@ -41,6 +41,8 @@ server::ServerOptions server_options(const ApiServerOptions& o, const RuntimeOpt
   s.max_body_bytes = size_t(o.max_body_bytes);
   s.max_prompt_tokens = o.max_prompt_tokens;
   s.chat_page = o.chat_page;
+  s.responses_max = size_t(o.responses_max);
+  s.responses_bytes = size_t(o.responses_bytes);
   s.web_dir = o.web_dir;
   return s;  // the engine's fields stay unset: the Runtime loaded it (Server::load is not called)
 }

@@ -10,7 +10,10 @@
 
 namespace hearth::server {
 
-Server::Server(ServerOptions options) { state_.options = std::move(options); }
+Server::Server(ServerOptions options) {
+  state_.options = std::move(options);
+  state_.responses.set_limits(state_.options.responses_max, state_.options.responses_bytes);
+}
 
 Server::~Server() { stop(); }
 
@@ -37,6 +40,7 @@ void Server::start() {
   register_openai_routes(router, s);
   register_anthropic_routes(router, s);
   register_embedding_routes(router, s);
+  register_responses_routes(router, s);
   register_misc_routes(router, s);
   auto on_error = [&s](const http::Request& req, http::Response& res, int status,
                        const std::string& message) {

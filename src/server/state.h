@@ -1,5 +1,6 @@
 // What every route handler shares: options, the engine (null until loaded), the chat template,
-// metrics, and the stopping flag. Handlers only read it; the loader sets engine once, then ready.
+// metrics, the stored responses, and the stopping flag. Handlers only read it (the response
+// store locks itself); the loader sets engine once, then ready.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "chat/tool_parser.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
+#include "server/responses_store.h"
 
 namespace hearth::server {
 
@@ -37,6 +39,9 @@ struct ServerOptions {
   int64_t request_timeout_s = 0;  // 0: none; else a generation ends with 504 after this long
   int64_t idle_timeout_s = 30;    // a kept-alive connection with no request is closed after this
   int64_t max_prompt_tokens = 0;  // 0: the context length; else prompts over it get a 400
+  // /v1/responses kept for GET and previous_response_id (least recently used out first).
+  size_t responses_max = 1000;                 // stored responses at most (0: none is kept)
+  size_t responses_bytes = size_t{256} << 20;  // their JSON text at most
 };
 
 // Whose engine the server serves: its own (loaded by Server::load, or handed over), which stop()
@@ -56,6 +61,7 @@ struct ServerState {
   std::string chat_template_source;
   chat::ToolCallFormat tool_format = chat::ToolCallFormat::None;
   Metrics metrics;
+  ResponseStore responses;  // /v1/responses with store: true
   std::string load_error;
 };
 

@@ -1,11 +1,12 @@
 // Fuzz target: an HTTP request body as the server handles it — parsed with the server's nesting
-// limit, then read as an OpenAI chat completion, an Anthropic message and an OpenAI completion
-// (schemas.cpp, schemas_anthropic.cpp) and, for the chat APIs, taken through prepare_chat: the
+// limit, then read as an OpenAI chat completion, an Anthropic message, an OpenAI Responses request
+// and an OpenAI completion (schemas.cpp, schemas_anthropic.cpp, schemas_responses.cpp) and, for
+// the chat APIs, taken through prepare_chat: the
 // real chat templates (Qwen3.5 XML tools, Hermes, Llama 3.1 JSON tools, Mistral) rendered with
 // the server's limits, the real Qwen3 tokenizer, tool_choice forcing, the context and sampling
-// checks. A model reply is then run through ChatOutput. Everything a client sends must end in an
-// ApiError / hearth::Error (a 4xx); any other exception escaping here is a 500 the client should
-// not get, so it is left to end the run as a finding.
+// checks. A model reply is then run through ChatOutput and ResponsesOutput. Everything a client
+// sends must end in an ApiError / hearth::Error (a 4xx); any other exception escaping here is a 500
+// the client should not get, so it is left to end the run as a finding.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,7 +22,9 @@
 #include "runtime/engine.h"
 #include "server/chat_pipeline.h"
 #include "server/errors.h"
+#include "server/responses_output.h"
 #include "server/schemas.h"
+#include "server/schemas_responses.h"
 #include "server/state.h"
 #include "tokenizer/tokenizer.h"
 
@@ -80,11 +83,14 @@ const std::vector<std::unique_ptr<ServerState>>& states() {
 // What a model might answer: reasoning, then a call in the template's format.
 void run_output(const PreparedChat& prepared) {
   ChatOutput out(prepared);
-  out.push("<think>\nchecking</think>\n\n");
-  out.push(
+  std::string sse;
+  ResponsesOutput items(&sse);
+  items.add(out.push("<think>\nchecking</think>\n\n"));
+  items.add(out.push(
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
-      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
-  out.finish();
+      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]"));
+  items.add(out.finish());
+  items.finish("completed");
 }
 
 void run_chat(const ServerState& s, const ChatRequest& r) {
@@ -117,6 +123,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const ChatRequest r = parse_anthropic_messages(body);
     for (const auto& s : states()) run_chat(*s, r);
+  } catch (const Error&) {
+  }
+  try {
+    ResponsesRequest r = parse_responses_request(body);
+    r.chat.messages = responses_messages(r.input, r.instructions);
+    for (const auto& s : states()) run_chat(*s, r.chat);
   } catch (const Error&) {
   }
   try {

@@ -71,8 +71,8 @@ kill "$LAST_PID"
 echo "server_e2e: exclusive port, HEARTH_API_KEY and the open-listener warning: ok"
 
 cd "$DEPS"
-node --test --test-concurrency=1 openai.test.mjs embeddings.test.mjs scripted.test.mjs hybrid.test.mjs browser.test.mjs \
-  hardening.test.mjs load.test.mjs memory.test.mjs
+node --test --test-concurrency=1 openai.test.mjs embeddings.test.mjs scripted.test.mjs responses.test.mjs \
+  hybrid.test.mjs browser.test.mjs hardening.test.mjs load.test.mjs memory.test.mjs
 
 # SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
 curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \

@@ -451,7 +451,7 @@ void HttpServer::Impl::add_cors(const Request& req, Response& res) const {
   res.set_header("Access-Control-Allow-Origin", opt.cors_origin == "*" ? "*" : origin);
   if (opt.cors_origin != "*") res.set_header("Vary", "Origin");
   if (req.method == "OPTIONS") {
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     const std::string asked = req.header("access-control-request-headers");
     res.set_header(
         "Access-Control-Allow-Headers",

@@ -40,6 +40,10 @@ void Router::post(const std::string& pattern, Handler handler, RunOn run_on) {
   add("POST", pattern, std::move(handler), run_on);
 }
 
+void Router::del(const std::string& pattern, Handler handler, RunOn run_on) {
+  add("DELETE", pattern, std::move(handler), run_on);
+}
+
 Router::Match Router::find(Request& req) const {
   Match m;
   std::smatch sm;

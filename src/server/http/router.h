@@ -20,6 +20,7 @@ class Router {
  public:
   void get(const std::string& pattern, Handler handler, RunOn run_on = RunOn::Worker);
   void post(const std::string& pattern, Handler handler, RunOn run_on = RunOn::Worker);
+  void del(const std::string& pattern, Handler handler, RunOn run_on = RunOn::Worker);
 
   struct Match {
     const Handler* handler = nullptr;  // null: no route for this method and path
