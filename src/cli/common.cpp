@@ -4,11 +4,14 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "hub/hf_cache.h"
 
 namespace hearth::cli {
 
 void add_model_options(CLI::App& app, ModelOptions& o) {
-  app.add_option("-m,--model", o.dir, "model directory (Hugging Face checkpoint)");
+  app.add_option("-m,--model", o.dir,
+                 "model directory (Hugging Face checkpoint), or ORG/NAME[:REVISION] from the "
+                 "Hugging Face cache (`hearth pull`)");
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   app.add_option("-t,--threads", o.threads,
                  "CPU threads (default: the CPUs this process may use, from its affinity and "
@@ -22,12 +25,23 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
 }
 
 std::string resolve_model_dir(const std::string& dir) {
-  if (!dir.empty()) return dir;
-  if (const char* env = std::getenv("HEARTH_MODEL")) return env;
+  std::string given = dir;
+  if (given.empty())
+    if (const char* env = std::getenv("HEARTH_MODEL")) given = env;
+  if (!given.empty()) {
+    // A path that exists wins; else ORG/NAME[:REVISION] names a snapshot of the Hugging Face
+    // cache (offline). Anything else goes to the loader, which says what is missing.
+    std::error_code ec;
+    if (std::filesystem::exists(given, ec)) return given;
+    if (auto ref = hub::parse_repo_ref(given))
+      return hub::resolve_cached_snapshot(hub::hub_cache_dir(), *ref).string();
+    return given;
+  }
   const std::filesystem::path bundled =
       std::filesystem::path(HEARTH_SOURCE_ROOT) / "models/default";
   if (std::filesystem::exists(bundled / "config.json")) return bundled.string();
-  fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or set HEARTH_MODEL");
+  fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or -m ORG/NAME (a "
+       "model pulled with `hearth pull`), or set HEARTH_MODEL");
 }
 
 std::unique_ptr<Model> load_model_from(ModelOptions& o) {
