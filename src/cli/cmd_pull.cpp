@@ -47,10 +47,11 @@ int run_pull(const PullCliOptions& o) {
   std::printf("use it:   hearth serve -m %s\n", ref.text().c_str());
   return 0;
 #else
-  fail("this hearth was built without download support (libcurl and OpenSSL were not found at "
-       "build time: install libcurl4-openssl-dev and libssl-dev, then reconfigure and rebuild); "
-       "models already in the Hugging Face cache ({}) still load with -m {}",
-       hub::hub_cache_dir().string(), ref.repo_id);
+  fail(
+      "this hearth was built without download support (libcurl and OpenSSL were not found at "
+      "build time: install libcurl4-openssl-dev and libssl-dev, then reconfigure and rebuild); "
+      "models already in the Hugging Face cache ({}) still load with -m {}",
+      hub::hub_cache_dir().string(), ref.repo_id);
 #endif
 }
 
@@ -124,11 +125,13 @@ int run_rm(const std::string& model) {
   const hub::RepoRef ref = hub::parse_repo_ref_or_fail(model);
   const hub::RemoveResult r = hub::remove_cached(hub::hub_cache_dir(), ref);
   std::string commits;
-  for (const auto& c : r.commits_removed) commits += (commits.empty() ? "" : ", ") + c.substr(0, 10);
-  std::printf("removed %s (%s; %zu blob%s, %s freed)%s\n", ref.text().c_str(),
-              commits.empty() ? "no snapshot" : commits.c_str(), r.blobs_removed,
-              r.blobs_removed == 1 ? "" : "s", hub::format_bytes(r.bytes_freed).c_str(),
-              ref.revision_given && r.repo_removed ? "; no revision left, the repo folder went" : "");
+  for (const auto& c : r.commits_removed)
+    commits += (commits.empty() ? "" : ", ") + c.substr(0, 10);
+  std::printf(
+      "removed %s (%s; %zu blob%s, %s freed)%s\n", ref.text().c_str(),
+      commits.empty() ? "no snapshot" : commits.c_str(), r.blobs_removed,
+      r.blobs_removed == 1 ? "" : "s", hub::format_bytes(r.bytes_freed).c_str(),
+      ref.revision_given && r.repo_removed ? "; no revision left, the repo folder went" : "");
   return 0;
 }
 
@@ -148,11 +151,12 @@ CommandRegistration pull_command(
       return [o] { return run_pull(*o); };
     });
 
-CommandRegistration ls_command("ls", "list the models in the Hugging Face cache", [](CLI::App& sub) {
-  auto as_json = std::make_shared<bool>(false);
-  sub.add_flag("--json", *as_json, "one JSON array of revisions");
-  return [as_json] { return run_ls(*as_json); };
-});
+CommandRegistration ls_command("ls", "list the models in the Hugging Face cache",
+                               [](CLI::App& sub) {
+                                 auto as_json = std::make_shared<bool>(false);
+                                 sub.add_flag("--json", *as_json, "one JSON array of revisions");
+                                 return [as_json] { return run_ls(*as_json); };
+                               });
 
 CommandRegistration rm_command(
     "rm", "remove a model (or one revision of it) from the Hugging Face cache", [](CLI::App& sub) {

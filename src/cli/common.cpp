@@ -33,15 +33,21 @@ std::string resolve_model_dir(const std::string& dir) {
     // cache (offline). Anything else goes to the loader, which says what is missing.
     std::error_code ec;
     if (std::filesystem::exists(given, ec)) return given;
-    if (auto ref = hub::parse_repo_ref(given))
-      return hub::resolve_cached_snapshot(hub::hub_cache_dir(), *ref).string();
+    if (auto ref = hub::parse_repo_ref(given)) {
+      try {
+        return hub::resolve_cached_snapshot(hub::hub_cache_dir(), *ref).string();
+      } catch (const Error& e) {
+        fail("'{}' is not a directory, and as a Hugging Face model id: {}", given, e.what());
+      }
+    }
     return given;
   }
   const std::filesystem::path bundled =
       std::filesystem::path(HEARTH_SOURCE_ROOT) / "models/default";
   if (std::filesystem::exists(bundled / "config.json")) return bundled.string();
-  fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or -m ORG/NAME (a "
-       "model pulled with `hearth pull`), or set HEARTH_MODEL");
+  fail(
+      "no model given: pass -m DIR (a Hugging Face checkpoint directory) or -m ORG/NAME (a "
+      "model pulled with `hearth pull`), or set HEARTH_MODEL");
 }
 
 std::unique_ptr<Model> load_model_from(ModelOptions& o) {

@@ -98,8 +98,8 @@ std::map<std::string, std::string> read_all_refs(const RepoCache& repo) {
 std::vector<std::string> snapshot_commits(const RepoCache& repo) {
   std::vector<std::string> commits;
   std::error_code ec;
-  for (fs::directory_iterator it(repo.dir() / "snapshots", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec))
+  for (fs::directory_iterator it(repo.dir() / "snapshots", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec))
     if (it->is_directory(ec)) commits.push_back(it->path().filename().string());
   std::sort(commits.begin(), commits.end());
   return commits;
@@ -132,12 +132,14 @@ RepoRef parse_repo_ref_or_fail(std::string_view text) {
   if (auto ref = parse_repo_ref(text)) return *ref;
   const size_t colon = text.find(':');
   if (colon != std::string_view::npos && !is_revision_text(text.substr(colon + 1)))
-    fail("'{}': the revision after ':' must be a branch, tag or commit ([A-Za-z0-9._/+-], no "
-         "'..')",
-         text);
-  fail("'{}' is not a Hugging Face model id: expected ORG/NAME or ORG/NAME:REVISION (letters, "
-       "digits, '_', '-', '.'; no '--' or '..')",
-       text);
+    fail(
+        "'{}': the revision after ':' must be a branch, tag or commit ([A-Za-z0-9._/+-], no "
+        "'..')",
+        text);
+  fail(
+      "'{}' is not a Hugging Face model id: expected ORG/NAME or ORG/NAME:REVISION (letters, "
+      "digits, '_', '-', '.'; no '--' or '..')",
+      text);
 }
 
 bool is_commit_hash(std::string_view text) {
@@ -181,7 +183,8 @@ std::string hub_endpoint() {
 
 std::string hub_token() {
   if (const char* v = env("HF_TOKEN")) return trim(v);
-  const fs::path file = env("HF_TOKEN_PATH") ? fs::path(env("HF_TOKEN_PATH")) : hf_home_dir() / "token";
+  const fs::path file =
+      env("HF_TOKEN_PATH") ? fs::path(env("HF_TOKEN_PATH")) : hf_home_dir() / "token";
   std::ifstream in(file);
   std::string line;
   if (in && std::getline(in, line)) return trim(line);
@@ -325,8 +328,7 @@ fs::path resolve_cached_snapshot(const fs::path& cache_dir, const RepoRef& ref) 
   const auto commit = repo.resolve_commit(ref.revision);
   if (!commit) {
     std::string known;
-    for (const auto& [name, c] : read_all_refs(repo))
-      known += (known.empty() ? "" : ", ") + name;
+    for (const auto& [name, c] : read_all_refs(repo)) known += (known.empty() ? "" : ", ") + name;
     for (const std::string& c : snapshot_commits(repo))
       known += (known.empty() ? "" : ", ") + c.substr(0, 8);
     fail("revision '{}' of {} is not in the cache (cached: {}): run `hearth pull {}`", ref.revision,
@@ -445,11 +447,13 @@ RemoveResult remove_cached(const fs::path& cache_dir, const RepoRef& ref) {
   for (fs::directory_iterator b(repo.dir() / "blobs", ec); !ec && b != fs::directory_iterator();
        b.increment(ec)) {
     const std::string name = b->path().filename().string();
-    if (b->path().extension() != ".incomplete" && !linked.count(name)) unlinked.push_back(b->path());
+    if (b->path().extension() != ".incomplete" && !linked.count(name))
+      unlinked.push_back(b->path());
   }
   for (const fs::path& blob : unlinked) {
     std::error_code sec;
-    const auto size = fs::is_regular_file(fs::symlink_status(blob, sec)) ? fs::file_size(blob, sec) : 0;
+    const auto size =
+        fs::is_regular_file(fs::symlink_status(blob, sec)) ? fs::file_size(blob, sec) : 0;
     if (fs::remove(blob, sec)) {
       ++result.blobs_removed;
       result.bytes_freed += size;

@@ -99,7 +99,7 @@ struct CachedRevision {
 struct CachedRepo {
   std::string repo_id;
   std::filesystem::path dir;
-  uint64_t size_on_disk = 0;     // blobs (shared between revisions once) and partial downloads
+  uint64_t size_on_disk = 0;      // blobs (shared between revisions once) and partial downloads
   uint64_t incomplete_bytes = 0;  // partial downloads (blobs/*.incomplete)
   std::vector<CachedRevision> revisions;  // sorted by commit
 };

@@ -35,7 +35,8 @@ std::string lower(std::string s) {
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -82,8 +83,7 @@ std::vector<RemoteFile> parse_tree_page_unchecked(std::string_view body,
       f.etag = e.value("oid", "");
       if (!is_hex(f.etag, 40)) fail("{}: '{}' has no valid git object id (oid)", source, path);
     }
-    if (!size || !size->is_number_unsigned())
-      fail("{}: '{}' has no valid size", source, path);
+    if (!size || !size->is_number_unsigned()) fail("{}: '{}' has no valid size", source, path);
     f.size = size->get<uint64_t>();
     files.push_back(std::move(f));
   }
@@ -121,10 +121,9 @@ std::string normalize_etag(std::string_view etag) {
 }
 
 bool is_safe_etag(std::string_view etag) {
-  return !etag.empty() && etag.size() <= 128 &&
-         std::all_of(etag.begin(), etag.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '_' || c == '-';
-         });
+  return !etag.empty() && etag.size() <= 128 && std::all_of(etag.begin(), etag.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '_' || c == '-';
+  });
 }
 
 bool glob_match(const std::string& pattern, const std::string& path) {
@@ -182,7 +181,8 @@ std::vector<RemoteFile> drop_unindexed_weights(const std::vector<RemoteFile>& fi
   const std::set<std::string> named(shards.begin(), shards.end());
   std::vector<RemoteFile> out;
   for (const RemoteFile& f : files) {
-    const bool top_weight = f.path.find('/') == std::string::npos && ends_with(f.path, ".safetensors");
+    const bool top_weight =
+        f.path.find('/') == std::string::npos && ends_with(f.path, ".safetensors");
     bool keep = !top_weight || named.count(f.path);
     for (const auto& g : include) keep = keep || glob_match(g, f.path);  // asked for: kept
     if (keep) out.push_back(f);

@@ -20,9 +20,9 @@ struct RemoteFile {
 };
 
 struct RepoInfo {
-  std::string commit;               // the revision's commit id (40 hex digits)
-  std::vector<std::string> files;   // every file path of the repo at that commit
-  std::string gated;                // "", "auto" or "manual" (needs a token of an accepted account)
+  std::string commit;              // the revision's commit id (40 hex digits)
+  std::vector<std::string> files;  // every file path of the repo at that commit
+  std::string gated;               // "", "auto" or "manual" (needs a token of an accepted account)
 };
 
 // GET /api/models/{repo}/revision/{rev}. Throws hearth::Error naming `source` when the JSON is

@@ -7,7 +7,9 @@ and X-Linked-Size) and which answers Range requests. Repos, built at start from 
 directory (--model-dir, the committed tiny model):
   test-org/tiny     main: the checkpoint plus files pull must skip (.bin, .gguf, onnx/);
                     v1: the same with another generation_config.json (another commit)
-  test-org/gated    the checkpoint, gated: 401 GatedRepo without the token hf_test_token
+  test-org/gated    the checkpoint, gated: its API answers anyone (with "gated": "manual"), its
+                    files need the token hf_test_token (else 401 GatedRepo); a wrong token
+                    is refused everywhere (401 without an error code)
   test-org/sharded  the weights split in two shards with an index, plus consolidated.safetensors
                     (the same weights unsharded, which the index does not name)
 Faults, set with GET /_control?set=NAME&path=FILE&n=N and cleared with /_control?clear=1:
@@ -213,21 +215,26 @@ def make_handler(state, server_name):
                                                  "n": int(q.get("n", ["0"])[0])}
             self.send(200, b"ok")
 
-        def authorize(self, repo):
-            """None when the request may read `repo`; else the error already sent."""
+        def authorize(self, repo, files):
+            """True when the request may read `repo` (its `files`, or its API); else the error
+            is sent."""
             auth = self.headers.get("Authorization", "")
-            if repo.gated and auth != "Bearer " + TOKEN:
-                if auth:
-                    return self.error(401, None, "Invalid credentials in Authorization header")
-                return self.error(401, "GatedRepo", "Access to model %s is restricted." % repo.repo_id)
+            if not repo.gated or auth == "Bearer " + TOKEN:
+                return True
+            if auth:
+                self.error(401, None, "Invalid credentials in Authorization header")
+                return False
+            if files:
+                self.error(401, "GatedRepo", "Access to model %s is restricted." % repo.repo_id)
+                return False
             return True
 
-        def find(self, repo_id, rev):
+        def find(self, repo_id, rev, files=False):
             repo = state.repos.get(repo_id)
             if repo is None:
                 self.error(404, "RepoNotFound", "Repository not found")
                 return None, None, None
-            if not self.authorize(repo):
+            if not self.authorize(repo, files):
                 return None, None, None
             commit, files = repo.lookup(rev)
             if commit is None:
@@ -272,7 +279,7 @@ def make_handler(state, server_name):
             self.send(200, json.dumps(page).encode(), headers)
 
         def resolve(self, repo_id, rev, path):
-            repo, commit, files = self.find(repo_id, rev)
+            repo, commit, files = self.find(repo_id, rev, files=True)
             if repo is None:
                 return
             if path not in files or state.take_fault("missing", path) is not None:

@@ -61,10 +61,9 @@ TEST(HubRepoRef, ParsesIdAndRevision) {
 }
 
 TEST(HubRepoRef, RejectsWhatIsNotAModelId) {
-  for (const char* bad :
-       {"", "name", "a/b/c", "/name", "org/", "org/na--me", "org/..x", "-org/x", "org/x-",
-        "org/name:", "org/name:../x", "org/name:a b", "org/name:/x", "./models", "../a/b",
-        "org/na me", "models/default/"})
+  for (const char* bad : {"", "name", "a/b/c", "/name", "org/", "org/na--me", "org/..x", "-org/x",
+                          "org/x-", "org/name:", "org/name:../x", "org/name:a b", "org/name:/x",
+                          "./models", "../a/b", "org/na me", "models/default/"})
     EXPECT_FALSE(parse_repo_ref(bad)) << bad;
   EXPECT_NE(error_of([] { parse_repo_ref_or_fail("org/name:a b"); }).find("revision"),
             std::string::npos);
@@ -217,8 +216,9 @@ TEST(HubCacheLayout, RemovingARevisionKeepsWhatOthersUse) {
   EXPECT_TRUE(fs::exists(repo.incomplete_path("partial")));  // kept for a resume
   EXPECT_EQ(resolve_cached_snapshot(dir.path(), *parse_repo_ref("org/name")),
             repo.snapshot_dir(kCommitB));
-  EXPECT_NE(error_of([&] { remove_cached(dir.path(), *parse_repo_ref("org/name:v1")); })
-                .find("revision 'v1'"),
+  EXPECT_NE(error_of([&] {
+              remove_cached(dir.path(), *parse_repo_ref("org/name:v1"));
+            }).find("revision 'v1'"),
             std::string::npos);
 
   // The last revision takes the folder with it (by commit prefix here).
@@ -246,8 +246,9 @@ TEST(HubCacheLayout, RemovingARepoTakesItsFolderAndLocksOnly) {
   EXPECT_FALSE(fs::exists(repo.lock_path("c1").parent_path()));
   EXPECT_EQ(test::read_bytes(dir / "outside.txt"), "keep me");
   EXPECT_TRUE(fs::exists(other.blob_path("c1")));
-  EXPECT_NE(error_of([&] { remove_cached(dir.path(), *parse_repo_ref("org/name")); })
-                .find("not in the Hugging Face cache"),
+  EXPECT_NE(error_of([&] {
+              remove_cached(dir.path(), *parse_repo_ref("org/name"));
+            }).find("not in the Hugging Face cache"),
             std::string::npos);
 }
 

@@ -1,10 +1,11 @@
 // The Hub's answers as `hearth pull` reads them (src/hub/hub_files.h): repo info, tree pages
 // (hostile entries refused), Link pagination, ETags, and which files a pull takes.
+#include "hub/hub_files.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "hub/hub_files.h"
 #include "unit/loader_test_util.h"
 
 namespace hearth::hub {
@@ -44,7 +45,8 @@ TEST(HubFiles, RepoInfo) {
 
 TEST(HubFiles, TreePage) {
   const auto files = parse_tree_page(R"([
-    {"type":"directory","oid":")" + kSha1 + R"(","size":0,"path":"onnx"},
+    {"type":"directory","oid":")" + kSha1 +
+                                         R"(","size":0,"path":"onnx"},
     {"type":"file","oid":")" + kSha1 + R"(","size":1202,"path":"config.json"},
     {"type":"file","oid":")" + kSha1 + R"(","size":134,"path":"model.safetensors",
      "lfs":{"oid":")" + kSha256 + R"(","size":26285600,"pointerSize":134}}])",
@@ -69,11 +71,13 @@ TEST(HubFiles, TreePageRefusesHostileOrBrokenEntries) {
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_tree_page(entry("/abs", good), "tree"); }).find("/abs"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_tree_page(entry("a.json", R"("oid":"../x","size":1)"), "t"); })
-                .find("object id"),
+  EXPECT_NE(error_of([&] {
+              parse_tree_page(entry("a.json", R"("oid":"../x","size":1)"), "t");
+            }).find("object id"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_tree_page(entry("a.json", R"("oid":")" + kSha1 + R"(","size":-1)"), "t"); })
-                .find("size"),
+  EXPECT_NE(error_of([&] {
+              parse_tree_page(entry("a.json", R"("oid":")" + kSha1 + R"(","size":-1)"), "t");
+            }).find("size"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               parse_tree_page(entry("a.json", good + R"(,"lfs":{"oid":"nothex","size":1})"), "t");
@@ -106,14 +110,30 @@ TEST(HubFiles, Etags) {
 }
 
 TEST(HubFiles, DefaultSelectionIsTheCheckpoint) {
-  const auto all = listing({"config.json", "generation_config.json", "model.safetensors",
-                            "model.safetensors.index.json", "tokenizer.json",
-                            "tokenizer_config.json", "special_tokens_map.json",
-                            "chat_template.jinja", "tokenizer.model", "merges.txt", "vocab.json",
-                            "README.md", "LICENSE", ".gitattributes", "pytorch_model.bin",
-                            "pytorch_model.bin.index.json", "model.gguf", "model.onnx",
-                            "tf_model.h5", "flax_model.msgpack", "original/consolidated.pth",
-                            "onnx/model.onnx", "onnx/config.json", "notes.txt"});
+  const auto all = listing({"config.json",
+                            "generation_config.json",
+                            "model.safetensors",
+                            "model.safetensors.index.json",
+                            "tokenizer.json",
+                            "tokenizer_config.json",
+                            "special_tokens_map.json",
+                            "chat_template.jinja",
+                            "tokenizer.model",
+                            "merges.txt",
+                            "vocab.json",
+                            "README.md",
+                            "LICENSE",
+                            ".gitattributes",
+                            "pytorch_model.bin",
+                            "pytorch_model.bin.index.json",
+                            "model.gguf",
+                            "model.onnx",
+                            "tf_model.h5",
+                            "flax_model.msgpack",
+                            "original/consolidated.pth",
+                            "onnx/model.onnx",
+                            "onnx/config.json",
+                            "notes.txt"});
   EXPECT_EQ(paths_of(select_pull_files(all, {})),
             (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
                                       "model.safetensors.index.json", "tokenizer.json",
@@ -136,10 +156,10 @@ TEST(HubFiles, TheIndexChoosesTheShards) {
   const auto shards = index_shard_names(index, "idx");
   EXPECT_EQ(shards, (std::vector<std::string>{"model-00001-of-00002.safetensors",
                                               "model-00002-of-00002.safetensors"}));
-  const auto files = listing({"config.json", "consolidated.safetensors",
-                              "model-00001-of-00002.safetensors",
-                              "model-00002-of-00002.safetensors", "model.safetensors.index.json",
-                              "sub/extra.safetensors"});
+  const auto files =
+      listing({"config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors",
+               "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+               "sub/extra.safetensors"});
   EXPECT_EQ(paths_of(drop_unindexed_weights(files, shards, {})),
             (std::vector<std::string>{"config.json", "model-00001-of-00002.safetensors",
                                       "model-00002-of-00002.safetensors",

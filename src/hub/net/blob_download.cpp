@@ -101,7 +101,8 @@ void hash_prefix(const fs::path& path, uint64_t n, ContentHash& hash) {
   while (n > 0) {
     const ssize_t got = ::read(in.fd, buf.data(), std::min<uint64_t>(n, buf.size()));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) fail("cannot read {}: {}", path.string(), got < 0 ? std::strerror(errno) : "short");
+    if (got <= 0)
+      fail("cannot read {}: {}", path.string(), got < 0 ? std::strerror(errno) : "short");
     hash.update(buf.data(), size_t(got));
     n -= uint64_t(got);
   }
@@ -112,9 +113,10 @@ void write_all(int fd, const char* data, size_t n, const fs::path& path, uint64_
     const ssize_t put = ::write(fd, data, n);
     if (put < 0 && errno == EINTR) continue;
     if (put < 0 && (errno == ENOSPC || errno == EDQUOT))
-      fail("disk full writing {} ({} still to write): free some space and run the pull again "
-           "(it resumes)",
-           path.string(), format_bytes(still_needed));
+      fail(
+          "disk full writing {} ({} still to write): free some space and run the pull again "
+          "(it resumes)",
+          path.string(), format_bytes(still_needed));
     if (put < 0) fail("cannot write {}: {}", path.string(), std::strerror(errno));
     data += put;
     n -= size_t(put);
@@ -161,7 +163,8 @@ std::string sha256_file_hex(const std::string& path) {
 }
 
 uint64_t download_blob(HttpClient& http, const HubTarget& target, const std::string& url,
-                       const RemoteFile& file, const RepoCache& repo, const DownloadEvents& events) {
+                       const RemoteFile& file, const RepoCache& repo,
+                       const DownloadEvents& events) {
   const fs::path blob = repo.blob_path(file.etag);
   if (blob_present(blob, file.size)) return 0;
   std::error_code ec;
@@ -267,9 +270,10 @@ uint64_t download_blob(HttpClient& http, const HubTarget& target, const std::str
                                       file.path, hash.name()));
             continue;
           }
-          fail("{}: {} mismatch (expected {}, got {}): the download is corrupt and was "
-               "discarded; run the pull again",
-               file.path, hash.name(), file.etag, got);
+          fail(
+              "{}: {} mismatch (expected {}, got {}): the download is corrupt and was "
+              "discarded; run the pull again",
+              file.path, hash.name(), file.etag, got);
         }
       }
       if (::fsync(out.fd) != 0 && errno != EINVAL)

@@ -118,7 +118,8 @@ std::string url_origin(const std::string& url) {
         curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
         curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
       std::string h = host;
-      std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(h.begin(), h.end(), h.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       origin = std::string(scheme) + "://" + h + ":" + port;
     }
     curl_free(scheme);
@@ -174,7 +175,8 @@ HttpResponse HttpClient::perform(const HttpRequest& request) {
     curl_slist* headers = nullptr;
     // The token is for the Hub: a redirect to another origin (the CDN) goes without it.
     if (!request.bearer_token.empty() && url_origin(url) == token_origin)
-      headers = curl_slist_append(headers, ("Authorization: Bearer " + request.bearer_token).c_str());
+      headers =
+          curl_slist_append(headers, ("Authorization: Bearer " + request.bearer_token).c_str());
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
 
     const CURLcode code = curl_easy_perform(curl);

@@ -26,9 +26,9 @@ class TransportError : public std::runtime_error {
 struct HttpResponse {
   long status = 0;
   std::map<std::string, std::string> headers;  // lowercase names; the last value of each
-  std::string body;                             // kept unless streamed (error bodies: the start)
-  std::string url;                              // the URL that answered (after redirects)
-  std::string redirect_url;                     // a 3xx's Location, resolved against url
+  std::string body;                            // kept unless streamed (error bodies: the start)
+  std::string url;                             // the URL that answered (after redirects)
+  std::string redirect_url;                    // a 3xx's Location, resolved against url
   std::string header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? "" : it->second;
@@ -38,9 +38,9 @@ struct HttpResponse {
 struct HttpRequest {
   std::string method = "GET";  // GET or HEAD
   std::string url;
-  std::string bearer_token;                // sent to the request URL's origin only
-  std::optional<uint64_t> range_start;     // "Range: bytes=N-"
-  bool follow_redirects = true;            // false: a 3xx is the answer
+  std::string bearer_token;             // sent to the request URL's origin only
+  std::optional<uint64_t> range_start;  // "Range: bytes=N-"
+  bool follow_redirects = true;         // false: a 3xx is the answer
   // Streams the body of a 200/206 answer instead of keeping it; called first with the answer's
   // status and headers (data null, size 0), then per chunk. Returning false aborts the transfer.
   std::function<bool(const HttpResponse& head, const char* data, size_t size)> on_body;

@@ -57,7 +57,8 @@ HttpResponse with_retries(const std::function<HttpResponse()>& attempt, int max_
       why = e.what();
     }
     if (on_retry)
-      on_retry(fmt::format("{}; retrying in {:.1f} s ({}/{})", why, this_wait, i, max_attempts - 1));
+      on_retry(
+          fmt::format("{}; retrying in {:.1f} s ({}/{})", why, this_wait, i, max_attempts - 1));
     std::this_thread::sleep_for(std::chrono::duration<double>(this_wait));
     wait_s = std::min(wait_s * 2, 8.0);
   }
@@ -75,12 +76,14 @@ void fail_hub_answer(const HubTarget& t, const HttpResponse& r, const std::strin
                    : "set HF_TOKEN to an access token of that account");
   if (r.status == 401) {
     if (has_token)
-      fail("{}: not found, or the token in HF_TOKEN (or $HF_HOME/token) is invalid or has no "
-           "access to it (HTTP 401{})",
-           t.repo_id, said);
-    fail("{}: not found at {}, or it is private or gated (HTTP 401{}): check the name, or set "
-         "HF_TOKEN to an access token that can read it",
-         t.repo_id, t.endpoint, said);
+      fail(
+          "{}: not found, or the token in HF_TOKEN (or $HF_HOME/token) is invalid or has no "
+          "access to it (HTTP 401{})",
+          t.repo_id, said);
+    fail(
+        "{}: not found at {}, or it is private or gated (HTTP 401{}): check the name, or set "
+        "HF_TOKEN to an access token that can read it",
+        t.repo_id, t.endpoint, said);
   }
   if (r.status == 403)
     fail("{}: access denied (HTTP 403{}){}", t.repo_id, said,
@@ -168,8 +171,8 @@ RemoteFile HubClient::file_metadata(const std::string& commit, const std::string
     RemoteFile f;
     f.path = path;
     f.etag = normalize_etag(linked.empty() ? r.header("etag") : linked);
-    const std::string size = r.header("x-linked-size").empty() ? r.header("content-length")
-                                                                : r.header("x-linked-size");
+    const std::string size =
+        r.header("x-linked-size").empty() ? r.header("content-length") : r.header("x-linked-size");
     try {
       size_t used = 0;
       f.size = std::stoull(size, &used);

@@ -3,8 +3,8 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <exception>
 #include <fstream>
 #include <mutex>
@@ -29,7 +29,8 @@ constexpr const char* kIndexName = "model.safetensors.index.json";
 struct Cancelled {};
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Bytes free for an unprivileged writer on the file system holding `dir` (or its nearest
@@ -64,7 +65,8 @@ std::vector<RemoteFile> list_selected_files(HubClient& client, const RepoInfo& i
   if (client.list_files(info.commit, listed)) return select_pull_files(listed, selection);
   std::vector<RemoteFile> names;
   for (const std::string& path : info.files) {
-    if (!is_safe_repo_path(path)) fail("{}: refusing the file path '{}'", client.target().repo_id, path);
+    if (!is_safe_repo_path(path))
+      fail("{}: refusing the file path '{}'", client.target().repo_id, path);
     names.push_back({path, 0, "", false});
   }
   std::vector<RemoteFile> out;
@@ -74,9 +76,8 @@ std::vector<RemoteFile> list_selected_files(HubClient& client, const RepoInfo& i
 }
 
 // Downloads the files (several at once) and links each into the snapshot. Fills the counters.
-void fetch_all(const std::vector<RemoteFile>& files, const HubTarget& target,
-               const RepoCache& repo, const std::string& commit, int jobs, PullProgress& progress,
-               PullResult& result) {
+void fetch_all(const std::vector<RemoteFile>& files, const HubTarget& target, const RepoCache& repo,
+               const std::string& commit, int jobs, PullProgress& progress, PullResult& result) {
   std::vector<const RemoteFile*> order;
   for (const RemoteFile& f : files) order.push_back(&f);
   // Largest first: the long transfers start at once and the small ones fill the gaps.
@@ -120,7 +121,8 @@ void fetch_all(const std::vector<RemoteFile>& files, const HubTarget& target,
       }
     }
   };
-  const size_t n_threads = std::min<size_t>(size_t(std::max(jobs, 1)), std::max<size_t>(order.size(), 1));
+  const size_t n_threads =
+      std::min<size_t>(size_t(std::max(jobs, 1)), std::max<size_t>(order.size(), 1));
   std::vector<std::thread> threads;
   for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(worker);
   worker();
@@ -155,8 +157,10 @@ PullResult hub_pull(const PullOptions& o) {
   }
   PullProgress* progress_ptr = nullptr;
   auto note = [&](const std::string& line) {
-    if (progress_ptr) progress_ptr->note(line);
-    else std::fprintf(stderr, "pull: %s\n", line.c_str());
+    if (progress_ptr)
+      progress_ptr->note(line);
+    else
+      std::fprintf(stderr, "pull: %s\n", line.c_str());
   };
   const HubTarget target{hub_endpoint(), hub_token(), o.ref.repo_id, o.ref.revision};
   HubClient client(target, note);
@@ -183,12 +187,24 @@ PullResult hub_pull(const PullOptions& o) {
     std::string listing;
     for (const std::string& p : info.files) listing += (listing.empty() ? "" : ", ") + p;
     if (listing.size() > 400) listing = listing.substr(0, 400) + "...";
-    fail("{} at {} has no .safetensors weights in its top folder (files: {}): hearth loads "
-         "safetensors checkpoints; look for a safetensors version, or pass --include to fetch "
-         "files anyway",
-         o.ref.repo_id, o.ref.revision, listing.empty() ? "none" : listing);
+    fail(
+        "{} at {} has no .safetensors weights in its top folder (files: {}): hearth loads "
+        "safetensors checkpoints; look for a safetensors version, or pass --include to fetch "
+        "files anyway",
+        o.ref.repo_id, o.ref.revision, listing.empty() ? "none" : listing);
   }
 
+  // A gated repo lists its files to anyone, but downloads need a token of an account that
+  // accepted its terms: say so before the first download fails.
+  const bool any_missing = std::any_of(files.begin(), files.end(), [&](const RemoteFile& f) {
+    std::error_code ec;
+    return !fs::exists(repo.blob_path(f.etag), ec);
+  });
+  if (any_missing && !info.gated.empty() && target.token.empty())
+    fail(
+        "{} is a gated model: accept its terms at {}/{} and set HF_TOKEN to an access token of "
+        "that account (or write it to {})",
+        o.ref.repo_id, target.endpoint, o.ref.repo_id, (hf_home_dir() / "token").string());
   // The index first: it says which shards are the checkpoint (others, such as
   // consolidated.safetensors, are the same weights in another layout).
   auto index = std::find_if(files.begin(), files.end(),

@@ -26,9 +26,9 @@ struct PullResult {
   std::filesystem::path snapshot;
   size_t n_files = 0;
   uint64_t total_bytes = 0;
-  size_t n_fetched = 0;           // files that were not in the cache
-  uint64_t network_bytes = 0;     // bytes received over the network
-  bool from_cache_only = false;   // offline (HF_HUB_OFFLINE) or the Hub unreachable
+  size_t n_fetched = 0;          // files that were not in the cache
+  uint64_t network_bytes = 0;    // bytes received over the network
+  bool from_cache_only = false;  // offline (HF_HUB_OFFLINE) or the Hub unreachable
 };
 
 // Environment: HF_ENDPOINT, HF_TOKEN (or $HF_HOME/token), HF_HUB_CACHE/HF_HOME, HF_HUB_OFFLINE.

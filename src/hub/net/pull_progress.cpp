@@ -47,14 +47,15 @@ void PullProgress::draw(bool force) {
   last_draw_ = now;
   const std::string status = status_line(now);
   if (terminal_) {
-    const double frac = total_ ? std::min(1.0, double(std::max<int64_t>(on_disk_, 0)) /
-                                                   double(total_))
-                               : 1.0;
+    const double frac =
+        total_ ? std::min(1.0, double(std::max<int64_t>(on_disk_, 0)) / double(total_)) : 1.0;
     const int filled = int(frac * kBarWidth);
-    std::string bar = std::string(size_t(filled), '#') + std::string(size_t(kBarWidth - filled), '.');
+    std::string bar =
+        std::string(size_t(filled), '#') + std::string(size_t(kBarWidth - filled), '.');
     std::fprintf(out_, "\r[%s] %s\x1b[K", bar.c_str(), status.c_str());
   } else {
-    const int tenth = total_ ? int(10 * double(std::max<int64_t>(on_disk_, 0)) / double(total_)) : 10;
+    const int tenth =
+        total_ ? int(10 * double(std::max<int64_t>(on_disk_, 0)) / double(total_)) : 10;
     if (tenth <= last_tenth_ && !force) return;
     last_tenth_ = std::max(last_tenth_, tenth);
     if (!force) std::fprintf(out_, "pull: %s\n", status.c_str());
