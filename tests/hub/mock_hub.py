@@ -113,11 +113,11 @@ def build_repos(model_dir):
 class State:
     def __init__(self, repos, log_path):
         self.repos = repos
-        self.blobs = {}  # sha256 -> (path, bytes)
+        self.blobs = {}  # sha256 -> bytes
         for repo in repos.values():
             for _, files in repo.revisions.values():
-                for path, data in files.items():
-                    self.blobs[hashlib.sha256(data).hexdigest()] = (path, data)
+                for data in files.values():
+                    self.blobs[hashlib.sha256(data).hexdigest()] = data
         self.lock = threading.Lock()
         self.faults = {}
         self.log_file = open(log_path, "a", buffering=1)
@@ -191,7 +191,7 @@ def make_handler(state, server_name):
             url = urllib.parse.urlsplit(self.path)
             parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
             if server_name == "cdn":
-                return self.cdn(parts)
+                return self.cdn(parts, urllib.parse.parse_qs(url.query))
             if parts[0] == "_control":
                 return self.control(urllib.parse.parse_qs(url.query))
             if parts[0] == "api":
@@ -289,16 +289,18 @@ def make_handler(state, server_name):
             if len(data) >= LFS_MIN_SIZE:
                 sha = hashlib.sha256(data).hexdigest()
                 headers.update({"X-Linked-Etag": '"%s"' % sha, "X-Linked-Size": str(len(data)),
-                                "Location": "http://127.0.0.1:%d/blob/%s" % (state.cdn_port, sha)})
+                                "Location": "http://127.0.0.1:%d/blob/%s?path=%s" % (
+                                    state.cdn_port, sha, urllib.parse.quote(path))})
                 return self.send(302, b"", headers)
             self.ranged(data, headers)
 
-        def cdn(self, parts):
+        def cdn(self, parts, q):
             if self.headers.get("Authorization"):
                 return self.error(400, None, "the CDN got an Authorization header")
             if len(parts) != 2 or parts[0] != "blob" or parts[1] not in state.blobs:
                 return self.error(404, None, "no such blob")
-            path, data = state.blobs[parts[1]]
+            data = state.blobs[parts[1]]
+            path = q.get("path", [""])[0]  # the file the Hub redirected for, for the faults
             if state.take_fault("corrupt", path) is not None:
                 middle = len(data) // 2
                 data = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]

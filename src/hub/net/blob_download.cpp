@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -150,17 +151,6 @@ bool blob_present(const fs::path& blob, uint64_t size) {
 }
 
 }  // namespace
-
-std::string sha256_file_hex(const std::string& path) {
-  RemoteFile f;
-  f.etag = std::string(64, '0');  // any sha256-shaped etag selects sha256
-  ContentHash hash(f);
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) fail("cannot read {}: {}", path, ec.message());
-  hash_prefix(path, size, hash);
-  return hash.hex();
-}
 
 uint64_t download_blob(HttpClient& http, const HubTarget& target, const std::string& url,
                        const RemoteFile& file, const RepoCache& repo,

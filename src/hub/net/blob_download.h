@@ -30,7 +30,4 @@ struct DownloadEvents {
 uint64_t download_blob(HttpClient& http, const HubTarget& target, const std::string& url,
                        const RemoteFile& file, const RepoCache& repo, const DownloadEvents& events);
 
-// Lowercase hex sha256 of a file's contents (what an LFS file's etag is).
-std::string sha256_file_hex(const std::string& path);
-
 }  // namespace hearth::hub

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -87,8 +88,19 @@ void fetch_all(const std::vector<RemoteFile>& files, const HubTarget& target, co
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::exception_ptr first_error;
+  auto fail_all = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!first_error) first_error = std::current_exception();
+    stop = true;
+  };
   auto worker = [&] {
-    HttpClient http;
+    std::unique_ptr<HttpClient> http;
+    try {
+      http = std::make_unique<HttpClient>();
+    } catch (...) {
+      fail_all();
+      return;
+    }
     for (;;) {
       const size_t i = next++;
       if (i >= order.size() || stop) return;
@@ -103,7 +115,7 @@ void fetch_all(const std::vector<RemoteFile>& files, const HubTarget& target, co
         };
         events.note = [&](const std::string& line) { progress.note(line); };
         const uint64_t got =
-            download_blob(http, target, resolve_url(target, commit, f.path), f, repo, events);
+            download_blob(*http, target, resolve_url(target, commit, f.path), f, repo, events);
         repo.link_snapshot_file(commit, f.path, f.etag);
         std::lock_guard<std::mutex> lock(mu);
         result.network_bytes += got;
@@ -114,9 +126,7 @@ void fetch_all(const std::vector<RemoteFile>& files, const HubTarget& target, co
       } catch (const Cancelled&) {
         return;
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first_error) first_error = std::current_exception();
-        stop = true;
+        fail_all();
         return;
       }
     }
