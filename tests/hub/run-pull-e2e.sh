@@ -62,7 +62,7 @@ done
 for f in pytorch_model.bin model.gguf onnx pytorch_model.bin.index.json; do
   [ ! -e "$SNAP/$f" ] || die "$f should not have been pulled"
 done
-if ls "$TINY/blobs" | grep -q incomplete; then die "a .incomplete file is left"; fi
+for f in "$TINY"/blobs/*.incomplete; do [ ! -e "$f" ] || die "$f is left"; done
 grep -q "test-org/tiny main -> ${MAIN:0:12}: 6 files" "$WORK/out" || die "unexpected summary"
 
 # 2. A second pull fetches nothing.
@@ -79,7 +79,7 @@ ok generate -m test-org/tiny -p "def" -n 3 --temperature 0 -t 1
 ok tokenize -m test-org/tiny:main "hello"
 "$HEARTH" serve -m test-org/tiny --port 0 -t 1 >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVE=$!
-PIDS+=($SERVE)
+PIDS+=("$SERVE")
 for _ in $(seq 300); do grep -q "ready at" "$WORK/serve.out" && break; sleep 0.1; done
 grep -q "(model test-org/tiny," "$WORK/serve.out" || { cat "$WORK/serve.out" "$WORK/serve.err"; die "serve's model id is not test-org/tiny"; }
 kill "$SERVE"
@@ -160,7 +160,8 @@ for want in "test-org/tiny .*main .*${MAIN:0:10}.*yes" "test-org/tiny .*v1 " "te
 done
 V1_GEN=$(readlink "$TINY/snapshots/$V1/generation_config.json")
 ok rm test-org/tiny:v1
-[ ! -e "$TINY/snapshots/$V1" ] && [ ! -e "$TINY/refs/v1" ] || die "rm left v1's snapshot or ref"
+[ ! -e "$TINY/snapshots/$V1" ] || die "rm left v1's snapshot"
+[ ! -e "$TINY/refs/v1" ] || die "rm left refs/v1"
 [ ! -e "$TINY/blobs/${V1_GEN##*/}" ] || die "rm left v1's own generation_config.json blob"
 [ -e "$TINY/blobs/$SHA" ] || die "rm removed a blob main still uses"
 ok info -m test-org/tiny
