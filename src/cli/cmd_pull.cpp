@@ -48,9 +48,10 @@ int run_pull(const PullCliOptions& o) {
   return 0;
 #else
   fail(
-      "this hearth was built without download support (libcurl and OpenSSL were not found at "
-      "build time: install libcurl4-openssl-dev and libssl-dev, then reconfigure and rebuild); "
-      "models already in the Hugging Face cache ({}) still load with -m {}",
+      "this hearth was built without download support (libcurl or OpenSSL was not found at "
+      "build time, or -DHEARTH_DOWNLOAD=OFF: install libcurl4-openssl-dev and libssl-dev, then "
+      "reconfigure and rebuild); models already in the Hugging Face cache ({}) still load with "
+      "-m {}",
       hub::hub_cache_dir().string(), ref.repo_id);
 #endif
 }
