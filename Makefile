@@ -12,7 +12,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 APT_PACKAGES = build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev \
   libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libboost-dev libedit-dev python3-numpy \
-  clang libclang-rt-14-dev clang-format
+  clang libclang-rt-14-dev clang-format libcurl4-openssl-dev libssl-dev
 # Seconds per fuzz target: `make asan` (hence `make test` and CI) runs each briefly.
 FUZZ_SECONDS ?= 20
 

@@ -29,7 +29,9 @@ namespace hearth {
 struct ApiServerOptions {
   std::string host = "127.0.0.1";  // "0.0.0.0" or "::": every interface
   int port = 8080;                 // 0: any free port (port() says which)
-  std::string model_id{};          // what /v1/models lists; "": the model directory's name
+  // What /v1/models lists; "": the model directory's name (ORG/NAME for a snapshot of the
+  // Hugging Face cache).
+  std::string model_id{};
   // Every /v1/*, /tokenize and /detokenize request must carry it (Authorization: Bearer KEY, or
   // x-api-key: KEY), else 401; "": no key. /, /health and /metrics stay open.
   std::string api_key{};

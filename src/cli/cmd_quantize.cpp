@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "models/rotation_support.h"
 #include "quant/quantize_checkpoint.h"
@@ -280,7 +281,10 @@ CommandRegistration quantize_command(
                      "where trellis blocks are coded: cpu, cuda, cuda:N or auto (a GPU when "
                      "present)")
           ->capture_default_str();
-      return [o] { return run_quantize(*o); };
+      return [o] {
+        o->in = resolve_model_dir(o->in);  // ORG/NAME: a snapshot of the Hugging Face cache
+        return run_quantize(*o);
+      };
     });
 
 }  // namespace

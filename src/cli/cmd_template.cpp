@@ -8,6 +8,7 @@
 #include "chat/template.h"
 #include "chat/template_source.h"
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 
 namespace hearth::cli {
@@ -81,7 +82,10 @@ CommandRegistration template_command(
                      "JSON object of extra template variables, e.g. {\"enable_thinking\": false}");
       sub.add_flag("--no-generation-prompt", o->no_generation_prompt,
                    "do not append the assistant turn header");
-      return [o]() { return run_template(*o); };
+      return [o]() {
+        o->model_dir = resolve_model_dir(o->model_dir);  // ORG/NAME: from the Hugging Face cache
+        return run_template(*o);
+      };
     });
 
 }  // namespace

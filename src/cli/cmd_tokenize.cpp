@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,7 +28,7 @@ CommandRegistration tokenize_command(
                    "add special tokens (BOS/EOS) as the post-processor does");
       sub.add_option("text", opt->text, "text to tokenize")->required();
       return CommandRun([opt] {
-        auto tokenizer = Tokenizer::load(opt->model_dir);
+        auto tokenizer = Tokenizer::load(resolve_model_dir(opt->model_dir));
         auto ids = tokenizer.encode(opt->text, opt->add_special);
         std::string out = "[";
         for (size_t i = 0; i < ids.size(); ++i) {
@@ -78,7 +79,7 @@ CommandRegistration detokenize_command(
           }
         }
         take();
-        auto tokenizer = Tokenizer::load(opt->model_dir);
+        auto tokenizer = Tokenizer::load(resolve_model_dir(opt->model_dir));
         std::string text = tokenizer.decode(ids, opt->skip_special);
         std::fwrite(text.data(), 1, text.size(), stdout);
         return 0;

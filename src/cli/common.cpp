@@ -7,11 +7,14 @@
 #include "cli/progress.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "hub/hf_cache.h"
 
 namespace hearth::cli {
 
 void add_model_options(CLI::App& app, ModelOptions& o) {
-  app.add_option("-m,--model", o.dir, "model directory (Hugging Face checkpoint)");
+  app.add_option("-m,--model", o.dir,
+                 "model directory (Hugging Face checkpoint), or ORG/NAME[:REVISION] from the "
+                 "Hugging Face cache (`hearth pull`)");
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   app.add_option("-t,--threads", o.threads,
                  "CPU threads (default: the CPUs this process may use, from its affinity and "
@@ -43,10 +46,27 @@ std::optional<std::filesystem::path> bundled_model_dir() {
 }  // namespace
 
 std::string resolve_model_dir(const std::string& dir) {
-  if (!dir.empty()) return dir;
-  if (const char* env = std::getenv("HEARTH_MODEL")) return env;
+  std::string given = dir;
+  if (given.empty())
+    if (const char* env = std::getenv("HEARTH_MODEL")) given = env;
+  if (!given.empty()) {
+    // A path that exists wins; else ORG/NAME[:REVISION] names a snapshot of the Hugging Face
+    // cache (offline). Anything else goes to the loader, which says what is missing.
+    std::error_code ec;
+    if (std::filesystem::exists(given, ec)) return given;
+    if (auto ref = hub::parse_repo_ref(given)) {
+      try {
+        return hub::resolve_cached_snapshot(hub::hub_cache_dir(), *ref).string();
+      } catch (const Error& e) {
+        fail("'{}' is not a directory, and as a Hugging Face model id: {}", given, e.what());
+      }
+    }
+    return given;
+  }
   if (auto bundled = bundled_model_dir()) return bundled->string();
-  fail("no model given: pass -m DIR (a Hugging Face checkpoint directory) or set HEARTH_MODEL");
+  fail(
+      "no model given: pass -m DIR (a Hugging Face checkpoint directory) or -m ORG/NAME (a "
+      "model pulled with `hearth pull`), or set HEARTH_MODEL");
 }
 
 EngineOptions engine_options_from(ModelOptions& o) {

@@ -25,6 +25,9 @@ struct ModelOptions {
 void add_model_options(CLI::App& app, ModelOptions& options);
 // Sets the thread count and loads the model (the bundled default when -m is absent).
 std::unique_ptr<Model> load_model_from(ModelOptions& options);
+// The directory to load: `dir`, else HEARTH_MODEL, else the bundled default. A value that is not
+// an existing path but reads ORG/NAME[:REVISION] is that model's snapshot in the Hugging Face
+// cache (no network); one not cached fails suggesting `hearth pull`.
 std::string resolve_model_dir(const std::string& dir);
 // For commands that run an Engine: sets the thread count and returns the options the model
 // flags give (the model directory resolved as load_model_from does).

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "hub/hf_cache.h"
 #include "server/http_util.h"
 #include "server/routes.h"
 #include "tokenizer/tokenizer.h"
@@ -107,6 +108,8 @@ void Server::stop() {
 }
 
 std::string model_id_for(const std::string& model_dir) {
+  // A snapshot of the Hugging Face cache is named by its repo, not by its commit hash.
+  if (auto repo_id = hub::repo_id_for_snapshot_dir(model_dir)) return *repo_id;
   std::string id = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (id.empty()) id = std::filesystem::path(model_dir).parent_path().filename().string();
   return id.empty() ? "hearth" : id;

@@ -39,7 +39,8 @@ class Server {
   std::unique_ptr<http::HttpServer> http_;
 };
 
-// What /v1/models lists for a model loaded from `model_dir`: the directory's name.
+// What /v1/models lists for a model loaded from `model_dir`: the directory's name, or ORG/NAME
+// for a snapshot of the Hugging Face cache (.../models--ORG--NAME/snapshots/COMMIT).
 std::string model_id_for(const std::string& model_dir);
 
 // Handler threads for a server whose engine runs `max_running` requests at once (0: the engine's
