@@ -3,7 +3,8 @@
 # qwen3 with the real Qwen3 tokenizer, the scripted-model server (hearth_test_serve), and the
 # committed Qwen3.5 hybrid model (models/default) with and without the prompt cache, then
 # runs the Node tests (official openai and @anthropic-ai/sdk clients, playwright-core driving
-# Debian's chromium) and checks that SIGTERM stops a server with a generation in flight.
+# Debian's chromium, the pi and Qwen Code coding agents against a scripted server of their own)
+# and checks that SIGTERM stops a server with a generation in flight.
 # usage: tests/server/run-e2e.sh BUILD_DIR
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-e2e.sh BUILD_DIR}" && pwd)
@@ -70,9 +71,12 @@ grep -q "without an API key" "$WORK/open.log.err" || { echo "server_e2e: no warn
 kill "$LAST_PID"
 echo "server_e2e: exclusive port, HEARTH_API_KEY and the open-listener warning: ok"
 
+# The agents' test starts its own scripted server (its scripts hold its temporary paths).
+export HEARTH_BIN="$BUILD/hearth" HEARTH_TEST_SERVE="$BUILD/hearth_test_serve" HEARTH_ROOT="$ROOT"
+
 cd "$DEPS"
 node --test --test-concurrency=1 openai.test.mjs embeddings.test.mjs scripted.test.mjs responses.test.mjs \
-  hybrid.test.mjs browser.test.mjs hardening.test.mjs load.test.mjs memory.test.mjs
+  hybrid.test.mjs browser.test.mjs hardening.test.mjs load.test.mjs memory.test.mjs agents.test.mjs
 
 # SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
 curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \
