@@ -19,6 +19,7 @@
 #include "cli/command.h"
 #include "cli/common.h"
 #include "cli/progress.h"
+#include "cli/serve_models.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "runtime/engine.h"
@@ -30,6 +31,11 @@ namespace {
 
 struct ServeOptions {
   ModelOptions model;
+  std::vector<std::string> models;  // -m, repeatable
+  std::string models_dir;
+  bool hf_cache = false;
+  int64_t max_loaded = 1;
+  int64_t models_ram_mb = 0;
   server::ServerOptions server;
   int64_t cache_mb = 8192;
   int64_t responses_mb = 256;
@@ -79,9 +85,16 @@ int run_serve(ServeOptions& o) {
     fail("--web-dir: {} is not a directory", o.server.web_dir);
   if (o.responses_mb < 0 || o.responses_mb > (int64_t{1} << 30))
     fail("--responses-ram must be in [0, 2^30] MB, got {}", o.responses_mb);
+  if (o.max_loaded < 1) fail("--max-loaded must be >= 1, got {}", o.max_loaded);
+  if (o.models_ram_mb < 0) fail("--models-ram must be >= 0 MB, got {}", o.models_ram_mb);
   resolve_api_key(o);
   ThreadPool::set_global_threads(o.model.threads);
-  o.server.model_dir = resolve_model_dir(o.model.dir);
+  const bool several = o.models.size() > 1 || !o.models_dir.empty() || o.hf_cache;
+  std::vector<server::ModelEntry> entries;
+  if (several)
+    entries = list_served_models(o.models, o.models_dir, o.hf_cache);
+  else
+    o.server.model_dir = resolve_model_dir(o.models.empty() ? std::string() : o.models[0]);
   o.server.device = o.model.device;
   o.server.mmap = !o.model.no_mmap;
   o.server.deterministic = o.model.deterministic;
@@ -106,13 +119,32 @@ int run_serve(ServeOptions& o) {
   };
   server::Server srv(o.server);
   srv.start();
-  std::fprintf(stderr, "hearth serve: listening on %s:%d, loading %s\n", o.server.host.c_str(),
-               srv.port(), o.server.model_dir.c_str());
   if (!is_loopback(o.server.host) && o.server.api_key.empty())
     std::fprintf(stderr,
                  "hearth serve: warning: listening on %s without an API key: anyone who can reach "
                  "this port can use the model (set --api-key-file or HEARTH_API_KEY)\n",
                  o.server.host.c_str());
+  const bool wildcard = o.server.host == "0.0.0.0" || o.server.host == "::";
+  const std::string where = wildcard ? " (and on every interface)" : "";
+  if (several) {
+    // Nothing loads now: each model loads when a request first names it.
+    std::string ids;
+    for (size_t i = 0; i < entries.size(); ++i) ids += (i ? ", " : "") + entries[i].id;
+    const size_t n = entries.size();
+    srv.set_models(std::move(entries), size_t(o.max_loaded), uint64_t(o.models_ram_mb) << 20);
+    std::printf("hearth serve: ready at %s%s (%zu models: %s; each loads when first named, %lld "
+                "at most at once)\n",
+                srv.url().c_str(), where.c_str(), n, ids.c_str(), (long long)o.max_loaded);
+    std::fflush(stdout);
+    int sig = 0;
+    do sigwait(&stop_signals, &sig);
+    while (sig == SIGUSR1);
+    std::fprintf(stderr, "hearth serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv.stop();
+    return 0;
+  }
+  std::fprintf(stderr, "hearth serve: listening on %s:%d, loading %s\n", o.server.host.c_str(),
+               srv.port(), o.server.model_dir.c_str());
   const auto t_load = std::chrono::steady_clock::now();
   // Load on a helper thread so a signal during a long load still stops the process promptly.
   std::exception_ptr load_error;
@@ -141,13 +173,12 @@ int run_serve(ServeOptions& o) {
     load_line.erase(true);
     using ms = std::chrono::duration<double, std::milli>;
     const auto now = std::chrono::steady_clock::now();
-    const auto& info = srv.state().engine->info();
-    const bool wildcard = o.server.host == "0.0.0.0" || o.server.host == "::";
-    const std::string where = wildcard ? " (and on every interface)" : "";
+    const server::ServedModel& model = *srv.state().model;
+    const auto& info = model.engine->info();
     std::printf(
         "hearth serve: ready at %s%s (model %s, %s, ctx %lld; load %.0f ms, start %.0f ms)\n",
-        srv.url().c_str(), where.c_str(), srv.state().model_id.c_str(), info.model_type.c_str(),
-        (long long)srv.state().engine->n_ctx(), ms(now - t_load).count(), ms(t_load - t0).count());
+        srv.url().c_str(), where.c_str(), model.model_id.c_str(), info.model_type.c_str(),
+        (long long)model.engine->n_ctx(), ms(now - t_load).count(), ms(t_load - t0).count());
     std::fflush(stdout);
   }
   std::fprintf(stderr, "hearth serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -160,7 +191,18 @@ int run_serve(ServeOptions& o) {
 CommandRegistration serve_command(
     "serve", "serve OpenAI- and Anthropic-compatible HTTP APIs and a chat page", [](CLI::App& sub) {
       auto o = std::make_shared<ServeOptions>();
-      add_model_options(sub, o->model);
+      add_model_options(sub, o->model, &o->models);
+      sub.add_option("--models-dir", o->models_dir,
+                     "serve every checkpoint directory in DIR, each loaded when a request names it");
+      sub.add_flag("--hf-cache", o->hf_cache,
+                   "serve every model of the Hugging Face cache (`hearth pull`), loaded on demand");
+      sub.add_option("--max-loaded", o->max_loaded,
+                     "with several models: how many stay loaded at once (the least recently used "
+                     "is unloaded first)")
+          ->capture_default_str();
+      sub.add_option("--models-ram", o->models_ram_mb,
+                     "with several models: MB of checkpoints loaded at once (0: no cap)")
+          ->capture_default_str();
       sub.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
       sub.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
       sub.add_option("-c,--ctx", o->server.n_ctx,

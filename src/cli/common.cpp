@@ -11,10 +11,14 @@
 
 namespace hearth::cli {
 
-void add_model_options(CLI::App& app, ModelOptions& o) {
-  app.add_option("-m,--model", o.dir,
-                 "model directory (Hugging Face checkpoint), or ORG/NAME[:REVISION] from the "
-                 "Hugging Face cache (`hearth pull`)");
+void add_model_options(CLI::App& app, ModelOptions& o, std::vector<std::string>* models) {
+  const char* what =
+      "model directory (Hugging Face checkpoint), or ORG/NAME[:REVISION] from the Hugging Face "
+      "cache (`hearth pull`)";
+  if (models)
+    app.add_option("-m,--model", *models, std::string(what) + "; repeat it to serve several");
+  else
+    app.add_option("-m,--model", o.dir, what);
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   app.add_option("-t,--threads", o.threads,
                  "CPU threads (default: the CPUs this process may use, from its affinity and "

@@ -22,7 +22,9 @@ struct ModelOptions {
 };
 
 // -m/--model, --device, --threads.
-void add_model_options(CLI::App& app, ModelOptions& options);
+// With `models`, -m may be repeated and its values go there instead (`hearth serve`).
+void add_model_options(CLI::App& app, ModelOptions& options,
+                       std::vector<std::string>* models = nullptr);
 // Sets the thread count and loads the model (the bundled default when -m is absent).
 std::unique_ptr<Model> load_model_from(ModelOptions& options);
 // The directory to load: `dir`, else HEARTH_MODEL, else the bundled default. A value that is not

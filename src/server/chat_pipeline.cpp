@@ -17,9 +17,10 @@ std::string random_id(const char* prefix, size_t n) {
   return id;
 }
 
-void finish_generation_request(const ServerState& state, GenerationRequest& gen,
+void finish_generation_request(const ServerState& state, const ServedModel& model,
+                               GenerationRequest& gen,
                                std::optional<int64_t> max_tokens, const SamplingFields& sampling) {
-  const Engine& engine = *state.engine;
+  const Engine& engine = *model.engine;
   const int64_t n_ctx = engine.n_ctx();
   const int64_t n_prompt = int64_t(gen.prompt.size());
   if (n_prompt == 0) bad_request("the prompt is empty after tokenization", "messages");
@@ -54,10 +55,11 @@ void finish_generation_request(const ServerState& state, GenerationRequest& gen,
   }
 }
 
-PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r, bool for_generation) {
-  if (!state.chat_template || !state.engine->tokenizer())
+PreparedChat prepare_chat(const ServerState& state, const ServedModel& model, const ChatRequest& r,
+                          bool for_generation) {
+  if (!model.chat_template || !model.engine->tokenizer())
     bad_request("this model has no chat template (tokenizer_config.json); use /v1/completions");
-  const Tokenizer& tok = *state.engine->tokenizer();
+  const Tokenizer& tok = *model.engine->tokenizer();
   PreparedChat p;
   chat::ChatInputs in;
   in.messages = r.messages;
@@ -77,7 +79,7 @@ PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r, bool f
   in.special_tokens["pad_token"] = tok.pad_token();
   in.kwargs = r.template_kwargs;
   try {
-    p.prompt_text = chat::render_chat(*state.chat_template, in);
+    p.prompt_text = chat::render_chat(*model.chat_template, in);
   } catch (const chat::TemplateRaise& e) {
     bad_request(std::string("the chat template rejected the request: ") + e.what(), "messages");
   } catch (const hearth::Error& e) {
@@ -85,19 +87,19 @@ PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r, bool f
   }
   p.starts_in_reasoning = chat::prompt_opens_reasoning(p.prompt_text);
   if (use_tools && (r.tool_choice == "required" || r.tool_choice == "named")) {
-    if (state.tool_format == chat::ToolCallFormat::None)
+    if (model.tool_format == chat::ToolCallFormat::None)
       bad_request("tool_choice '" + r.tool_choice +
                       "' cannot be enforced: this model's chat template has no known tool-call "
                       "format (use \"auto\")",
                   "tool_choice");
     p.forced_prefix = chat::forced_tool_call_prefix(
-        state.tool_format, r.tool_choice == "named" ? r.tool_choice_name : std::string(),
-        state.chat_template_source, p.starts_in_reasoning);
+        model.tool_format, r.tool_choice == "named" ? r.tool_choice_name : std::string(),
+        model.chat_template_source, p.starts_in_reasoning);
     p.prompt_text += p.forced_prefix;
   }
   p.gen.prompt = tok.encode(p.prompt_text, false);
   if (use_tools) {
-    p.tool_format = state.tool_format;
+    p.tool_format = model.tool_format;
     p.tools = nlohmann::json::parse(in.tools.dump());
   }
   p.parallel_tool_calls = r.parallel_tool_calls;
@@ -105,7 +107,7 @@ PreparedChat prepare_chat(const ServerState& state, const ChatRequest& r, bool f
   p.gen.ignore_eos = r.ignore_eos;
   p.gen.logprobs = r.logprobs;
   p.gen.skip_special_tokens = !chat::tool_call_format_needs_special_tokens(p.tool_format);
-  if (for_generation) finish_generation_request(state, p.gen, r.max_tokens, r.sampling);
+  if (for_generation) finish_generation_request(state, model, p.gen, r.max_tokens, r.sampling);
   return p;
 }
 

@@ -31,11 +31,12 @@ struct PreparedChat {
 // Throws ApiError 400 for template errors (raise_exception included) and context overflows.
 // for_generation false: only render and tokenize (counting endpoints), without the context and
 // sampling checks a generation needs.
-PreparedChat prepare_chat(const ServerState& state, const ChatRequest& request,
-                          bool for_generation = true);
+PreparedChat prepare_chat(const ServerState& state, const ServedModel& model,
+                          const ChatRequest& request, bool for_generation = true);
 // Context check and sampling for a tokenized prompt (also used by /v1/completions).
-void finish_generation_request(const ServerState& state, GenerationRequest& gen,
-                               std::optional<int64_t> max_tokens, const SamplingFields& sampling);
+void finish_generation_request(const ServerState& state, const ServedModel& model,
+                               GenerationRequest& gen, std::optional<int64_t> max_tokens,
+                               const SamplingFields& sampling);
 
 class ChatOutput {
  public:

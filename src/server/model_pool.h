@@ -24,6 +24,7 @@ struct ModelEntry {
   std::string id;      // what clients name: "org/name" for a Hugging Face cache entry, else the dir
   std::string dir;     // the checkpoint directory
   uint64_t bytes = 0;  // its weights' size on disk: what loading it will take, roughly
+  int64_t context = 0;  // its config's max_position_embeddings (0: unknown)
 };
 
 template <class Loaded>
@@ -84,6 +85,12 @@ class ModelPool {
   ModelLease<Loaded> acquire(const ModelEntry& entry);
   // Ids of the loaded models, most recently used first.
   std::vector<std::string> loaded() const;
+  // Calls fn on each loaded model with the pool's lock held (fn must be quick).
+  void for_each_loaded(const std::function<void(const Loaded&)>& fn) const {
+    std::lock_guard lock(mu_);
+    for (const Slot& s : slots_)
+      if (s.state == State::Ready) fn(*s.model);
+  }
 
  private:
   friend class ModelLease<Loaded>;

@@ -98,14 +98,15 @@ class BlockWriter {
 void messages(ServerState& s, const ojson& body, const http::Request& req, http::Response& res) {
   const auto arrival = Clock::now();
   ChatRequest r = parse_anthropic_messages(body);
-  auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, r));
+  auto served = std::make_shared<const ModelRef>(acquire_model(s, body));
+  auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, **served, r));
   const std::string id = random_id("msg_");
   const std::string model = body.contains("model") && body["model"].is_string()
                                 ? body["model"].get<std::string>()
-                                : s.model_id;
+                                : (*served)->model_id;
 
   if (!r.stream) {
-    EngineRequest er(s, prepared->gen, arrival, /*want_deltas=*/false);
+    EngineRequest er(s, *(*served)->engine, prepared->gen, arrival, /*want_deltas=*/false);
     ChatOutput out(*prepared);
     std::string reasoning, text;
     std::vector<chat::ToolCall> calls;
@@ -141,7 +142,7 @@ void messages(ServerState& s, const ojson& body, const http::Request& req, http:
   }
 
   res.set_header("Cache-Control", "no-cache");
-  res.set_stream("text/event-stream", [&s, prepared, id, model, arrival,
+  res.set_stream("text/event-stream", [&s, served, prepared, id, model, arrival,
                                        &req](http::BodyWriter& sink) {
     BlockWriter w(sink);
     const int64_t n_prompt = int64_t(prepared->gen.prompt.size());
@@ -156,7 +157,7 @@ void messages(ServerState& s, const ojson& body, const http::Request& req, http:
                                 {"stop_sequence", nullptr},
                                 {"usage", {{"input_tokens", n_prompt}, {"output_tokens", 0}}}}}});
     w.write("ping", {{"type", "ping"}});
-    EngineRequest er(s, prepared->gen, arrival);
+    EngineRequest er(s, *(*served)->engine, prepared->gen, arrival);
     ChatOutput out(*prepared);
     size_t n_calls = 0;
     auto send = [&](const ChatOutput::Events& ev) {
@@ -201,7 +202,8 @@ void register_anthropic_routes(http::Router& http, ServerState& s) {
                         if (!body.contains("max_tokens")) body["max_tokens"] = 1;
                         ChatRequest r = parse_anthropic_messages(body);
                         r.max_tokens.reset();
-                        PreparedChat p = prepare_chat(s, r, /*for_generation=*/false);
+                        const ModelRef m = acquire_model(s, b);
+                        PreparedChat p = prepare_chat(s, *m, r, /*for_generation=*/false);
                         send_json(res, {{"input_tokens", p.gen.prompt.size()}});
                       }));
 }

@@ -49,11 +49,11 @@ std::vector<int32_t> token_ids(const ojson& list, int64_t n_vocab, const std::st
 }
 
 // The inputs as token lists, in order.
-std::vector<std::vector<int32_t>> inputs_of(const ServerState& s, const ojson& body) {
+std::vector<std::vector<int32_t>> inputs_of(const ServedModel& m, const ojson& body) {
   const ojson* input = field(body, "input");
   if (!input) bad_request("input is required: a string, a list of strings or token ids", "input");
-  const int64_t n_vocab = s.engine->info().n_vocab;
-  const Tokenizer* tok = s.engine->tokenizer();
+  const int64_t n_vocab = m.engine->info().n_vocab;
+  const Tokenizer* tok = m.engine->tokenizer();
   auto text = [&](const ojson& v, const std::string& where) {
     if (!tok) bad_request("this model has no tokenizer: give the input as token ids", "input");
     const std::string str = v.get<std::string>();
@@ -84,7 +84,7 @@ std::vector<std::vector<int32_t>> inputs_of(const ServerState& s, const ojson& b
     bad_request("input must be a string, a list of strings, or a non-empty list of token ids",
                 "input");
   }
-  const int64_t n_ctx = s.engine->n_ctx();
+  const int64_t n_ctx = m.engine->n_ctx();
   for (size_t i = 0; i < out.size(); ++i)
     if (int64_t(out[i].size()) > n_ctx)
       bad_request("input" + (out.size() > 1 ? "[" + std::to_string(i) + "]" : std::string()) +
@@ -95,19 +95,21 @@ std::vector<std::vector<int32_t>> inputs_of(const ServerState& s, const ojson& b
 }
 
 void embeddings(ServerState& s, const ojson& body, http::Response& res) {
+  const ModelRef served = acquire_model(s, body);
+  const ServedModel& m = *served;
   const std::string format = get_string(body, "encoding_format").value_or("float");
   if (format != "float" && format != "base64")
     bad_request("encoding_format must be \"float\" or \"base64\", got \"" + format + "\"",
                 "encoding_format");
-  const int64_t n_embd = s.engine->info().n_embd;
+  const int64_t n_embd = m.engine->info().n_embd;
   const std::optional<int64_t> dimensions = get_int(body, "dimensions", 1, n_embd);
-  const auto inputs = inputs_of(s, body);
+  const auto inputs = inputs_of(m, body);
   json data = json::array();
   int64_t tokens = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (s.stopping) throw ApiError(503, "the server is shutting down");
-    std::vector<float> v = s.engine->embed(inputs[i]);  // errors name the input's problem: 400
-    if (dimensions) truncate_embedding(v, *dimensions, s.engine->embedding_config().normalize);
+    std::vector<float> v = m.engine->embed(inputs[i]);  // errors name the input's problem: 400
+    if (dimensions) truncate_embedding(v, *dimensions, m.engine->embedding_config().normalize);
     tokens += int64_t(inputs[i].size());
     json item = {{"object", "embedding"}, {"index", i}};
     if (format == "base64")
@@ -118,7 +120,7 @@ void embeddings(ServerState& s, const ojson& body, http::Response& res) {
   }
   send_json(res, {{"object", "list"},
                   {"data", std::move(data)},
-                  {"model", s.model_id},
+                  {"model", m.model_id},
                   {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
 }
 

@@ -92,22 +92,41 @@ void register_misc_routes(http::Router& http, ServerState& s) {
   http.get(
       "/metrics",
       [&s](const http::Request&, http::Response& res) {
-        const bool ready = s.ready.load();
-        res.set_content(s.metrics.render(ready ? s.engine->stats() : EngineStats{},
-                                         ready ? s.engine->cache_stats() : PromptCacheStats{}),
-                        "text/plain; version=0.0.4");
+        // Several models: their engines' figures added together.
+        EngineStats stats;
+        PromptCacheStats cache;
+        bool budget = false;
+        for_each_loaded_model(s, [&](const ServedModel& m) {
+          const EngineStats e = m.engine->stats();
+          stats.waiting += e.waiting;
+          stats.running += e.running;
+          stats.preemptions += e.preemptions;
+          stats.kv_bytes += e.kv_bytes;
+          if (e.kv_budget != SIZE_MAX) {
+            stats.kv_budget = (budget ? stats.kv_budget : 0) + e.kv_budget;
+            budget = true;
+          }
+          const PromptCacheStats c = m.engine->cache_stats();
+          cache.lookups += c.lookups;
+          cache.hits += c.hits;
+          cache.reused_tokens += c.reused_tokens;
+          cache.bytes += c.bytes;
+          cache.entries += c.entries;
+        });
+        res.set_content(s.metrics.render(stats, cache), "text/plain; version=0.0.4");
       },
       http::RunOn::IoThread);
   http.post(
       "/tokenize",
       json_post(s, ApiStyle::OpenAI, "/tokenize",
                 [&s](const ojson& body, const http::Request&, http::Response& res) {
-                  const Tokenizer* tok = s.engine->tokenizer();
+                  const ModelRef m = acquire_model(s, body);
+                  const Tokenizer* tok = m->engine->tokenizer();
                   if (!tok) bad_request("this model has no tokenizer");
                   std::vector<int32_t> ids;
                   if (field(body, "messages")) {
                     ChatRequest r = parse_openai_chat(body);
-                    ids = prepare_chat(s, r, /*for_generation=*/false).gen.prompt;
+                    ids = prepare_chat(s, *m, r, /*for_generation=*/false).gen.prompt;
                   } else {
                     auto text = get_string(body, "content");
                     if (!text) text = get_string(body, "prompt");
@@ -119,7 +138,7 @@ void register_misc_routes(http::Router& http, ServerState& s) {
                     ids = tok->encode(*text, add_special);
                   }
                   json out = {
-                      {"tokens", ids}, {"count", ids.size()}, {"max_model_len", s.engine->n_ctx()}};
+                      {"tokens", ids}, {"count", ids.size()}, {"max_model_len", m->engine->n_ctx()}};
                   if (get_bool(body, "with_pieces").value_or(false)) {
                     json pieces = json::array();
                     for (int32_t id : ids) {
@@ -133,11 +152,12 @@ void register_misc_routes(http::Router& http, ServerState& s) {
   http.post("/detokenize",
             json_post(s, ApiStyle::OpenAI, "/detokenize",
                       [&s](const ojson& body, const http::Request&, http::Response& res) {
-                        const Tokenizer* tok = s.engine->tokenizer();
+                        const ModelRef m = acquire_model(s, body);
+                        const Tokenizer* tok = m->engine->tokenizer();
                         if (!tok) bad_request("this model has no tokenizer");
                         const std::vector<int32_t> ids = token_list(
                             body, "tokens",
-                            std::max<int64_t>(tok->vocab_size(), s.engine->info().n_vocab));
+                            std::max<int64_t>(tok->vocab_size(), m->engine->info().n_vocab));
                         const std::string text =
                             tok->decode(ids, get_bool(body, "skip_special_tokens").value_or(false));
                         send_json(res, {{"prompt", text}, {"content", text}});

@@ -106,17 +106,25 @@ std::string finish_reason(const GenerationResult& r, size_t n_calls) {
   return r.finish_reason;
 }
 
+json model_object(const ListedModel& m) {
+  json o = {{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "hearth"}};
+  if (m.context > 0) o["max_model_len"] = m.context;
+  return o;
+}
+
 void chat_completions(ServerState& s, const ojson& body, const http::Request& req,
                       http::Response& res) {
   const auto arrival = Clock::now();
   ChatRequest r = parse_openai_chat(body);
-  auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, r));
+  auto served = std::make_shared<const ModelRef>(acquire_model(s, body));
+  auto prepared = std::make_shared<PreparedChat>(prepare_chat(s, **served, r));
   const std::string id = random_id("chatcmpl-");
   const int64_t created = int64_t(std::time(nullptr));
-  const Engine& engine = *s.engine;
+  Engine& engine = *(*served)->engine;
+  const std::string& model_id = (*served)->model_id;
 
   if (!r.stream) {
-    EngineRequest er(s, prepared->gen, arrival, /*want_deltas=*/false);
+    EngineRequest er(s, engine, prepared->gen, arrival, /*want_deltas=*/false);
     ChatOutput out(*prepared);
     ChatOutput::Events all;
     auto add = [&](ChatOutput::Events ev) {
@@ -137,21 +145,22 @@ void chat_completions(ServerState& s, const ojson& body, const http::Request& re
                    {"logprobs", r.logprobs >= 0 ? chat_logprobs(engine, result.logprobs) : json()},
                    {"finish_reason", finish_reason(result, all.calls.size())}};
     send_json(
-        res, usage_body(id, "chat.completion", created, s.model_id, json::array({choice}), result));
+        res, usage_body(id, "chat.completion", created, model_id, json::array({choice}), result));
     return;
   }
 
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
-  res.set_stream("text/event-stream", [&s, prepared, id, created, include_usage, want_logprobs,
-                                       arrival, &req](http::BodyWriter& sink) {
-    const Engine& engine = *s.engine;
+  res.set_stream("text/event-stream", [&s, served, prepared, id, created, include_usage,
+                                       want_logprobs, arrival, &req](http::BodyWriter& sink) {
+    Engine& engine = *(*served)->engine;
+    const std::string& model_id = (*served)->model_id;
     auto chunk_body = [&](json delta, json finish, json logprobs = nullptr) {
       json c = {{"id", id},
                 {"object", "chat.completion.chunk"},
                 {"created", created},
-                {"model", s.model_id},
+                {"model", model_id},
                 {"choices", json::array({{{"index", 0},
                                           {"delta", delta},
                                           {"logprobs", logprobs},
@@ -168,7 +177,7 @@ void chat_completions(ServerState& s, const ojson& body, const http::Request& re
     SseBatch batch(sink);
     batch.add(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
     batch.flush();  // the first byte goes out before the request is queued
-    EngineRequest er(s, prepared->gen, arrival);
+    EngineRequest er(s, engine, prepared->gen, arrival);
     ChatOutput out(*prepared);
     size_t n_calls = 0;
     std::string& buf = batch.buffer();
@@ -206,7 +215,7 @@ void chat_completions(ServerState& s, const ojson& body, const http::Request& re
       batch.add(chunk(json::object(), finish_reason(result, n_calls)));
       if (include_usage)
         batch.add(sse_data(
-            usage_body(id, "chat.completion.chunk", created, s.model_id, json::array(), result)));
+            usage_body(id, "chat.completion.chunk", created, model_id, json::array(), result)));
     }
     batch.add("data: [DONE]\n\n");
     batch.flush();
@@ -217,7 +226,9 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
   const auto arrival = Clock::now();
   CompletionRequest r = parse_openai_completion(body);
   auto gen = std::make_shared<GenerationRequest>();
-  const Engine& engine = *s.engine;
+  auto served = std::make_shared<const ModelRef>(acquire_model(s, body));
+  Engine& engine = *(*served)->engine;
+  const std::string& model_id = (*served)->model_id;
   std::string prompt_text = r.prompt;
   if (r.prompt_tokens) {
     gen->prompt = *r.prompt_tokens;
@@ -230,13 +241,13 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
   gen->stop = r.stop;
   gen->logprobs = r.logprobs;
   gen->ignore_eos = r.ignore_eos;
-  finish_generation_request(s, *gen, r.max_tokens, r.sampling);
+  finish_generation_request(s, **served, *gen, r.max_tokens, r.sampling);
   const std::string id = random_id("cmpl-");
   const int64_t created = int64_t(std::time(nullptr));
   const std::string echo = r.echo ? prompt_text : std::string();
 
   if (!r.stream) {
-    EngineRequest er(s, *gen, arrival, /*want_deltas=*/false);
+    EngineRequest er(s, engine, *gen, arrival, /*want_deltas=*/false);
     GenerationResult result = pump(er, &req, {});
     throw_for_result(s, result);
     json choice = {
@@ -246,20 +257,21 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
          r.logprobs >= 0 ? completion_logprobs(engine, result.logprobs, echo.size()) : json()},
         {"finish_reason", result.finish_reason}};
     send_json(
-        res, usage_body(id, "text_completion", created, s.model_id, json::array({choice}), result));
+        res, usage_body(id, "text_completion", created, model_id, json::array({choice}), result));
     return;
   }
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
-  res.set_stream("text/event-stream", [&s, gen, id, created, include_usage, want_logprobs, echo,
-                                       arrival, &req](http::BodyWriter& sink) {
-    const Engine& engine = *s.engine;
+  res.set_stream("text/event-stream", [&s, served, gen, id, created, include_usage, want_logprobs,
+                                       echo, arrival, &req](http::BodyWriter& sink) {
+    Engine& engine = *(*served)->engine;
+    const std::string& model_id = (*served)->model_id;
     auto chunk_body = [&](const std::string& text, json finish, json logprobs = nullptr) {
       json c = {{"id", id},
                 {"object", "text_completion"},
                 {"created", created},
-                {"model", s.model_id},
+                {"model", model_id},
                 {"choices", json::array({{{"index", 0},
                                           {"text", text},
                                           {"logprobs", logprobs},
@@ -278,7 +290,7 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
       batch.flush();
     }
     size_t offset = echo.size();
-    EngineRequest er(s, *gen, arrival);
+    EngineRequest er(s, engine, *gen, arrival);
     GenerationResult result = pump(
         er, &req,
         [&](const GenerationDelta& d) {
@@ -300,7 +312,7 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
       batch.add(chunk("", result.finish_reason));
       if (include_usage)
         batch.add(sse_data(
-            usage_body(id, "text_completion", created, s.model_id, json::array(), result)));
+            usage_body(id, "text_completion", created, model_id, json::array(), result)));
     }
     batch.add("data: [DONE]\n\n");
     batch.flush();
@@ -322,15 +334,20 @@ void register_openai_routes(http::Router& http, ServerState& s) {
            json_get(s, ApiStyle::OpenAI, "/v1/models", false,
                     [&s](const http::Request&, http::Response& res) {
                       json data = json::array();
-                      if (!s.model_id.empty()) {
-                        json m = {{"id", s.model_id},
-                                  {"object", "model"},
-                                  {"created", 0},
-                                  {"owned_by", "hearth"}};
-                        if (s.ready) m["max_model_len"] = s.engine->n_ctx();
-                        data.push_back(m);
-                      }
+                      for (const ListedModel& m : list_models(s)) data.push_back(model_object(m));
                       send_json(res, {{"object", "list"}, {"data", data}});
+                    }),
+           http::RunOn::IoThread);
+  // Ids may hold a slash (ORG/NAME of the Hugging Face cache).
+  http.get(R"(/v1/models/(.+))",
+           json_get(s, ApiStyle::OpenAI, "/v1/models/{id}", false,
+                    [&s](const http::Request& req, http::Response& res) {
+                      const std::string id = req.matches[1];
+                      for (const ListedModel& m : list_models(s))
+                        if (m.id == id) return send_json(res, model_object(m));
+                      send_error(res, ApiStyle::OpenAI, 404,
+                                 "The model '" + id + "' does not exist", "model",
+                                 "model_not_found");
                     }),
            http::RunOn::IoThread);
 }

@@ -86,10 +86,11 @@ size_t responses_turns(const ojson& items) {
 // Renders the conversation; with truncation "auto", a prompt that does not fit loses whole
 // turns from the start (the fewest that make it fit, found by bisection), and `items` becomes
 // what was kept.
-PreparedChat responses_prepare(const ServerState& s, ResponsesRequest& r, ojson& items) {
+PreparedChat responses_prepare(const ServerState& s, const ServedModel& model, ResponsesRequest& r,
+                               ojson& items) {
   auto attempt = [&](const ojson& used) {
     r.chat.messages = responses_messages(used, r.instructions);
-    return prepare_chat(s, r.chat);
+    return prepare_chat(s, model, r.chat);
   };
   try {
     try {
@@ -120,13 +121,13 @@ PreparedChat responses_prepare(const ServerState& s, ResponsesRequest& r, ojson&
 // Output tokens up to the end of the reasoning: the generated text through "</think>" encoded
 // again (the model's own tokens when its tokenization is canonical), or all of them when the
 // output ended inside the reasoning.
-int64_t responses_reasoning_tokens(const ServerState& s, const GenerationResult& result,
+int64_t responses_reasoning_tokens(const ServedModel& model, const GenerationResult& result,
                                    bool had_reasoning) {
   if (!had_reasoning) return 0;
   const int64_t all = result.usage.completion_tokens;
   const size_t close = result.text.find("</think>");
-  if (close == std::string::npos || !s.engine->tokenizer()) return all;
-  const auto n = s.engine->tokenizer()->encode(result.text.substr(0, close + 8), false).size();
+  if (close == std::string::npos || !model.engine->tokenizer()) return all;
+  const auto n = model.engine->tokenizer()->encode(result.text.substr(0, close + 8), false).size();
   return std::min<int64_t>(all, int64_t(n));
 }
 
@@ -140,6 +141,7 @@ void responses_keep(ServerState& s, const std::string& id, const ojson& items,
 
 // Everything a streamed response needs after the handler returns.
 struct ResponsesJob {
+  std::shared_ptr<const ModelRef> model;  // held until the response is complete
   ResponsesRequest request;
   ojson items;  // the conversation the response answers (stored with it)
   PreparedChat prepared;
@@ -147,11 +149,12 @@ struct ResponsesJob {
   int64_t created_at = 0;
 };
 
-ojson responses_final(const ServerState& s, const ResponsesJob& job, const GenerationResult& result,
+ojson responses_final(const ResponsesJob& job, const GenerationResult& result,
                       const ResponsesOutput& out, const char* status) {
+  const ServedModel& model = **job.model;
   ojson response = responses_object(
-      job.request, job.id, job.created_at, s.model_id, status, out.items(),
-      responses_usage(result.usage, responses_reasoning_tokens(s, result, out.has_reasoning())));
+      job.request, job.id, job.created_at, model.model_id, status, out.items(),
+      responses_usage(result.usage, responses_reasoning_tokens(model, result, out.has_reasoning())));
   if (std::string(status) == "completed") response["completed_at"] = int64_t(std::time(nullptr));
   return response;
 }
@@ -161,6 +164,7 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
   const auto arrival = Clock::now();
   auto job = std::make_shared<ResponsesJob>();
   job->request = parse_responses_request(body);
+  job->model = std::make_shared<const ModelRef>(acquire_model(s, body));
   ResponsesRequest& r = job->request;
   job->items = ojson::array();
   if (r.previous_response_id) {
@@ -180,7 +184,7 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
     for (auto& item : response["output"]) job->items.push_back(std::move(item));
   }
   for (const auto& item : r.input) job->items.push_back(item);
-  job->prepared = responses_prepare(s, r, job->items);
+  job->prepared = responses_prepare(s, **job->model, r, job->items);
   // Sampling fields the request left out show the values used (the model's defaults).
   const SamplingParams& used = job->prepared.gen.sampling;
   if (r.echo["temperature"].is_null())
@@ -190,7 +194,8 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
   job->created_at = int64_t(std::time(nullptr));
 
   if (!r.chat.stream) {
-    EngineRequest er(s, job->prepared.gen, arrival, /*want_deltas=*/false);
+    EngineRequest er(s, *(*job->model)->engine, job->prepared.gen, arrival,
+                     /*want_deltas=*/false);
     ChatOutput parsed(job->prepared);
     GenerationResult result = pump(er, &req, {});
     if (const auto failure = result_failure(s, result))
@@ -200,7 +205,7 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
     out.add(parsed.finish());
     const char* status = result.finish_reason == "length" ? "incomplete" : "completed";
     out.finish(status);
-    const ojson response = responses_final(s, *job, result, out, status);
+    const ojson response = responses_final(*job, result, out, status);
     if (r.store) responses_keep(s, job->id, job->items, response);
     res.status = 200;
     res.set_content(responses_dump(response), "application/json");
@@ -211,12 +216,12 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
   res.set_stream("text/event-stream", [&s, job, arrival, &req](http::BodyWriter& sink) {
     SseBatch batch(sink);
     ResponsesOutput out(&batch.buffer());
-    const ojson start = responses_object(job->request, job->id, job->created_at, s.model_id,
+    const ojson start = responses_object(job->request, job->id, job->created_at, (*job->model)->model_id,
                                          "in_progress", ojson::array(), nullptr);
     out.event("response.created", {{"response", start}});
     out.event("response.in_progress", {{"response", start}});
     batch.flush();  // the first bytes go out before the request is queued
-    EngineRequest er(s, job->prepared.gen, arrival);
+    EngineRequest er(s, *(*job->model)->engine, job->prepared.gen, arrival);
     ChatOutput parsed(job->prepared);
     GenerationResult result = pump(
         er, &req,
@@ -233,14 +238,14 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
       out.finish("incomplete", /*ensure_message=*/false);
       out.event("error",
                 {{"code", "server_error"}, {"message", failure->message}, {"param", nullptr}});
-      ojson failed = responses_final(s, *job, result, out, "failed");
+      ojson failed = responses_final(*job, result, out, "failed");
       failed["error"] = {{"code", "server_error"}, {"message", failure->message}};
       out.event("response.failed", {{"response", failed}});
     } else {
       out.add(parsed.finish());
       const char* status = result.finish_reason == "length" ? "incomplete" : "completed";
       out.finish(status);
-      const ojson response = responses_final(s, *job, result, out, status);
+      const ojson response = responses_final(*job, result, out, status);
       // Stored before the client hears of it, so a follow-up sent at once finds it.
       if (job->request.store) responses_keep(s, job->id, job->items, response);
       out.event(std::string("response.") + status, {{"response", response}});

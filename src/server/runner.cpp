@@ -11,7 +11,7 @@ struct EngineRequest::Channel {
   std::optional<GenerationResult> done;
 };
 
-EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
+EngineRequest::EngineRequest(ServerState& state, Engine& engine, GenerationRequest request,
                              Clock::time_point arrival, bool want_deltas)
     : channel_(std::make_shared<Channel>()), cancel_(std::make_shared<std::atomic<bool>>(false)) {
   request.cancel = cancel_;
@@ -51,7 +51,7 @@ EngineRequest::EngineRequest(ServerState& state, GenerationRequest request,
     ch->done = r;
     ch->cv.notify_one();
   };
-  state.engine->submit(std::move(request), std::move(cb));
+  engine.submit(std::move(request), std::move(cb));
 }
 
 EngineRequest::~EngineRequest() {

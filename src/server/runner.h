@@ -24,8 +24,8 @@ class EngineRequest {
   // Submits at once; `arrival` is when the HTTP request arrived (for TTFT). Without
   // want_deltas (non-streaming handlers, which read the final text) the handler is not woken
   // per token: it sleeps until the end, waking only to watch the connection.
-  EngineRequest(ServerState& state, GenerationRequest request, Clock::time_point arrival,
-                bool want_deltas = true);
+  EngineRequest(ServerState& state, Engine& engine, GenerationRequest request,
+                Clock::time_point arrival, bool want_deltas = true);
   ~EngineRequest();
   // Deltas carry text and logprobs only (handlers need no token ids; leaving them out keeps the
   // per-token copy free of heap allocations for short texts).

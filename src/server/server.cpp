@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "core/log.h"
 #include "hub/hf_cache.h"
@@ -56,21 +57,30 @@ void Server::start() {
   s.options.port = http_->port();
 }
 
+namespace {
+
+std::shared_ptr<Engine> load_engine(const ServerOptions& o, const std::string& dir,
+                                    bool with_progress) {
+  EngineOptions eo;
+  eo.model_dir = dir;
+  eo.device = o.device;
+  eo.mmap = o.mmap;
+  eo.deterministic = o.deterministic;
+  eo.max_running = o.max_running;
+  eo.max_step_tokens = o.max_batch_tokens;
+  eo.kv_budget_bytes = o.kv_budget_mb << 20;
+  eo.n_ctx = o.n_ctx;
+  eo.cache_bytes = o.cache_mb << 20;
+  if (with_progress) eo.load_progress = o.load_progress;
+  return Engine::load(eo);
+}
+
+}  // namespace
+
 void Server::load() {
   try {
-    EngineOptions eo;
-    eo.model_dir = state_.options.model_dir;
-    eo.device = state_.options.device;
-    eo.mmap = state_.options.mmap;
-    eo.deterministic = state_.options.deterministic;
-    eo.max_running = state_.options.max_running;
-    eo.max_step_tokens = state_.options.max_batch_tokens;
-    eo.kv_budget_bytes = state_.options.kv_budget_mb << 20;
-    eo.n_ctx = state_.options.n_ctx;
-    eo.cache_bytes = state_.options.cache_mb << 20;
-    eo.load_progress = state_.options.load_progress;
-    std::shared_ptr<Engine> engine = Engine::load(eo);
-    set_engine(std::move(engine), model_id_for(state_.options.model_dir));
+    set_engine(load_engine(state_.options, state_.options.model_dir, true),
+               model_id_for(state_.options.model_dir));
   } catch (const std::exception& e) {
     state_.load_error = e.what();
     throw;
@@ -79,32 +89,107 @@ void Server::load() {
 
 void Server::set_engine(std::shared_ptr<Engine> engine, const std::string& model_id,
                         EngineOwnership ownership) {
-  ServerState& s = state_;
-  s.engine = std::move(engine);
-  s.engine_ownership = ownership;
-  s.model_id = model_id;
-  if (const Tokenizer* tok = s.engine->tokenizer()) {
-    s.chat_template_source = tok->chat_template();
-    if (!s.chat_template_source.empty()) {
-      try {
-        s.chat_template = chat::ChatTemplate::parse(s.chat_template_source);
-        s.tool_format = chat::detect_tool_call_format(s.chat_template_source);
-      } catch (const std::exception& e) {
-        log(LogLevel::Warn, "the model's chat template does not parse ({}); chat endpoints are off",
-            e.what());
-      }
-    }
-  }
-  s.ready = true;
+  state_.engine_ownership = ownership;
+  state_.model = make_served_model(std::move(engine), model_id);
+  state_.ready = true;
+}
+
+void Server::set_models(std::vector<ModelEntry> models, size_t max_loaded, uint64_t max_bytes) {
+  const ServerOptions& o = state_.options;
+  state_.pool = std::make_unique<ModelPool<ServedModel>>(
+      std::move(models), std::max<size_t>(max_loaded, 1), max_bytes,
+      [&o](const ModelEntry& e) {
+        log(LogLevel::Info, "loading {} from {}", e.id, e.dir);
+        return make_served_model(load_engine(o, e.dir, false), e.id);
+      });
+  state_.ready = true;
 }
 
 void Server::stop() {
   if (!http_ || state_.stopping.exchange(true)) return;
   // In-flight requests end now, with an error. A shared engine runs on: each handler cancels its
   // own request once it sees `stopping` (runner.cpp).
-  if (state_.engine && state_.engine_ownership == EngineOwnership::Server)
-    state_.engine->shutdown();
+  if (state_.engine_ownership == EngineOwnership::Server)
+    for_each_loaded_model(state_, [](const ServedModel& m) { m.engine->shutdown(); });
   http_->stop();  // joins the handler threads
+}
+
+std::shared_ptr<ServedModel> make_served_model(std::shared_ptr<Engine> engine,
+                                               const std::string& model_id) {
+  auto m = std::make_shared<ServedModel>();
+  m->model_id = model_id;
+  m->engine = std::move(engine);
+  if (const Tokenizer* tok = m->engine->tokenizer()) {
+    m->chat_template_source = tok->chat_template();
+    if (!m->chat_template_source.empty()) {
+      try {
+        m->chat_template = chat::ChatTemplate::parse(m->chat_template_source);
+        m->tool_format = chat::detect_tool_call_format(m->chat_template_source);
+      } catch (const std::exception& e) {
+        log(LogLevel::Warn,
+            "{}: the chat template does not parse ({}); its chat endpoints are off", model_id,
+            e.what());
+      }
+    }
+  }
+  return m;
+}
+
+ModelRef acquire_model(ServerState& s, const std::optional<std::string>& name) {
+  if (!s.pool) return ModelRef(s.model);
+  const auto& entries = s.pool->entries();
+  if (!name || name->empty()) {
+    std::string ids;
+    for (size_t i = 0; i < entries.size() && i < 8; ++i) ids += (i ? ", " : "") + entries[i].id;
+    if (entries.size() > 8) ids += ", ...";
+    throw ApiError(400, fmt::format("model is required: this server serves {} models ({})",
+                                    entries.size(), ids),
+                   "model");
+  }
+  const ModelEntry* entry = s.pool->find(*name);
+  if (!entry)
+    throw ApiError(404, fmt::format("The model '{}' does not exist (GET /v1/models lists them)", *name),
+                   "model", "model_not_found");
+  try {
+    return ModelRef(s.pool->acquire(*entry));
+  } catch (const std::exception& e) {
+    throw ApiError(500, fmt::format("the model '{}' failed to load: {}", entry->id, e.what()),
+                   "model");
+  }
+}
+
+ModelRef acquire_model(ServerState& s, const nlohmann::ordered_json& body) {
+  std::optional<std::string> name;
+  if (body.is_object()) {
+    const auto it = body.find("model");
+    if (it != body.end() && !it->is_null()) {
+      if (!it->is_string()) throw ApiError(400, "model must be a string", "model");
+      name = it->get<std::string>();
+    }
+  }
+  return acquire_model(s, name);
+}
+
+std::vector<ListedModel> list_models(const ServerState& s) {
+  std::vector<ListedModel> out;
+  if (!s.pool) {
+    if (s.model) out.push_back({s.model->model_id, s.model->engine->n_ctx(), true});
+    return out;
+  }
+  std::map<std::string, int64_t> loaded;
+  s.pool->for_each_loaded([&](const ServedModel& m) { loaded[m.model_id] = m.engine->n_ctx(); });
+  for (const ModelEntry& e : s.pool->entries()) {
+    const auto it = loaded.find(e.id);
+    out.push_back({e.id, it != loaded.end() ? it->second : e.context, it != loaded.end()});
+  }
+  return out;
+}
+
+void for_each_loaded_model(const ServerState& s, const std::function<void(const ServedModel&)>& fn) {
+  if (s.pool)
+    s.pool->for_each_loaded(fn);
+  else if (s.model)
+    fn(*s.model);
 }
 
 std::string model_id_for(const std::string& model_dir) {

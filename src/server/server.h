@@ -28,6 +28,9 @@ class Server {
   // changes at stop().
   void set_engine(std::shared_ptr<Engine> engine, const std::string& model_id,
                   EngineOwnership ownership = EngineOwnership::Server);
+  // Serves several models instead, loaded when a request names one (at most max_loaded at once,
+  // and max_bytes of checkpoints, 0: no cap; server/model_pool.h). Ready at once.
+  void set_models(std::vector<ModelEntry> models, size_t max_loaded, uint64_t max_bytes);
   void stop();
 
   int port() const { return state_.options.port; }

@@ -1,6 +1,9 @@
-// What every route handler shares: options, the engine (null until loaded), the chat template,
-// metrics, the stored responses, and the stopping flag. Handlers only read it (the response
-// store locks itself); the loader sets engine once, then ready.
+// What every route handler shares: options, the model or models served, metrics, the stored
+// responses, and the stopping flag. A server serves one model (loaded at start, `model`) or
+// several (`pool`: listed at start, loaded on demand, server/model_pool.h); a handler takes the
+// model its request names with acquire_model() and holds it while it runs. Handlers only read
+// the state (the response store and the pool lock themselves); the loader sets `model` once,
+// then ready.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -12,7 +15,9 @@
 #include "chat/template.h"
 #include "chat/tool_parser.h"
 #include "runtime/engine.h"
+#include "server/errors.h"
 #include "server/metrics.h"
+#include "server/model_pool.h"
 #include "server/responses_store.h"
 
 namespace hearth::server {
@@ -49,22 +54,64 @@ struct ServerOptions {
 // the server then cancels only its own requests.
 enum class EngineOwnership { Server, Shared };
 
+// A loaded model as the routes use it: its engine, its id, and its chat template parsed once.
+struct ServedModel {
+  std::string model_id;  // what /v1/models lists and responses echo
+  std::shared_ptr<Engine> engine;
+  std::optional<chat::ChatTemplate> chat_template;  // none: the chat endpoints answer 400
+  std::string chat_template_source;
+  chat::ToolCallFormat tool_format = chat::ToolCallFormat::None;
+};
+
+// The ServedModel of a loaded engine: its tokenizer's chat template parsed (a template that does
+// not parse leaves the chat endpoints off, with a warning).
+std::shared_ptr<ServedModel> make_served_model(std::shared_ptr<Engine> engine,
+                                               const std::string& model_id);
+
+// The model a request runs on, held until the handler returns.
+class ModelRef {
+ public:
+  explicit ModelRef(std::shared_ptr<const ServedModel> model) : shared_(std::move(model)) {}
+  explicit ModelRef(ModelLease<ServedModel> lease) : lease_(std::move(lease)) {}
+  const ServedModel& operator*() const { return shared_ ? *shared_ : *lease_; }
+  const ServedModel* operator->() const { return &**this; }
+
+ private:
+  std::shared_ptr<const ServedModel> shared_;
+  ModelLease<ServedModel> lease_;
+};
+
 struct ServerState {
   ServerOptions options;
-  std::shared_ptr<Engine> engine;
+  std::shared_ptr<const ServedModel> model;          // one model: set once loaded
+  std::unique_ptr<ModelPool<ServedModel>> pool;       // several: loaded on demand
   EngineOwnership engine_ownership = EngineOwnership::Server;
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
   std::atomic<int> running{0};
-  std::string model_id;  // what /v1/models lists
-  std::optional<chat::ChatTemplate> chat_template;
-  std::string chat_template_source;
-  chat::ToolCallFormat tool_format = chat::ToolCallFormat::None;
   Metrics metrics;
   ResponseStore responses;  // /v1/responses with store: true
   std::string load_error;
 };
 
 using Clock = std::chrono::steady_clock;
+
+// The model a request names (`model`; nullopt when it names none). With one model any name is
+// served by it (as llama-server does: clients with a hard-coded name work); with several, the
+// name must be one of them (ApiError 404 model_not_found; 400 when none is named), and the model
+// is loaded first when it is not (ApiError 500 when that fails).
+ModelRef acquire_model(ServerState& state, const std::optional<std::string>& name);
+// The same for a request body's "model" field.
+ModelRef acquire_model(ServerState& state, const nlohmann::ordered_json& body);
+// What /v1/models (and Ollama's /api/tags) list: every model served, with its context (the
+// engine's when loaded, else its config's) and whether it is loaded.
+struct ListedModel {
+  std::string id;
+  int64_t context = 0;
+  bool loaded = false;
+};
+std::vector<ListedModel> list_models(const ServerState& state);
+// Calls fn for each loaded model (the pool's lock held: fn must be quick).
+void for_each_loaded_model(const ServerState& state, const std::function<void(const ServedModel&)>& fn);
 
 }  // namespace hearth::server

@@ -53,31 +53,36 @@ class IdleModel final : public Model {
   ModelInfo info_;
 };
 
-std::vector<std::unique_ptr<ServerState>> make_states() {
+std::vector<ServedModel> make_models() {
   const auto dir = fuzz::real_tokenizer_dir("qwen3");
   fuzz::read_required(dir / "tokenizer.json", fuzz::kFetchHint);
   auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(dir));
   const nlohmann::json config = {{"model_type", "qwen3"}, {"eos_token_id", 151645}};
   auto engine = std::make_shared<Engine>(std::make_unique<IdleModel>(tok->vocab_size()), tok,
                                          ModelConfig::from_json(config), EngineOptions{});
-  std::vector<std::unique_ptr<ServerState>> states;
+  std::vector<ServedModel> models;
   for (const char* name : {"qwen3_5", "hermes", "llama3_1_tools", "mistral"}) {
-    auto s = std::make_unique<ServerState>();
-    s->engine = engine;
-    s->model_id = "fuzz";
-    s->chat_template_source = fuzz::read_required(
+    ServedModel& m = models.emplace_back();
+    m.engine = engine;
+    m.model_id = "fuzz";
+    m.chat_template_source = fuzz::read_required(
         fuzz::source_path(std::string("tests/data/chat/templates/") + name + ".jinja"));
-    s->chat_template = chat::ChatTemplate::parse(s->chat_template_source);
-    s->tool_format = chat::detect_tool_call_format(s->chat_template_source);
-    s->ready = true;
-    states.push_back(std::move(s));
+    m.chat_template = chat::ChatTemplate::parse(m.chat_template_source);
+    m.tool_format = chat::detect_tool_call_format(m.chat_template_source);
   }
-  return states;
+  return models;
 }
 
-const std::vector<std::unique_ptr<ServerState>>& states() {
-  static const auto all = make_states();
+// One model per chat template, over an engine that never runs.
+const std::vector<ServedModel>& models() {
+  static const auto all = make_models();
   return all;
+}
+
+// The server's options as `hearth serve`'s defaults set them.
+const ServerState& server_state() {
+  static const ServerState state;
+  return state;
 }
 
 // What a model might answer: reasoning, then a call in the template's format.
@@ -93,9 +98,9 @@ void run_output(const PreparedChat& prepared) {
   items.finish("completed");
 }
 
-void run_chat(const ServerState& s, const ChatRequest& r) {
+void run_chat(const ServedModel& m, const ChatRequest& r) {
   try {
-    const PreparedChat prepared = prepare_chat(s, r);
+    const PreparedChat prepared = prepare_chat(server_state(), m, r);
     run_output(prepared);
   } catch (const Error&) {  // ApiError included: a 400 for the client
   }
@@ -104,7 +109,7 @@ void run_chat(const ServerState& s, const ChatRequest& r) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  states();
+  models();
   return 0;
 }
 
@@ -117,29 +122,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   try {
     const ChatRequest r = parse_openai_chat(body);
-    for (const auto& s : states()) run_chat(*s, r);
+    for (const auto& m : models()) run_chat(m, r);
   } catch (const Error&) {
   }
   try {
     const ChatRequest r = parse_anthropic_messages(body);
-    for (const auto& s : states()) run_chat(*s, r);
+    for (const auto& m : models()) run_chat(m, r);
   } catch (const Error&) {
   }
   try {
     ResponsesRequest r = parse_responses_request(body);
     r.chat.messages = responses_messages(r.input, r.instructions);
-    for (const auto& s : states()) run_chat(*s, r.chat);
+    for (const auto& m : models()) run_chat(m, r.chat);
   } catch (const Error&) {
   }
   try {
     const CompletionRequest r = parse_openai_completion(body);
-    const ServerState& s = *states().front();
+    const ServedModel& m = models().front();
     GenerationRequest gen;
-    gen.prompt = r.prompt_tokens ? *r.prompt_tokens : s.engine->tokenizer()->encode(r.prompt, true);
-    if (r.prompt_tokens) s.engine->tokenizer()->decode(gen.prompt, false);
+    gen.prompt = r.prompt_tokens ? *r.prompt_tokens : m.engine->tokenizer()->encode(r.prompt, true);
+    if (r.prompt_tokens) m.engine->tokenizer()->decode(gen.prompt, false);
     gen.stop = r.stop;
     gen.logprobs = r.logprobs;
-    finish_generation_request(s, gen, r.max_tokens, r.sampling);
+    finish_generation_request(server_state(), m, gen, r.max_tokens, r.sampling);
   } catch (const Error&) {
   }
   return 0;

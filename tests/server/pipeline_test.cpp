@@ -15,36 +15,35 @@ class Pipeline : public ::testing::Test {
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(testing::qwen3_tokenizer_dir()));
     EngineOptions eo;
     eo.n_ctx = 256;
-    state_.engine =
+    model_ = *make_served_model(
         std::make_shared<Engine>(testing::make_scripted_model(*tok, testing::default_scripts()),
-                                 tok, ModelConfig::from_json({{"model_type", "qwen3"}}), eo);
-    state_.chat_template_source = tok->chat_template();
-    state_.chat_template = chat::ChatTemplate::parse(state_.chat_template_source);
-    state_.tool_format = chat::detect_tool_call_format(state_.chat_template_source);
+                                 tok, ModelConfig::from_json({{"model_type", "qwen3"}}), eo),
+        "scripted");
     state_.ready = true;
   }
   ojson body(const std::string& text) {
     return {{"messages", {{{"role", "user"}, {"content", text}}}}};
   }
   ServerState state_;
+  ServedModel model_;
 };
 
 TEST_F(Pipeline, RendersThroughTheTemplate) {
-  PreparedChat p = prepare_chat(state_, parse_openai_chat(body("Hello")));
+  PreparedChat p = prepare_chat(state_, model_, parse_openai_chat(body("Hello")));
   EXPECT_EQ(p.prompt_text, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(p.gen.max_tokens, 256 - int64_t(p.gen.prompt.size()));
-  EXPECT_EQ(state_.tool_format, chat::ToolCallFormat::Hermes);
+  EXPECT_EQ(model_.tool_format, chat::ToolCallFormat::Hermes);
   ojson b = body("Hello");
   b["chat_template_kwargs"] = {{"enable_thinking", false}};
-  EXPECT_NE(prepare_chat(state_, parse_openai_chat(b)).prompt_text.find("<think>\n\n</think>"),
+  EXPECT_NE(prepare_chat(state_, model_, parse_openai_chat(b)).prompt_text.find("<think>\n\n</think>"),
             std::string::npos);
 }
 
 TEST_F(Pipeline, TemplateRaiseIsA400WithItsMessage) {
-  state_.chat_template =
+  model_.chat_template =
       chat::ChatTemplate::parse("{{ raise_exception('System role not supported') }}");
   try {
-    prepare_chat(state_, parse_openai_chat(body("x")));
+    prepare_chat(state_, model_, parse_openai_chat(body("x")));
     FAIL();
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status, 400);
@@ -56,7 +55,7 @@ TEST_F(Pipeline, ContextOverflowStatesTheNumbers) {
   ojson b = body("Hello");
   b["max_tokens"] = 1000;
   try {
-    prepare_chat(state_, parse_openai_chat(b));
+    prepare_chat(state_, model_, parse_openai_chat(b));
     FAIL();
   } catch (const ApiError& e) {
     const std::string m = e.what();
@@ -114,7 +113,7 @@ TEST_F(Pipeline, DeeplyNestedInputsAreA400) {
   b["chat_template_kwargs"] = {{"k", std::move(deep)}};
   ChatRequest r = parse_openai_chat(b);
   try {
-    prepare_chat(state_, r);
+    prepare_chat(state_, model_, r);
     FAIL();
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status, 400);
@@ -138,7 +137,7 @@ TEST_F(Pipeline, AnthropicBlocksBecomeTemplateMessages) {
   EXPECT_EQ(r.messages[2]["reasoning_content"], "use the tool");
   EXPECT_EQ(r.messages[3]["role"], "tool");
   EXPECT_EQ(r.messages[4]["content"], "Thanks");
-  PreparedChat p = prepare_chat(state_, r);
+  PreparedChat p = prepare_chat(state_, model_, r);
   EXPECT_NE(p.prompt_text.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos)
       << p.prompt_text;
 }
@@ -203,7 +202,7 @@ TEST_F(Pipeline, ToolChoiceForcesTheCallOpening) {
     ojson b = body("Weather in Paris?");
     b["tools"] = tools;
     if (!choice.is_null()) b["tool_choice"] = choice;
-    return prepare_chat(state_, parse_openai_chat(b));
+    return prepare_chat(state_, model_, parse_openai_chat(b));
   };
   const std::string turn = "<|im_start|>assistant\n";
   const PreparedChat automatic = prepare(nullptr);
@@ -214,7 +213,7 @@ TEST_F(Pipeline, ToolChoiceForcesTheCallOpening) {
   const PreparedChat required = prepare("required");
   EXPECT_EQ(required.forced_prefix, "<tool_call>\n");
   EXPECT_TRUE(required.prompt_text.ends_with(turn + "<tool_call>\n")) << required.prompt_text;
-  EXPECT_EQ(required.gen.prompt, state_.engine->tokenizer()->encode(required.prompt_text, false));
+  EXPECT_EQ(required.gen.prompt, model_.engine->tokenizer()->encode(required.prompt_text, false));
 
   const PreparedChat named =
       prepare({{"type", "function"}, {"function", {{"name", "get_weather"}}}});
@@ -245,7 +244,7 @@ TEST_F(Pipeline, ToolChoiceForcesTheCallOpening) {
   EXPECT_EQ(calls[0].name, "get_weather");
   EXPECT_EQ(nlohmann::json::parse(calls[0].arguments), nlohmann::json({{"city", "Paris"}}));
 
-  state_.tool_format = chat::ToolCallFormat::None;
+  model_.tool_format = chat::ToolCallFormat::None;
   try {
     prepare("required");
     FAIL() << "a call was forced without a tool-call format";

@@ -157,19 +157,19 @@ class ResponsesPrompt : public ::testing::Test {
  protected:
   void SetUp() override {
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(testing::qwen3_tokenizer_dir()));
-    state_.engine = std::make_shared<Engine>(
-        testing::make_scripted_model(*tok, testing::default_scripts()), tok,
-        ModelConfig::from_json({{"model_type", "qwen3"}}), EngineOptions{});
-    state_.chat_template_source = tok->chat_template();
-    state_.chat_template = chat::ChatTemplate::parse(state_.chat_template_source);
-    state_.tool_format = chat::detect_tool_call_format(state_.chat_template_source);
+    model_ = *make_served_model(
+        std::make_shared<Engine>(testing::make_scripted_model(*tok, testing::default_scripts()),
+                                 tok, ModelConfig::from_json({{"model_type", "qwen3"}}),
+                                 EngineOptions{}),
+        "scripted");
     state_.ready = true;
   }
   std::string prompt(ResponsesRequest r, const ojson& items) {
     r.chat.messages = responses_messages(items, r.instructions);
-    return prepare_chat(state_, r.chat, false).prompt_text;
+    return prepare_chat(state_, model_, r.chat, false).prompt_text;
   }
   ServerState state_;
+  ServedModel model_;
 };
 
 // What previous_response_id relies on: the follow-up's prompt is the previous prompt, then the

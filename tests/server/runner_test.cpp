@@ -22,27 +22,28 @@ class RequestTimeout : public ::testing::Test {
   }
   // max_running 0: the engine's default.
   void start_engine(int64_t max_running) {
-    if (state_.engine) state_.engine->shutdown();
+    if (engine_) engine_->shutdown();
     EngineOptions eo;
     eo.n_ctx = 4096;
     eo.max_running = max_running;
     // 20 ms a step: 1,000 tokens would take 20 s, the limit is 1 s.
-    state_.engine =
+    engine_ =
         std::make_shared<Engine>(testing::make_scripted_model(*tok_, testing::default_scripts(),
                                                               std::chrono::milliseconds(20)),
                                  tok_, ModelConfig::from_json({{"model_type", "qwen3"}}), eo);
   }
-  void TearDown() override { state_.engine->shutdown(); }
+  void TearDown() override { engine_->shutdown(); }
   GenerationRequest long_request() {
     return testing::greedy(tok_->encode("Tell me a long story.", false), 1000);
   }
   std::shared_ptr<const Tokenizer> tok_;
   ServerState state_;
+  std::shared_ptr<Engine> engine_;
 };
 
 TEST_F(RequestTimeout, ARunningGenerationEndsWithA504) {
   const auto start = Clock::now();
-  EngineRequest er(state_, long_request(), start);
+  EngineRequest er(state_, *engine_, long_request(), start);
   const GenerationResult r = pump(er, nullptr, {});
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_EQ(r.finish_reason, "timeout");
@@ -59,8 +60,8 @@ TEST_F(RequestTimeout, AQueuedRequestTimesOutWhileWaiting) {
   start_engine(1);  // one request at a time: the second waits in the queue
   const auto start = Clock::now();
   // The first holds the engine well past the second's limit (its own limit is far off).
-  EngineRequest first(state_, long_request(), start + std::chrono::seconds(60));
-  EngineRequest second(state_, long_request(), start);
+  EngineRequest first(state_, *engine_, long_request(), start + std::chrono::seconds(60));
+  EngineRequest second(state_, *engine_, long_request(), start);
   GenerationResult r1;
   std::thread first_handler([&] { r1 = pump(first, nullptr, {}); });
   const GenerationResult r2 = pump(second, nullptr, {});
@@ -75,7 +76,7 @@ TEST_F(RequestTimeout, AQueuedRequestTimesOutWhileWaiting) {
 
 TEST_F(RequestTimeout, NoLimitMeansNoTimeout) {
   state_.options.request_timeout_s = 0;
-  EngineRequest er(state_, testing::greedy(tok_->encode("Hi.", false), 60), Clock::now());
+  EngineRequest er(state_, *engine_, testing::greedy(tok_->encode("Hi.", false), 60), Clock::now());
   const GenerationResult r = pump(er, nullptr, {});  // 60 steps: 1.2 s
   EXPECT_EQ(r.finish_reason, "length");
   EXPECT_FALSE(result_failure(state_, r).has_value());
