@@ -7,6 +7,7 @@ namespace hearth::server {
 
 void register_openai_routes(http::Router& http, ServerState& state);
 void register_anthropic_routes(http::Router& http, ServerState& state);
+void register_ollama_routes(http::Router& http, ServerState& state);
 // /health, /metrics, /tokenize, /detokenize and the chat page.
 void register_misc_routes(http::Router& http, ServerState& state);
 

@@ -36,11 +36,13 @@ void Server::start() {
   http::Router router;
   register_openai_routes(router, s);
   register_anthropic_routes(router, s);
+  register_ollama_routes(router, s);
   register_misc_routes(router, s);
   auto on_error = [&s](const http::Request& req, http::Response& res, int status,
                        const std::string& message) {
-    const ApiStyle style =
-        req.path.rfind("/v1/messages", 0) == 0 ? ApiStyle::Anthropic : ApiStyle::OpenAI;
+    const ApiStyle style = req.path.rfind("/v1/messages", 0) == 0 ? ApiStyle::Anthropic
+                           : req.path.rfind("/api/", 0) == 0      ? ApiStyle::Ollama
+                                                                  : ApiStyle::OpenAI;
     send_error(res, style, status, message);
     // One label for every path the routes do not know, so hostile paths cannot grow /metrics.
     s.metrics.count_request("(http)", status);
