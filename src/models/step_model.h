@@ -22,6 +22,7 @@ class StepModel : public Model {
                float* logits) final {
     run(state, tokens, rows, logits, nullptr, nullptr);
   }
+  bool has_hidden_states() const final { return true; }
   int32_t forward_pick(SequenceState& state, std::span<const int32_t> tokens,
                        const TokenPick& pick) final {
     int32_t token = 0;

@@ -227,6 +227,7 @@ void Engine::with_model(std::function<void(Model&)> work) {
 }
 
 std::vector<float> Engine::embed(std::span<const int32_t> tokens) {
+  if (!model_->has_hidden_states()) fail("this model cannot embed: it gives no hidden states");
   if (!embedding_config_error_.empty()) fail("{}", embedding_config_error_);
   if (tokens.empty()) fail("the input is empty: at least one token is needed");
   const int64_t n_vocab = model_->info().n_vocab;

@@ -18,10 +18,13 @@ std::string random_id(const char* prefix, size_t n) {
 }
 
 void finish_generation_request(const ServerState& state, const ServedModel& model,
-                               GenerationRequest& gen,
-                               std::optional<int64_t> max_tokens, const SamplingFields& sampling) {
+                               GenerationRequest& gen, std::optional<int64_t> max_tokens,
+                               const SamplingFields& sampling, int64_t context_limit) {
   const Engine& engine = *model.engine;
-  const int64_t n_ctx = engine.n_ctx();
+  const bool limited = context_limit > 0 && context_limit < engine.n_ctx();
+  const int64_t n_ctx = limited ? context_limit : engine.n_ctx();
+  const char* context_name =
+      limited ? "the context asked for (num_ctx)" : "this model's maximum context length";
   const int64_t n_prompt = int64_t(gen.prompt.size());
   if (n_prompt == 0) bad_request("the prompt is empty after tokenization", "messages");
   const int64_t limit = state.options.max_prompt_tokens;
@@ -32,18 +35,15 @@ void finish_generation_request(const ServerState& state, const ServedModel& mode
                 "messages", "prompt_too_long");
   if (n_prompt >= n_ctx)
     bad_request(
-        fmt::format(
-            "this model's maximum context length is {} tokens, but the prompt has {} tokens", n_ctx,
-            n_prompt),
+        fmt::format("{} is {} tokens, but the prompt has {} tokens", context_name, n_ctx, n_prompt),
         "messages", "context_length_exceeded");
   // Compared as max_tokens > room, not as a sum: a client's max_tokens near 2^63 would overflow.
   if (max_tokens && *max_tokens > n_ctx - n_prompt)
-    bad_request(
-        fmt::format(
-            "this model's maximum context length is {} tokens; the prompt has {} tokens and "
-            "max_tokens is {} ({} in total)",
-            n_ctx, n_prompt, *max_tokens, double(n_prompt) + double(*max_tokens)),
-        "max_tokens", "context_length_exceeded");
+    bad_request(fmt::format("{} is {} tokens; the prompt has {} tokens and max_tokens is {} ({} in "
+                            "total)",
+                            context_name, n_ctx, n_prompt, *max_tokens,
+                            double(n_prompt) + double(*max_tokens)),
+                "max_tokens", "context_length_exceeded");
   gen.max_tokens = max_tokens ? *max_tokens : n_ctx - n_prompt;
   gen.sampling = sampling.apply(engine.default_sampling());
   try {

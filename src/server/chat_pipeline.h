@@ -34,9 +34,11 @@ struct PreparedChat {
 PreparedChat prepare_chat(const ServerState& state, const ServedModel& model,
                           const ChatRequest& request, bool for_generation = true);
 // Context check and sampling for a tokenized prompt (also used by /v1/completions).
+// context_limit > 0: a smaller context for this request (Ollama's options.num_ctx), checked and
+// filled like the engine's; 0 or more than the engine's: the engine's context.
 void finish_generation_request(const ServerState& state, const ServedModel& model,
                                GenerationRequest& gen, std::optional<int64_t> max_tokens,
-                               const SamplingFields& sampling);
+                               const SamplingFields& sampling, int64_t context_limit = 0);
 
 class ChatOutput {
  public:

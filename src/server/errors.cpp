@@ -43,6 +43,7 @@ std::string anthropic_error_type(int status) {
 
 nlohmann::json error_body(ApiStyle style, int status, const std::string& message,
                           const std::string& param, const std::string& code) {
+  if (style == ApiStyle::Ollama) return {{"error", message}};
   if (style == ApiStyle::Anthropic)
     return {{"type", "error"},
             {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};

@@ -1,7 +1,8 @@
 // Request errors and their wire formats. Every handler failure becomes an ApiError (status,
 // message naming the field at fault) and is answered in the API's own shape: OpenAI's
-// {"error": {"message", "type", "param", "code"}} or Anthropic's
-// {"type": "error", "error": {"type", "message"}}. Nothing a client sends ends the process.
+// {"error": {"message", "type", "param", "code"}}, Anthropic's
+// {"type": "error", "error": {"type", "message"}} or Ollama's {"error": "message"}. Nothing a
+// client sends ends the process.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,7 +11,7 @@
 
 namespace hearth::server {
 
-enum class ApiStyle { OpenAI, Anthropic };
+enum class ApiStyle { OpenAI, Anthropic, Ollama };
 
 class ApiError : public hearth::Error {
  public:

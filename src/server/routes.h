@@ -11,6 +11,8 @@ void register_anthropic_routes(http::Router& http, ServerState& state);
 void register_embedding_routes(http::Router& http, ServerState& state);
 // POST /v1/responses, GET and DELETE /v1/responses/{id}.
 void register_responses_routes(http::Router& http, ServerState& state);
+// Ollama's /api/*.
+void register_ollama_routes(http::Router& http, ServerState& state);
 // /health, /metrics, /tokenize, /detokenize and the chat page.
 void register_misc_routes(http::Router& http, ServerState& state);
 

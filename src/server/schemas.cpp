@@ -199,6 +199,26 @@ std::vector<std::string> parse_stop(const ojson& body, const char* key) {
   return out;
 }
 
+ojson parse_function_tools(const ojson& body) {
+  const ojson* tools = field(body, "tools");
+  if (!tools) return nullptr;
+  if (!tools->is_array()) wrong_type("tools", "an array", *tools);
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const std::string name = "tools[" + std::to_string(i) + "]";
+    const ojson& t = (*tools)[i];
+    if (!t.is_object()) wrong_type(name, "an object", t);
+    if (get_string(t, "type").value_or("function") != "function")
+      bad_request(name + ".type must be 'function'", name + ".type");
+    const ojson* fn = field(t, "function");
+    if (!fn || !fn->is_object()) bad_request(name + ".function is required", name + ".function");
+    if (!get_string(*fn, "name"))
+      bad_request(name + ".function.name is required", name + ".function.name");
+    if (const ojson* p = field(*fn, "parameters"); p && !p->is_object())
+      wrong_type(name + ".function.parameters", "an object (a JSON schema)", *p);
+  }
+  return tools->empty() ? ojson() : *tools;
+}
+
 ChatRequest parse_openai_chat(const ojson& body) {
   if (!body.is_object()) bad_request("the request body must be a JSON object");
   ChatRequest r;
@@ -261,23 +281,7 @@ ChatRequest parse_openai_chat(const ojson& body) {
     bad_request("top_logprobs needs logprobs: true", "top_logprobs");
   r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
 
-  if (const ojson* tools = field(body, "tools")) {
-    if (!tools->is_array()) wrong_type("tools", "an array", *tools);
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const std::string name = "tools[" + std::to_string(i) + "]";
-      const ojson& t = (*tools)[i];
-      if (!t.is_object()) wrong_type(name, "an object", t);
-      if (get_string(t, "type").value_or("function") != "function")
-        bad_request(name + ".type must be 'function'", name + ".type");
-      const ojson* fn = field(t, "function");
-      if (!fn || !fn->is_object()) bad_request(name + ".function is required", name + ".function");
-      if (!get_string(*fn, "name"))
-        bad_request(name + ".function.name is required", name + ".function.name");
-      if (const ojson* p = field(*fn, "parameters"); p && !p->is_object())
-        wrong_type(name + ".function.parameters", "an object (a JSON schema)", *p);
-    }
-    if (!tools->empty()) r.tools = *tools;
-  }
+  r.tools = parse_function_tools(body);
   if (const ojson* tc = field(body, "tool_choice")) {
     if (tc->is_string()) {
       r.tool_choice = tc->get<std::string>();

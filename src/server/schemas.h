@@ -48,6 +48,10 @@ struct ChatRequest {
   bool ignore_eos = false;
 };
 
+// body.tools: OpenAI-style function tools (Ollama's are the same), checked; null when absent or
+// empty.
+ojson parse_function_tools(const ojson& body);
+
 ChatRequest parse_openai_chat(const ojson& body);
 ChatRequest parse_anthropic_messages(const ojson& body);
 

@@ -43,11 +43,13 @@ void Server::start() {
   register_anthropic_routes(router, s);
   register_embedding_routes(router, s);
   register_responses_routes(router, s);
+  register_ollama_routes(router, s);
   register_misc_routes(router, s);
   auto on_error = [&s](const http::Request& req, http::Response& res, int status,
                        const std::string& message) {
-    const ApiStyle style =
-        req.path.rfind("/v1/messages", 0) == 0 ? ApiStyle::Anthropic : ApiStyle::OpenAI;
+    const ApiStyle style = req.path.rfind("/v1/messages", 0) == 0 ? ApiStyle::Anthropic
+                           : req.path.rfind("/api/", 0) == 0      ? ApiStyle::Ollama
+                                                                  : ApiStyle::OpenAI;
     send_error(res, style, status, message);
     // One label for every path the routes do not know, so hostile paths cannot grow /metrics.
     s.metrics.count_request("(http)", status);
@@ -79,8 +81,10 @@ std::shared_ptr<Engine> load_engine(const ServerOptions& o, const std::string& d
 
 void Server::load() {
   try {
-    set_engine(load_engine(state_.options, state_.options.model_dir, true),
-               model_id_for(state_.options.model_dir));
+    const std::string& dir = state_.options.model_dir;
+    state_.model =
+        make_served_model(load_engine(state_.options, dir, true), model_id_for(dir), dir);
+    state_.ready = true;
   } catch (const std::exception& e) {
     state_.load_error = e.what();
     throw;
@@ -97,10 +101,9 @@ void Server::set_engine(std::shared_ptr<Engine> engine, const std::string& model
 void Server::set_models(std::vector<ModelEntry> models, size_t max_loaded, uint64_t max_bytes) {
   const ServerOptions& o = state_.options;
   state_.pool = std::make_unique<ModelPool<ServedModel>>(
-      std::move(models), std::max<size_t>(max_loaded, 1), max_bytes,
-      [&o](const ModelEntry& e) {
+      std::move(models), std::max<size_t>(max_loaded, 1), max_bytes, [&o](const ModelEntry& e) {
         log(LogLevel::Info, "loading {} from {}", e.id, e.dir);
-        return make_served_model(load_engine(o, e.dir, false), e.id);
+        return make_served_model(load_engine(o, e.dir, false), e.id, e.dir);
       });
   state_.ready = true;
 }
@@ -115,9 +118,11 @@ void Server::stop() {
 }
 
 std::shared_ptr<ServedModel> make_served_model(std::shared_ptr<Engine> engine,
-                                               const std::string& model_id) {
+                                               const std::string& model_id,
+                                               const std::string& dir) {
   auto m = std::make_shared<ServedModel>();
   m->model_id = model_id;
+  m->dir = dir;
   m->engine = std::move(engine);
   if (const Tokenizer* tok = m->engine->tokenizer()) {
     m->chat_template_source = tok->chat_template();
@@ -126,9 +131,8 @@ std::shared_ptr<ServedModel> make_served_model(std::shared_ptr<Engine> engine,
         m->chat_template = chat::ChatTemplate::parse(m->chat_template_source);
         m->tool_format = chat::detect_tool_call_format(m->chat_template_source);
       } catch (const std::exception& e) {
-        log(LogLevel::Warn,
-            "{}: the chat template does not parse ({}); its chat endpoints are off", model_id,
-            e.what());
+        log(LogLevel::Warn, "{}: the chat template does not parse ({}); its chat endpoints are off",
+            model_id, e.what());
       }
     }
   }
@@ -142,13 +146,15 @@ ModelRef acquire_model(ServerState& s, const std::optional<std::string>& name) {
     std::string ids;
     for (size_t i = 0; i < entries.size() && i < 8; ++i) ids += (i ? ", " : "") + entries[i].id;
     if (entries.size() > 8) ids += ", ...";
-    throw ApiError(400, fmt::format("model is required: this server serves {} models ({})",
-                                    entries.size(), ids),
-                   "model");
+    throw ApiError(
+        400,
+        fmt::format("model is required: this server serves {} models ({})", entries.size(), ids),
+        "model");
   }
   const ModelEntry* entry = s.pool->find(*name);
   if (!entry)
-    throw ApiError(404, fmt::format("The model '{}' does not exist (GET /v1/models lists them)", *name),
+    throw ApiError(404,
+                   fmt::format("The model '{}' does not exist (GET /v1/models lists them)", *name),
                    "model", "model_not_found");
   try {
     return ModelRef(s.pool->acquire(*entry));
@@ -185,7 +191,8 @@ std::vector<ListedModel> list_models(const ServerState& s) {
   return out;
 }
 
-void for_each_loaded_model(const ServerState& s, const std::function<void(const ServedModel&)>& fn) {
+void for_each_loaded_model(const ServerState& s,
+                           const std::function<void(const ServedModel&)>& fn) {
   if (s.pool)
     s.pool->for_each_loaded(fn);
   else if (s.model)

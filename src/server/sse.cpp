@@ -87,14 +87,15 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-SseTextChunk::SseTextChunk(const nlohmann::json& body) {
+SseTextChunk::SseTextChunk(const nlohmann::json& body, std::string_view before,
+                           std::string_view after) {
   const std::string dumped = dump_json(body);
   const std::string slot = dump_json(nlohmann::json(std::string(kSlot)));
   const size_t at = dumped.find(slot);
   if (at == std::string::npos || dumped.find(slot, at + 1) != std::string::npos)
     fail("SseTextChunk: the body must hold the text slot exactly once");
-  prefix_ = "data: " + dumped.substr(0, at);
-  suffix_ = dumped.substr(at + slot.size()) + "\n\n";
+  prefix_ = std::string(before) + dumped.substr(0, at);
+  suffix_ = dumped.substr(at + slot.size()) + std::string(after);
 }
 
 void SseTextChunk::append(std::string& out, std::string_view text) const {

@@ -22,8 +22,11 @@ class SseTextChunk {
  public:
   // The placeholder to put where the text goes in `body` (exactly once).
   static constexpr std::string_view kSlot = "\x01hearth-text\x01";
-  explicit SseTextChunk(const nlohmann::json& body);
-  // Appends "data: {…text…}\n\n".
+  // `before` and `after` frame each chunk: an SSE event by default, "" and "\n" for NDJSON.
+  explicit SseTextChunk(const nlohmann::json& body,
+                        std::string_view before = "data: ", std::string_view after = "\n\n");
+  SseTextChunk() = default;
+  // Appends before + {…text…} + after.
   void append(std::string& out, std::string_view text) const;
 
  private:

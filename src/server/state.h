@@ -57,6 +57,7 @@ enum class EngineOwnership { Server, Shared };
 // A loaded model as the routes use it: its engine, its id, and its chat template parsed once.
 struct ServedModel {
   std::string model_id;  // what /v1/models lists and responses echo
+  std::string dir;       // its checkpoint directory ("" when not known: an engine handed over)
   std::shared_ptr<Engine> engine;
   std::optional<chat::ChatTemplate> chat_template;  // none: the chat endpoints answer 400
   std::string chat_template_source;
@@ -66,7 +67,8 @@ struct ServedModel {
 // The ServedModel of a loaded engine: its tokenizer's chat template parsed (a template that does
 // not parse leaves the chat endpoints off, with a warning).
 std::shared_ptr<ServedModel> make_served_model(std::shared_ptr<Engine> engine,
-                                               const std::string& model_id);
+                                               const std::string& model_id,
+                                               const std::string& dir = {});
 
 // The model a request runs on, held until the handler returns.
 class ModelRef {
@@ -83,8 +85,8 @@ class ModelRef {
 
 struct ServerState {
   ServerOptions options;
-  std::shared_ptr<const ServedModel> model;          // one model: set once loaded
-  std::unique_ptr<ModelPool<ServedModel>> pool;       // several: loaded on demand
+  std::shared_ptr<const ServedModel> model;      // one model: set once loaded
+  std::unique_ptr<ModelPool<ServedModel>> pool;  // several: loaded on demand
   EngineOwnership engine_ownership = EngineOwnership::Server;
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
@@ -112,6 +114,7 @@ struct ListedModel {
 };
 std::vector<ListedModel> list_models(const ServerState& state);
 // Calls fn for each loaded model (the pool's lock held: fn must be quick).
-void for_each_loaded_model(const ServerState& state, const std::function<void(const ServedModel&)>& fn);
+void for_each_loaded_model(const ServerState& state,
+                           const std::function<void(const ServedModel&)>& fn);
 
 }  // namespace hearth::server

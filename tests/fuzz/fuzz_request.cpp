@@ -1,7 +1,8 @@
 // Fuzz target: an HTTP request body as the server handles it — parsed with the server's nesting
-// limit, then read as an OpenAI chat completion, an Anthropic message, an OpenAI Responses request
-// and an OpenAI completion (schemas.cpp, schemas_anthropic.cpp, schemas_responses.cpp) and, for
-// the chat APIs, taken through prepare_chat: the
+// limit, then read as an OpenAI chat completion, an Anthropic message, an OpenAI Responses request,
+// an OpenAI completion and an Ollama chat and generate request (schemas.cpp,
+// schemas_anthropic.cpp, schemas_responses.cpp, schemas_ollama.cpp) and, for the chat APIs, taken
+// through prepare_chat: the
 // real chat templates (Qwen3.5 XML tools, Hermes, Llama 3.1 JSON tools, Mistral) rendered with
 // the server's limits, the real Qwen3 tokenizer, tool_choice forcing, the context and sampling
 // checks. A model reply is then run through ChatOutput and ResponsesOutput. Everything a client
@@ -24,6 +25,7 @@
 #include "server/errors.h"
 #include "server/responses_output.h"
 #include "server/schemas.h"
+#include "server/schemas_ollama.h"
 #include "server/schemas_responses.h"
 #include "server/state.h"
 #include "tokenizer/tokenizer.h"
@@ -106,6 +108,25 @@ void run_chat(const ServedModel& m, const ChatRequest& r) {
   }
 }
 
+// An Ollama request as its routes prepare it: the template (unless raw), generate's context ids
+// before the prompt, num_ctx as the request's context, num_predict.
+void run_ollama(const ServedModel& m, const OllamaRequest& r) {
+  if (r.empty) return;
+  try {
+    PreparedChat prepared;
+    if (r.raw) {
+      prepared.gen.prompt = m.engine->tokenizer()->encode(r.prompt, true);
+    } else {
+      prepared = prepare_chat(server_state(), m, r.chat, /*for_generation=*/false);
+      prepared.gen.prompt.insert(prepared.gen.prompt.begin(), r.context.begin(), r.context.end());
+    }
+    finish_generation_request(server_state(), m, prepared.gen, std::nullopt, r.chat.sampling,
+                              r.num_ctx.value_or(0));
+    if (!r.raw) run_output(prepared);
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -134,6 +155,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ResponsesRequest r = parse_responses_request(body);
     r.chat.messages = responses_messages(r.input, r.instructions);
     for (const auto& m : models()) run_chat(m, r.chat);
+  } catch (const Error&) {
+  }
+  try {
+    const OllamaRequest r = parse_ollama_chat(body);
+    for (const auto& m : models()) run_ollama(m, r);
+  } catch (const Error&) {
+  }
+  try {
+    run_ollama(models().front(), parse_ollama_generate(body));
   } catch (const Error&) {
   }
   try {

@@ -2,9 +2,9 @@
 # End-to-end tests of the server (ctest "server_e2e"): starts `hearth serve` on a random-weight
 # qwen3 with the real Qwen3 tokenizer, the scripted-model server (hearth_test_serve), and the
 # committed Qwen3.5 hybrid model (models/default) with and without the prompt cache, then
-# runs the Node tests (official openai and @anthropic-ai/sdk clients, playwright-core driving
-# Debian's chromium, the pi and Qwen Code coding agents against a scripted server of their own)
-# and checks that SIGTERM stops a server with a generation in flight.
+# runs the Node tests (official openai, @anthropic-ai/sdk and ollama clients, playwright-core
+# driving Debian's chromium, the pi and Qwen Code coding agents against a scripted server of their
+# own) and checks that SIGTERM stops a server with a generation in flight.
 # usage: tests/server/run-e2e.sh BUILD_DIR
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-e2e.sh BUILD_DIR}" && pwd)
@@ -51,6 +51,11 @@ start "$WORK/hard.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 --
   --cors-origin http://app.example --idle-timeout 2 --api-key-file "$WORK/key" --max-prompt-tokens 256
 export HEARTH_HARDENED_URL=$URL HEARTH_HARDENED_KEY=$(cat "$WORK/key")
 
+# Two models in one server, at most one loaded at a time (models load when a request names them).
+start "$WORK/multi.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" -m "$ROOT/models/default" \
+  --max-loaded 1 --port 0 --ctx 2048 -t 2
+export HEARTH_MULTI_URL=$URL
+
 # Its own server for the memory test, so that no other test's requests move the figures.
 start "$WORK/memory.log" "$BUILD/hearth" serve -m "$WORK/qwen3-random" --port 0 --ctx 2048 -t 2
 export HEARTH_MEMORY_URL=$URL HEARTH_MEMORY_PID=$LAST_PID
@@ -76,7 +81,8 @@ export HEARTH_BIN="$BUILD/hearth" HEARTH_TEST_SERVE="$BUILD/hearth_test_serve" H
 
 cd "$DEPS"
 node --test --test-concurrency=1 openai.test.mjs embeddings.test.mjs scripted.test.mjs responses.test.mjs \
-  hybrid.test.mjs browser.test.mjs hardening.test.mjs load.test.mjs memory.test.mjs agents.test.mjs
+  ollama.test.mjs multi.test.mjs hybrid.test.mjs browser.test.mjs hardening.test.mjs load.test.mjs memory.test.mjs \
+  agents.test.mjs
 
 # SIGTERM with a stream in flight: the client gets an end, the server exits 0, promptly.
 curl -sN "$HEARTH_URL/v1/chat/completions" -H 'Content-Type: application/json' \

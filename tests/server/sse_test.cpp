@@ -1,6 +1,6 @@
 // The per-token SSE path writes exactly the bytes the JSON library would: strings escaped the
 // same way (control characters, quotes, non-ASCII, invalid UTF-8), and a pre-rendered chunk
-// equal to dumping the whole chunk with the text in it.
+// equal to dumping the whole chunk with the text in it, framed as an SSE event or an NDJSON line.
 #include "server/sse.h"
 
 #include <gtest/gtest.h>
@@ -47,6 +47,17 @@ TEST(Sse, TextChunkEqualsTheDumpedChunk) {
     EXPECT_EQ(out, sse_data(body(text)));
   }
   EXPECT_THROW(SseTextChunk(json{{"no", "slot"}}), hearth::Error);
+}
+
+// NDJSON framing (the Ollama API): the dumped object and a newline, nothing else.
+TEST(Sse, TextChunkFramedAsNdjsonLine) {
+  auto body = [](const std::string& text) {
+    return json{{"model", "m"}, {"message", {{"role", "assistant"}, {"content", text}}}};
+  };
+  const SseTextChunk line(body(std::string(SseTextChunk::kSlot)), "", "\n");
+  std::string out;
+  line.append(out, "a \"b\"\n");
+  EXPECT_EQ(out, dump_json(body("a \"b\"\n")) + "\n");
 }
 
 }  // namespace

@@ -52,3 +52,21 @@ test("bad inputs are 400s naming the problem", async () => {
   const ok = await client.embeddings.create({ model: "m", input: "still serving" });
   assert.equal(ok.data.length, 1);
 });
+
+test("Ollama's /api/embed and /api/embeddings give the same vectors", async () => {
+  const { Ollama } = await import("ollama");
+  const ollama = new Ollama({ host: URL_MODEL });
+  const model = (await client.models.list()).data[0].id;
+  const r = await ollama.embed({ model, input: ["The river Seine.", "A lighthouse"] });
+  assert.equal(r.embeddings.length, 2);
+  assert.ok(r.prompt_eval_count >= 4);
+  const openaiSide = await post(URL_MODEL, "/v1/embeddings", { input: "A lighthouse" });
+  r.embeddings[1].forEach((x, j) => assert.ok(Math.abs(x - openaiSide.json.data[0].embedding[j]) < 1e-6));
+  const legacy = await ollama.embeddings({ model, prompt: "A lighthouse" });
+  assert.deepEqual(legacy.embedding, r.embeddings[1]);
+  const long = await ollama.embed({ model, input: "hello ".repeat(3000) });  // truncated to the context
+  assert.equal(long.embeddings.length, 1);
+  await assert.rejects(ollama.embed({ model, input: "hello ".repeat(3000), truncate: false }),
+                       (e) => e.status_code === 400 && /truncate/.test(e.error));
+  await assert.rejects(ollama.embed({ model: "nope", input: "x" }), (e) => e.status_code === 404);
+});
