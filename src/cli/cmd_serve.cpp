@@ -132,9 +132,10 @@ int run_serve(ServeOptions& o) {
     for (size_t i = 0; i < entries.size(); ++i) ids += (i ? ", " : "") + entries[i].id;
     const size_t n = entries.size();
     srv.set_models(std::move(entries), size_t(o.max_loaded), uint64_t(o.models_ram_mb) << 20);
-    std::printf("hearth serve: ready at %s%s (%zu models: %s; each loads when first named, %lld "
-                "at most at once)\n",
-                srv.url().c_str(), where.c_str(), n, ids.c_str(), (long long)o.max_loaded);
+    std::printf(
+        "hearth serve: ready at %s%s (%zu models: %s; each loads when first named, %lld "
+        "at most at once)\n",
+        srv.url().c_str(), where.c_str(), n, ids.c_str(), (long long)o.max_loaded);
     std::fflush(stdout);
     int sig = 0;
     do sigwait(&stop_signals, &sig);
@@ -192,8 +193,9 @@ CommandRegistration serve_command(
     "serve", "serve OpenAI- and Anthropic-compatible HTTP APIs and a chat page", [](CLI::App& sub) {
       auto o = std::make_shared<ServeOptions>();
       add_model_options(sub, o->model, &o->models);
-      sub.add_option("--models-dir", o->models_dir,
-                     "serve every checkpoint directory in DIR, each loaded when a request names it");
+      sub.add_option(
+          "--models-dir", o->models_dir,
+          "serve every checkpoint directory in DIR, each loaded when a request names it");
       sub.add_flag("--hf-cache", o->hf_cache,
                    "serve every model of the Hugging Face cache (`hearth pull`), loaded on demand");
       sub.add_option("--max-loaded", o->max_loaded,

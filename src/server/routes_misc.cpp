@@ -116,39 +116,40 @@ void register_misc_routes(http::Router& http, ServerState& s) {
         res.set_content(s.metrics.render(stats, cache), "text/plain; version=0.0.4");
       },
       http::RunOn::IoThread);
-  http.post(
-      "/tokenize",
-      json_post(s, ApiStyle::OpenAI, "/tokenize",
-                [&s](const ojson& body, const http::Request&, http::Response& res) {
-                  const ModelRef m = acquire_model(s, body);
-                  const Tokenizer* tok = m->engine->tokenizer();
-                  if (!tok) bad_request("this model has no tokenizer");
-                  std::vector<int32_t> ids;
-                  if (field(body, "messages")) {
-                    ChatRequest r = parse_openai_chat(body);
-                    ids = prepare_chat(s, *m, r, /*for_generation=*/false).gen.prompt;
-                  } else {
-                    auto text = get_string(body, "content");
-                    if (!text) text = get_string(body, "prompt");
-                    if (!text)
-                      bad_request("give the text as content (or prompt), or messages", "content");
-                    const bool add_special =
-                        get_bool(body, "add_special")
-                            .value_or(get_bool(body, "add_special_tokens").value_or(true));
-                    ids = tok->encode(*text, add_special);
-                  }
-                  json out = {
-                      {"tokens", ids}, {"count", ids.size()}, {"max_model_len", m->engine->n_ctx()}};
-                  if (get_bool(body, "with_pieces").value_or(false)) {
-                    json pieces = json::array();
-                    for (int32_t id : ids) {
-                      const int32_t one[1] = {id};
-                      pieces.push_back({{"id", id}, {"piece", tok->decode(one, false)}});
-                    }
-                    out["pieces"] = pieces;
-                  }
-                  send_json(res, out);
-                }));
+  http.post("/tokenize",
+            json_post(s, ApiStyle::OpenAI, "/tokenize",
+                      [&s](const ojson& body, const http::Request&, http::Response& res) {
+                        const ModelRef m = acquire_model(s, body);
+                        const Tokenizer* tok = m->engine->tokenizer();
+                        if (!tok) bad_request("this model has no tokenizer");
+                        std::vector<int32_t> ids;
+                        if (field(body, "messages")) {
+                          ChatRequest r = parse_openai_chat(body);
+                          ids = prepare_chat(s, *m, r, /*for_generation=*/false).gen.prompt;
+                        } else {
+                          auto text = get_string(body, "content");
+                          if (!text) text = get_string(body, "prompt");
+                          if (!text)
+                            bad_request("give the text as content (or prompt), or messages",
+                                        "content");
+                          const bool add_special =
+                              get_bool(body, "add_special")
+                                  .value_or(get_bool(body, "add_special_tokens").value_or(true));
+                          ids = tok->encode(*text, add_special);
+                        }
+                        json out = {{"tokens", ids},
+                                    {"count", ids.size()},
+                                    {"max_model_len", m->engine->n_ctx()}};
+                        if (get_bool(body, "with_pieces").value_or(false)) {
+                          json pieces = json::array();
+                          for (int32_t id : ids) {
+                            const int32_t one[1] = {id};
+                            pieces.push_back({{"id", id}, {"piece", tok->decode(one, false)}});
+                          }
+                          out["pieces"] = pieces;
+                        }
+                        send_json(res, out);
+                      }));
   http.post("/detokenize",
             json_post(s, ApiStyle::OpenAI, "/detokenize",
                       [&s](const ojson& body, const http::Request&, http::Response& res) {

@@ -144,8 +144,8 @@ void chat_completions(ServerState& s, const ojson& body, const http::Request& re
                    {"message", message},
                    {"logprobs", r.logprobs >= 0 ? chat_logprobs(engine, result.logprobs) : json()},
                    {"finish_reason", finish_reason(result, all.calls.size())}};
-    send_json(
-        res, usage_body(id, "chat.completion", created, model_id, json::array({choice}), result));
+    send_json(res,
+              usage_body(id, "chat.completion", created, model_id, json::array({choice}), result));
     return;
   }
 
@@ -256,8 +256,8 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
         {"logprobs",
          r.logprobs >= 0 ? completion_logprobs(engine, result.logprobs, echo.size()) : json()},
         {"finish_reason", result.finish_reason}};
-    send_json(
-        res, usage_body(id, "text_completion", created, model_id, json::array({choice}), result));
+    send_json(res,
+              usage_body(id, "text_completion", created, model_id, json::array({choice}), result));
     return;
   }
   const bool include_usage = r.include_usage;
@@ -311,8 +311,8 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
     } else {
       batch.add(chunk("", result.finish_reason));
       if (include_usage)
-        batch.add(sse_data(
-            usage_body(id, "text_completion", created, model_id, json::array(), result)));
+        batch.add(
+            sse_data(usage_body(id, "text_completion", created, model_id, json::array(), result)));
     }
     batch.add("data: [DONE]\n\n");
     batch.flush();

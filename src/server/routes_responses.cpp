@@ -154,7 +154,8 @@ ojson responses_final(const ResponsesJob& job, const GenerationResult& result,
   const ServedModel& model = **job.model;
   ojson response = responses_object(
       job.request, job.id, job.created_at, model.model_id, status, out.items(),
-      responses_usage(result.usage, responses_reasoning_tokens(model, result, out.has_reasoning())));
+      responses_usage(result.usage,
+                      responses_reasoning_tokens(model, result, out.has_reasoning())));
   if (std::string(status) == "completed") response["completed_at"] = int64_t(std::time(nullptr));
   return response;
 }
@@ -216,8 +217,9 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
   res.set_stream("text/event-stream", [&s, job, arrival, &req](http::BodyWriter& sink) {
     SseBatch batch(sink);
     ResponsesOutput out(&batch.buffer());
-    const ojson start = responses_object(job->request, job->id, job->created_at, (*job->model)->model_id,
-                                         "in_progress", ojson::array(), nullptr);
+    const ojson start =
+        responses_object(job->request, job->id, job->created_at, (*job->model)->model_id,
+                         "in_progress", ojson::array(), nullptr);
     out.event("response.created", {{"response", start}});
     out.event("response.in_progress", {{"response", start}});
     batch.flush();  // the first bytes go out before the request is queued

@@ -35,8 +35,9 @@ TEST_F(Pipeline, RendersThroughTheTemplate) {
   EXPECT_EQ(model_.tool_format, chat::ToolCallFormat::Hermes);
   ojson b = body("Hello");
   b["chat_template_kwargs"] = {{"enable_thinking", false}};
-  EXPECT_NE(prepare_chat(state_, model_, parse_openai_chat(b)).prompt_text.find("<think>\n\n</think>"),
-            std::string::npos);
+  EXPECT_NE(
+      prepare_chat(state_, model_, parse_openai_chat(b)).prompt_text.find("<think>\n\n</think>"),
+      std::string::npos);
 }
 
 TEST_F(Pipeline, TemplateRaiseIsA400WithItsMessage) {

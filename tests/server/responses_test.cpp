@@ -157,11 +157,11 @@ class ResponsesPrompt : public ::testing::Test {
  protected:
   void SetUp() override {
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(testing::qwen3_tokenizer_dir()));
-    model_ = *make_served_model(
-        std::make_shared<Engine>(testing::make_scripted_model(*tok, testing::default_scripts()),
-                                 tok, ModelConfig::from_json({{"model_type", "qwen3"}}),
-                                 EngineOptions{}),
-        "scripted");
+    model_ =
+        *make_served_model(std::make_shared<Engine>(
+                               testing::make_scripted_model(*tok, testing::default_scripts()), tok,
+                               ModelConfig::from_json({{"model_type", "qwen3"}}), EngineOptions{}),
+                           "scripted");
     state_.ready = true;
   }
   std::string prompt(ResponsesRequest r, const ojson& items) {
