@@ -9,9 +9,7 @@
 
 namespace hearth::server {
 
-namespace {
-
-const char* type_name(const ojson& j) {
+const char* json_type_name(const ojson& j) {
   switch (j.type()) {
     case ojson::value_t::null:
       return "null";
@@ -31,8 +29,11 @@ const char* type_name(const ojson& j) {
   }
 }
 
+namespace {
+
+
 [[noreturn]] void wrong_type(const std::string& name, const char* expected, const ojson& got) {
-  bad_request(name + " must be " + expected + ", got " + type_name(got), name);
+  bad_request(name + " must be " + expected + ", got " + json_type_name(got), name);
 }
 
 // Text of an OpenAI content value: a string, or a list of {"type": "text", "text": ...} parts.

@@ -17,6 +17,8 @@ namespace hearth::server {
 
 using ojson = nlohmann::ordered_json;
 
+// "a string", "an array", ... for messages naming what a field holds.
+const char* json_type_name(const ojson& j);
 // The field, or null when absent or JSON null.
 const ojson* field(const ojson& obj, const char* key);
 std::optional<double> get_number(const ojson& obj, const char* key, double min, double max);

@@ -11,29 +11,9 @@ namespace hearth::server {
 
 namespace {
 
-const char* responses_type_name(const ojson& j) {
-  switch (j.type()) {
-    case ojson::value_t::null:
-      return "null";
-    case ojson::value_t::boolean:
-      return "a boolean";
-    case ojson::value_t::string:
-      return "a string";
-    case ojson::value_t::array:
-      return "an array";
-    case ojson::value_t::object:
-      return "an object";
-    case ojson::value_t::binary:
-    case ojson::value_t::discarded:
-      return "invalid";
-    default:
-      return "a number";
-  }
-}
-
 [[noreturn]] void responses_wrong_type(const std::string& name, const char* expected,
                                        const ojson& got) {
-  bad_request(name + " must be " + expected + ", got " + responses_type_name(got), name);
+  bad_request(name + " must be " + expected + ", got " + json_type_name(got), name);
 }
 
 // obj[key] as a string, with errors naming `path` + "." + key; nullopt when absent or null.
