@@ -31,7 +31,6 @@ const char* json_type_name(const ojson& j) {
 
 namespace {
 
-
 [[noreturn]] void wrong_type(const std::string& name, const char* expected, const ojson& got) {
   bad_request(name + " must be " + expected + ", got " + json_type_name(got), name);
 }
