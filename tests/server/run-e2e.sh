@@ -76,6 +76,24 @@ grep -q "without an API key" "$WORK/open.log.err" || { echo "server_e2e: no warn
 kill "$LAST_PID"
 echo "server_e2e: exclusive port, HEARTH_API_KEY and the open-listener warning: ok"
 
+# HEAD is GET without the body: the head (status, Content-Length of the GET body), then nothing.
+python3 - "$HEARTH_URL" <<'PY'
+import socket, sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+for path, status in (("/", b"200"), ("/health", b"200"), ("/v1/chat/completions", b"405")):
+    s = socket.create_connection((u.hostname, u.port))
+    s.sendall(b"HEAD " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while chunk := s.recv(4096):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 " + status), (path, head)
+    assert body == b"", (path, body[:80])
+    if status == b"200":
+        assert b"Content-Length: " in head and b"Content-Length: 0\r" not in head, (path, head)
+PY
+echo "server_e2e: HEAD answers with the GET head and no body: ok"
+
 # The agents' test starts its own scripted server (its scripts hold its temporary paths).
 export HEARTH_BIN="$BUILD/hearth" HEARTH_TEST_SERVE="$BUILD/hearth_test_serve" HEARTH_ROOT="$ROOT"
 

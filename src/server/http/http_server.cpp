@@ -296,6 +296,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The head, and the body unless it is streamed.
   std::string serialize(const Request& req, Response& res, bool keep_alive) {
     srv_->add_cors(req, res);
+    const bool head = req.method == "HEAD";
+    if (head) res.stream = nullptr;  // no body at all; GET routes do not stream anyway
     const bool streamed = bool(res.stream);
     if (streamed && http10_) keep_alive = false;  // HTTP/1.0 has no chunks: the close ends it
     std::string out = fmt::format("HTTP/1.1 {} {}\r\n", res.status, reason_phrase(res.status));
@@ -307,7 +309,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     out += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
     for (const auto& [k, v] : res.headers) out += k + ": " + v + "\r\n";
     out += "\r\n";
-    if (!streamed) out += res.body;
+    if (!streamed && !head) out += res.body;
     return out;
   }
 

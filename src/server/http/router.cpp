@@ -49,7 +49,10 @@ Router::Match Router::find(Request& req) const {
   std::smatch sm;
   for (const Route& r : routes_) {
     if (!std::regex_match(req.path, sm, r.pattern)) continue;
-    if (r.method != req.method) {
+    // HEAD is GET without the body (RFC 9110 9.3.2): the GET handler runs, the writer sends only
+    // its head. Ollama's CLI checks the server with HEAD /.
+    const bool head_of_get = req.method == "HEAD" && r.method == "GET";
+    if (r.method != req.method && !head_of_get) {
       m.path_known = true;
       continue;
     }
@@ -66,6 +69,7 @@ std::string Router::methods_for(const std::string& path) const {
   for (const Route& r : routes_) {
     if (!std::regex_match(path, r.pattern) || out.find(r.method) != std::string::npos) continue;
     out += out.empty() ? r.method : ", " + r.method;
+    if (r.method == "GET") out += ", HEAD";
   }
   return out;
 }
