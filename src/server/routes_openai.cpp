@@ -203,11 +203,7 @@ void chat_completions(ServerState& s, const ojson& body, const http::Request& re
     GenerationResult result = pump(
         er, &req,
         [&](const GenerationDelta& d) { return send_events(out.push(d.text), d.logprobs); },
-        [&] {
-          batch.add(": keep-alive\n\n");
-          return batch.flush();
-        },
-        [&] { return batch.flush(); });
+        [&] { return batch.keep_alive(); }, [&] { return batch.flush(); });
     if (const auto failure = result_failure(s, result)) {
       batch.add(sse_data(error_body(ApiStyle::OpenAI, failure->status, failure->message)));
     } else {
@@ -301,11 +297,7 @@ void completions(ServerState& s, const ojson& body, const http::Request& req, ht
           offset += d.text.size();
           return batch.ok();
         },
-        [&] {
-          batch.add(": keep-alive\n\n");
-          return batch.flush();
-        },
-        [&] { return batch.flush(); });
+        [&] { return batch.keep_alive(); }, [&] { return batch.flush(); });
     if (const auto failure = result_failure(s, result)) {
       batch.add(sse_data(error_body(ApiStyle::OpenAI, failure->status, failure->message)));
     } else {

@@ -231,11 +231,7 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
           out.add(parsed.push(d.text));
           return batch.ok();
         },
-        [&] {
-          batch.add(": keep-alive\n\n");
-          return batch.flush();
-        },
-        [&] { return batch.flush(); });
+        [&] { return batch.keep_alive(); }, [&] { return batch.flush(); });
     if (const auto failure = result_failure(s, result)) {
       out.finish("incomplete", /*ensure_message=*/false);
       out.event("error",

@@ -9,6 +9,18 @@
 
 namespace hearth::server {
 
+void check_tool_choice(const ChatRequest& r) {
+  if ((r.tool_choice == "required" || r.tool_choice == "named") && r.tools.is_null())
+    bad_request("tool_choice '" + r.tool_choice + "' needs tools", "tool_choice");
+  if (r.tool_choice == "named") {
+    bool found = false;
+    for (const auto& t : r.tools) found |= t["function"].value("name", "") == r.tool_choice_name;
+    if (!found)
+      bad_request("tool_choice names '" + r.tool_choice_name + "', which is not in tools",
+                  "tool_choice");
+  }
+}
+
 const char* json_type_name(const ojson& j) {
   switch (j.type()) {
     case ojson::value_t::null:
@@ -297,15 +309,7 @@ ChatRequest parse_openai_chat(const ojson& body) {
     } else {
       wrong_type("tool_choice", "a string or an object", *tc);
     }
-    if ((r.tool_choice == "required" || r.tool_choice == "named") && r.tools.is_null())
-      bad_request("tool_choice '" + r.tool_choice + "' needs tools", "tool_choice");
-    if (r.tool_choice == "named") {
-      bool found = false;
-      for (const auto& t : r.tools) found |= t["function"].value("name", "") == r.tool_choice_name;
-      if (!found)
-        bad_request("tool_choice names '" + r.tool_choice_name + "', which is not in tools",
-                    "tool_choice");
-    }
+    check_tool_choice(r);
   }
   r.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
   if (const ojson* kw = field(body, "chat_template_kwargs")) {

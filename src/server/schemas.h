@@ -50,6 +50,9 @@ struct ChatRequest {
   bool ignore_eos = false;
 };
 
+// A tool_choice of "required" or a named tool needs tools, and the named one among them (400).
+void check_tool_choice(const ChatRequest& request);
+
 // body.tools: OpenAI-style function tools (Ollama's are the same), checked; null when absent or
 // empty.
 ojson parse_function_tools(const ojson& body);

@@ -207,15 +207,7 @@ void responses_tool_choice(const ojson& tc, ChatRequest& r) {
   } else {
     responses_wrong_type("tool_choice", "a string or an object", tc);
   }
-  if ((r.tool_choice == "required" || r.tool_choice == "named") && r.tools.is_null())
-    bad_request("tool_choice '" + r.tool_choice + "' needs tools", "tool_choice");
-  if (r.tool_choice == "named") {
-    bool found = false;
-    for (const auto& t : r.tools) found |= t["function"].value("name", "") == r.tool_choice_name;
-    if (!found)
-      bad_request("tool_choice names '" + r.tool_choice_name + "', which is not in tools",
-                  "tool_choice");
-  }
+  check_tool_choice(r);
 }
 
 void responses_metadata(const ojson& m) {

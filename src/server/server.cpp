@@ -112,8 +112,12 @@ void Server::stop() {
   if (!http_ || state_.stopping.exchange(true)) return;
   // In-flight requests end now, with an error. A shared engine runs on: each handler cancels its
   // own request once it sees `stopping` (runner.cpp).
-  if (state_.engine_ownership == EngineOwnership::Server)
-    for_each_loaded_model(state_, [](const ServedModel& m) { m.engine->shutdown(); });
+  // Shut down outside the pool's lock: a shutdown joins the engine's worker.
+  if (state_.engine_ownership == EngineOwnership::Server) {
+    std::vector<std::shared_ptr<Engine>> engines;
+    for_each_loaded_model(state_, [&](const ServedModel& m) { engines.push_back(m.engine); });
+    for (const auto& e : engines) e->shutdown();
+  }
   http_->stop();  // joins the handler threads
 }
 

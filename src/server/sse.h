@@ -41,6 +41,11 @@ class SseBatch {
   // Writes what was added since the last flush; false once any write has failed.
   bool flush();
   bool ok() const { return ok_; }
+  // An SSE comment line, flushed: keeps proxies and clients from timing out an idle stream.
+  bool keep_alive() {
+    add(": keep-alive\n\n");
+    return flush();
+  }
 
  private:
   http::BodyWriter* sink_;
