@@ -235,12 +235,13 @@ CommandRegistration serve_command(
                      "prefill chunk on a GPU)")
           ->capture_default_str();
       sub.add_option("--kv-budget", o->server.kv_budget_mb,
-                     "MB the running requests' KV caches and recurrent states may hold together "
-                     "(0: half the free RAM on the CPU, 80 % of the free GPU memory); past it the "
-                     "latest request is preempted and recomputed later, and the context is "
-                     "clamped to what one request can hold")
+                     "MB the running requests' KV caches and recurrent states and the prompt cache "
+                     "may hold together (0: half the free RAM on the CPU, 90 % of the free GPU "
+                     "memory); the prompt cache gives way first, then the latest request is "
+                     "preempted and recomputed later; the context is clamped to what one request "
+                     "can hold")
           ->capture_default_str();
-      sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB (0: off)")
+      sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB, at most the KV budget, of which it is part (0: off)")
           ->capture_default_str();
       sub.add_option("--responses-max", o->server.responses_max,
                      "/v1/responses kept for GET and previous_response_id, at most (0: none; "

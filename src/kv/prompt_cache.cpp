@@ -90,8 +90,8 @@ void PromptCache::release(std::vector<int32_t> tokens, std::unique_ptr<SequenceS
       ++it;
     }
   }
-  bytes_ += e.bytes;
   entries_.push_front(std::move(e));
+  refresh_bytes_locked();
   evict_locked();
 }
 
@@ -106,6 +106,25 @@ void PromptCache::evict_locked() {
     bytes_ -= entries_.back().bytes;
     entries_.pop_back();
   }
+}
+
+void PromptCache::refresh_bytes_locked() {
+  bytes_ = 0;
+  for (Entry& e : entries_) bytes_ += e.bytes = e.state->bytes();
+}
+
+size_t PromptCache::refresh_bytes() {
+  std::lock_guard lock(mu_);
+  refresh_bytes_locked();
+  return bytes_;
+}
+
+bool PromptCache::evict_oldest() {
+  std::lock_guard lock(mu_);
+  if (entries_.empty()) return false;
+  bytes_ -= entries_.back().bytes;
+  entries_.pop_back();
+  return true;
 }
 
 void PromptCache::clear() {

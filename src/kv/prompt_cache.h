@@ -1,8 +1,9 @@
 // PromptCache: finished sequences' states kept in RAM, keyed by the tokens they hold, so a new
 // request whose prompt shares a prefix with an earlier one skips prefilling that prefix.
 // Invariants: an entry's state holds exactly its `tokens` (n_past() == tokens.size()); the sum
-// of entries' bytes() (when cached) stays <= the cap (least recently used entries are dropped
-// first). A state that can be shared (SequenceState::share, paged KV) stays cached when a
+// of entries' bytes() stays <= the cap (least recently used entries are dropped first). An
+// entry's bytes() changes while it shares blocks with others (a shared block counts for its
+// share), so the sum is taken again when an entry comes in and by refresh_bytes(). A state that can be shared (SequenceState::share, paged KV) stays cached when a
 // request reuses it, so concurrent requests with a common prefix share its memory; any other
 // state is owned by one place at a time (taken out by acquire(), handed back by release()).
 // Recurrent (hybrid) states can only go back to positions where keep_checkpoint() was called,
@@ -51,6 +52,11 @@ class PromptCache {
   void release(std::vector<int32_t> tokens, std::unique_ptr<SequenceState> state,
                std::vector<int64_t> checkpoints);
   void clear();
+  // What the entries hold now (each state's bytes(), shares as they are now).
+  size_t refresh_bytes();
+  // Drops the least recently used entry; false when there is none. The engine calls it to make
+  // room for running requests, which share one memory pool with the cache.
+  bool evict_oldest();
   PromptCacheStats stats() const;
   size_t max_bytes() const { return max_bytes_; }
   // Lowers (or raises) the cap, evicting entries over it.
@@ -64,6 +70,7 @@ class PromptCache {
     size_t bytes = 0;
   };
   void evict_locked();
+  void refresh_bytes_locked();
   // The entry serving `prompt` best and how many of its tokens it serves (end(), 0: none).
   std::pair<std::list<Entry>::iterator, int64_t> best_locked(std::span<const int32_t> prompt,
                                                              int64_t max_reuse);

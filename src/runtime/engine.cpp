@@ -116,17 +116,17 @@ Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> to
   if (options_.max_step_tokens < 0)
     fail("--max-batch-tokens must be >= 0, got {}", options_.max_step_tokens);
   const bool cpu = model_->device() == Device::CPU;
-  // The KV budget: what the running requests' states may hold together. By default half the
-  // memory the CPU has free, or 80 % of a GPU's free memory after the weights; unlimited where
-  // the backend cannot say. On a GPU the prompt cache's states are device memory too: it gets
-  // at most a tenth, which leaves a tenth for the steps' activations and workspaces.
+  // The KV budget: what the running requests' states and the prompt cache may hold together
+  // (one pool: the cache gives way to running requests). By default half the memory the CPU has
+  // free, or 90 % of a GPU's free memory after the weights (the rest is the steps' activations
+  // and workspaces); unlimited where the backend cannot say.
   const size_t free = model_->memory_available();
   if (options_.kv_budget_bytes > 0) {
     kv_budget_ = options_.kv_budget_bytes;
   } else if (free > 0) {
-    kv_budget_ = size_t(double(free) * (cpu ? 0.5 : 0.8));
+    kv_budget_ = size_t(double(free) * (cpu ? 0.5 : 0.9));
   }
-  if (!cpu && free > 0 && options_.cache_bytes > free / 10) cache_.set_max_bytes(free / 10);
+  if (options_.cache_bytes > kv_budget_) cache_.set_max_bytes(kv_budget_);
   // A request must fit alone: the context is at most what the budget holds for one sequence.
   if (kv_budget_ < SIZE_MAX) {
     state_fixed_bytes_ = model_->new_sequence()->bytes();  // the recurrent state, if any
@@ -322,6 +322,20 @@ size_t Engine::bytes_in_use() const {
   return used;
 }
 
+size_t Engine::pool_bytes() {
+  return bytes_in_use() + (options_.cache_bytes > 0 ? cache_.refresh_bytes() : 0);
+}
+
+bool Engine::make_room(size_t& pool, size_t need_beyond_pool) {
+  // Dropping an entry whose blocks running requests share frees nothing: their shares grow by
+  // as much as the cache's shrinks. So the pool is taken again after each drop.
+  while (pool > kv_budget_ || need_beyond_pool > kv_budget_ - pool) {
+    if (options_.cache_bytes == 0 || !cache_.evict_oldest()) return false;
+    pool = pool_bytes();
+  }
+  return true;
+}
+
 size_t Engine::growth_bytes(int64_t positions, int64_t to_come) const {
   const auto more = int64_t(reserve_ratio_ * double(to_come));
   return state_bytes_for(positions + more) - state_bytes_for(positions);
@@ -329,8 +343,10 @@ size_t Engine::growth_bytes(int64_t positions, int64_t to_come) const {
 
 bool Engine::admit() {
   // Preempted requests come back first, oldest first, once their prefix fits again. Room is
-  // what the states hold, plus a share of what the running requests may still generate.
-  size_t used = bytes_in_use();
+  // what the pool holds (the prompt cache gives way), plus a share of what the running requests
+  // may still generate.
+  size_t pool = pool_bytes();
+  size_t used = 0;  // beyond the pool: the growth reserves and what admission takes
   for (const auto& r : running_)
     if (!r->done()) used += growth_bytes(r->positions(), r->tokens_to_come());
   for (auto& r : preempted_)
@@ -340,7 +356,7 @@ bool Engine::admit() {
     RunningRequest& r = *preempted_.front();
     const size_t need =
         state_bytes_for(r.positions()) + growth_bytes(r.positions(), r.tokens_to_come());
-    if (!running_.empty() && used + need > kv_budget_) break;
+    if (!make_room(pool, used + need) && !running_.empty()) break;
     r.resume();
     used += need;
     running_.push_back(std::move(preempted_.front()));
@@ -382,7 +398,8 @@ bool Engine::admit() {
       const int64_t n_prompt = int64_t(it->request.prompt.size());
       const size_t need =
           state_bytes_for(n_prompt + 1) + growth_bytes(n_prompt + 1, it->request.max_tokens);
-      if (!(running_.empty() && admitted.size() == cancelled) && used + need > kv_budget_) break;
+      if (!make_room(pool, used + need) && !(running_.empty() && admitted.size() == cancelled))
+        break;
       used += need;
       admitted.push_back(std::move(*it));
       it = queue_.erase(it);
@@ -467,7 +484,7 @@ void Engine::worker_loop() {
 void Engine::give_way_to_memory(const std::vector<RunningRequest*>& ran, const std::string& what) {
   if (ran.size() == 1) return ran[0]->finish("error", what);
   const size_t was = kv_budget_;
-  kv_budget_ = std::max(state_bytes_for(256), bytes_in_use() / 10 * 9);
+  kv_budget_ = std::max(state_bytes_for(256), pool_bytes() / 10 * 9);
   log(LogLevel::Warn,
       "{}: the KV budget goes from {:.1f} to {:.1f} MiB and the step's {} requests recompute "
       "later",
@@ -533,20 +550,23 @@ void Engine::step() {
     plan.push_back({r, n, -1});
     budget -= n;
   }
-  // The KV budget: while the step would not fit, the latest arrival gives way (preempted: its
-  // state is freed, and it recomputes when there is room again), as vLLM does.
+  // The KV budget: while the step would not fit, the prompt cache gives way, then the latest
+  // arrival (preempted: its state is freed, and it recomputes when there is room again), as vLLM
+  // does.
   auto projected = [&] {
-    size_t total = 0;
+    size_t total = 0;  // the growth of the states the step writes
     for (RunningRequest* r : live) {
       if (r->done() || !r->has_state()) continue;
       int64_t n = 0;
       for (const Part& p : plan)
         if (p.r == r) n = p.n;
-      total += r->state().bytes_after(n);
+      const size_t after = r->state().bytes_after(n), now = r->state().bytes();
+      total += after > now ? after - now : 0;
     }
     return total;
   };
-  for (size_t need = projected(); need > kv_budget_;) {
+  size_t pool = pool_bytes();
+  for (size_t need = projected(); !make_room(pool, need);) {
     RunningRequest* victim = nullptr;
     int holding = 0;
     for (RunningRequest* r : live) {
@@ -558,7 +578,7 @@ void Engine::step() {
     if (holding <= 1) {  // the context bound keeps this from happening: a request fits alone
       victim->finish("error", fmt::format("the KV cache budget of {} bytes cannot hold this "
                                           "request's next step ({} bytes)",
-                                          kv_budget_.load(), need));
+                                          kv_budget_.load(), pool + need));
     } else {
       victim->preempt();
       preemptions_.fetch_add(1);
@@ -566,6 +586,7 @@ void Engine::step() {
     }
     std::erase_if(plan, [&](const Part& p) { return p.r == victim; });
     need = projected();
+    pool = pool_bytes();
     if (holding <= 1) break;
   }
   if (plan.empty()) return;

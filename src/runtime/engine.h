@@ -47,10 +47,11 @@ struct EngineOptions {
   int64_t prefill_chunk = 0;                // tokens per prefill forward; 0: the model's default
   int64_t checkpoint_interval = 256;        // keep_checkpoint() every N prompt positions
   int64_t max_running = 0;  // requests decoding together; 0: 16 on the CPU, 256 on a GPU
-  // Bytes the running requests' sequence states (KV caches, recurrent states) may hold together;
-  // 0: half the free RAM on the CPU, 80 % of the free GPU memory after loading. When a step would
-  // not fit, the latest request is preempted and recomputed later. The context is clamped to
-  // what one sequence can hold in it.
+  // Bytes the running requests' sequence states (KV caches, recurrent states) and the prompt
+  // cache may hold together: one pool, where the cache gives way first (least recently used
+  // entries dropped). 0: half the free RAM on the CPU, 90 % of the free GPU memory after
+  // loading. When a step would not fit once the cache is empty, the latest request is preempted
+  // and recomputed later. The context is clamped to what one sequence can hold in it.
   size_t kv_budget_bytes = 0;
   // Tokens in a step while requests are decoding (their tokens plus prompt chunks): the bound on
   // how long a prompt may hold up everyone's next token. 0: 128 on the CPU, the prefill chunk
@@ -219,11 +220,18 @@ class Engine {
   // An upper bound of a sequence state's bytes once it holds n_tokens positions.
   size_t state_bytes_for(int64_t n_tokens) const;
   size_t bytes_in_use() const;
+  // The pool's bytes in use: the running requests' states and the prompt cache's (shared blocks
+  // counted once, for their share in each holder).
+  size_t pool_bytes();
+  // Drops prompt cache entries, oldest first, while `need_beyond_pool` more bytes would not fit
+  // in the budget next to the pool (`pool`: pool_bytes(), taken again after each drop); whether
+  // they fit now.
+  bool make_room(size_t& pool, size_t need_beyond_pool);
   // The device ran out of memory in a step that `ran` these requests (more went to activations,
   // workspaces or other processes than the budget foresaw). The step may have run in part, and
   // a recurrent state it updated cannot be trusted, so they are preempted (they recompute when
   // there is room, as under the budget) rather than failed, and the budget shrinks to nine
-  // tenths of what the states hold. A request that ran alone fails with the error.
+  // tenths of what the pool holds. A request that ran alone fails with the error.
   void give_way_to_memory(const std::vector<RunningRequest*>& ran, const std::string& what);
 
   struct ModelWork {

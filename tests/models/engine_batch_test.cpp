@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -288,6 +289,66 @@ TEST_P(EngineBatch, PreemptedRequestsGetTheirLoneTokens) {
   EXPECT_GT(engine.preemptions(), 0u);
   for (size_t i = 0; i < requests.size(); ++i)
     expect_same_tokens(alone[i], got[i], tol, c.name + " request " + std::to_string(i));
+}
+
+// The prompt cache and the running requests share one pool (the KV budget): a cache filled by
+// earlier requests gives way, oldest entry first, to requests that need the room, so the KV
+// blocks alive never pass the budget, nothing is preempted, and the tokens are the lone ones.
+TEST_P(EngineBatch, ThePromptCacheGivesWayToRunningRequests) {
+  const FixtureCase& c = GetParam();
+  if (c.model_type != "qwen3" && c.model_type != "qwen3_5") GTEST_SKIP() << "one per family";
+  auto model = load_model(c.dir);
+  const size_t fixed = model->new_sequence()->bytes();
+  const auto per_token = size_t(model->info().kv_bytes_per_token);
+  auto state_bytes = [&](size_t positions) { return fixed + positions * per_token; };
+  EngineOptions o;
+  o.model_dir = c.dir;
+  o.prefill_chunk = 32;
+  o.max_step_tokens = 48;
+  o.n_ctx = 512;
+  o.kv_budget_bytes = 2 * state_bytes(512) + state_bytes(64);
+  Engine engine(std::move(model), nullptr, ModelConfig::load(c.dir), o);
+  const int64_t n_vocab = engine.info().n_vocab;
+  auto make = [&](int i, size_t prompt_len, int64_t max_tokens) {
+    GenerationRequest r = request(c, 3 * i + 1, n_vocab);
+    r.prompt.resize(prompt_len, int32_t(i + 1));
+    r.max_tokens = max_tokens;
+    return r;
+  };
+  // Four earlier requests leave their states (250 positions each) in the cache: about the budget.
+  for (int i = 0; i < 4; ++i) engine.generate(make(i, 200, 50));
+  ASSERT_GE(engine.cache_stats().entries, 3u) << c.name;
+
+  // Two new ones grow to 450 positions each: together about the budget too.
+  EngineOptions lone = o;
+  lone.cache_bytes = 0;
+  lone.kv_budget_bytes = 0;
+  Engine reference(load_model(c.dir), nullptr, ModelConfig::load(c.dir), lone);
+  std::vector<GenerationRequest> requests{make(4, 150, 300), make(5, 160, 290)};
+  std::vector<GenerationResult> alone;
+  for (const auto& r : requests) alone.push_back(reference.generate(r));
+  const int64_t blocks_before = KvCache::blocks_alive();  // the reference holds none now
+  const size_t block_bytes = size_t(KvCache::kBlockPositions) * per_token;
+  std::atomic<int64_t> most_blocks{0};
+  Results results(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationCallbacks cb = results.callbacks(i);
+    cb.on_delta = [&, inner = cb.on_delta](const GenerationDelta& d) {
+      int64_t now = KvCache::blocks_alive(), seen = most_blocks.load();
+      while (now > seen && !most_blocks.compare_exchange_weak(seen, now)) {
+      }
+      inner(d);
+    };
+    engine.submit(requests[i], std::move(cb));
+  }
+  const auto& got = results.wait_all();
+  const int64_t cached_blocks = blocks_before - blocks_at_start_;
+  EXPECT_GT(size_t(cached_blocks) * block_bytes, state_bytes(512)) << c.name << ": a full cache";
+  EXPECT_LE(size_t(most_blocks.load() - blocks_at_start_) * block_bytes, o.kv_budget_bytes)
+      << c.name << ": KV blocks alive past the budget";
+  EXPECT_EQ(engine.preemptions(), 0u) << c.name;
+  for (size_t i = 0; i < requests.size(); ++i)
+    expect_same_tokens(alone[i], got[i], cpu_tol(c), c.name + " request " + std::to_string(i));
 }
 
 // With the prompt cache on, requests with a common prefix reuse its state: a request's prompt
