@@ -241,7 +241,8 @@ CommandRegistration serve_command(
                      "preempted and recomputed later; the context is clamped to what one request "
                      "can hold")
           ->capture_default_str();
-      sub.add_option("--cache-ram", o->cache_mb, "prompt cache size in MB, at most the KV budget, of which it is part (0: off)")
+      sub.add_option("--cache-ram", o->cache_mb,
+                     "prompt cache size in MB, at most the KV budget, of which it is part (0: off)")
           ->capture_default_str();
       sub.add_option("--responses-max", o->server.responses_max,
                      "/v1/responses kept for GET and previous_response_id, at most (0: none; "

@@ -3,12 +3,13 @@
 // Invariants: an entry's state holds exactly its `tokens` (n_past() == tokens.size()); the sum
 // of entries' bytes() stays <= the cap (least recently used entries are dropped first). An
 // entry's bytes() changes while it shares blocks with others (a shared block counts for its
-// share), so the sum is taken again when an entry comes in and by refresh_bytes(). A state that can be shared (SequenceState::share, paged KV) stays cached when a
-// request reuses it, so concurrent requests with a common prefix share its memory; any other
-// state is owned by one place at a time (taken out by acquire(), handed back by release()).
-// Recurrent (hybrid) states can only go back to positions where keep_checkpoint() was called,
-// so entries remember those positions and acquire() falls back to the largest one that fits.
-// Thread-safe (one mutex); the engine's worker is the only caller today.
+// share), so the sum is taken again when an entry comes in and by refresh_bytes(). A state that can
+// be shared (SequenceState::share, paged KV) stays cached when a request reuses it, so concurrent
+// requests with a common prefix share its memory; any other state is owned by one place at a time
+// (taken out by acquire(), handed back by release()). Recurrent (hybrid) states can only go back to
+// positions where keep_checkpoint() was called, so entries remember those positions and acquire()
+// falls back to the largest one that fits. Thread-safe (one mutex); the engine's worker is the only
+// caller today.
 #pragma once
 #include <cstddef>
 #include <cstdint>
