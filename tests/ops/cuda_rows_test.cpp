@@ -156,18 +156,26 @@ TEST_F(CudaRows, GatedDeltaMixerRowsEqualEachRowAlone) {
   }
 }
 
+// One launch per kernel serves every row (a grid row each, its own scratch): rows of vocabularies
+// not a multiple of 4, greedy and sampled rows mixed or all greedy, and more rows than SMs.
 TEST_F(CudaRows, PickTokensEqualPickTokenOnEachRow) {
-  for (int64_t vocab : {17, 151936}) {
-    const int64_t m = 7;
-    auto l = make({m, vocab}, randn(size_t(m * vocab), uint32_t(vocab) + 3, 3.0f), DType::F32);
+  struct Case {
+    int64_t m, vocab;
+    bool sampled;
+  };
+  for (const Case& c : {Case{7, 17, true}, Case{7, 151936, true}, Case{3, 1001, false},
+                        Case{300, 4099, true}, Case{129, 151936, false}}) {
+    const int64_t m = c.m, vocab = c.vocab;
+    auto l = make({m, vocab}, randn(size_t(m * vocab), uint32_t(vocab + m) + 3, 3.0f), DType::F32);
     std::vector<TokenPick> picks(static_cast<size_t>(m));
     for (int64_t r = 0; r < m; ++r) {
       TokenPick& p = picks[size_t(r)];
-      if (r % 2) {  // sampled rows between greedy ones
-        p.temperature = 0.7f + 0.1f * float(r);
-        p.top_k = r == 3 ? 40 : 0;
-        p.top_p = r == 5 ? 0.9f : 1.0f;
-        p.u = double(r) / double(m);
+      if (c.sampled && r % 2) {  // sampled rows between greedy ones
+        p.temperature = 0.7f + 0.1f * float(r % 7);
+        p.top_k = r % 3 == 0 ? 40 : 0;
+        p.top_p = r % 5 == 0 ? 0.9f : 1.0f;
+        p.min_p = r % 11 == 0 ? 0.05f : 0.0f;
+        p.u = double(r % 13) / 13.0;
       }
     }
     std::vector<int32_t> got(size_t(m), -1);

@@ -288,6 +288,10 @@ struct PickDyn {
 void pick_token_init(const Ctx& ctx);
 // greedy_only: the caller knows the pick is greedy, so only the argmax kernel is launched.
 void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only);
+// pick_token on each row of logits [rows, n] (contiguous), with row r's settings dyn[r], into
+// out[r]: every kernel of the chain serves all rows at once. greedy_only: every row is greedy.
+// Not for graph capture (its scratch grows with the rows).
+void pick_tokens(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only);
 // gated_delta.cu
 void gated_delta_init();
 void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w);

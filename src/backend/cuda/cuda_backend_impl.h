@@ -471,6 +471,7 @@ class CudaBackend final : public Backend {
   std::vector<SeqKv> seq_table_;
   std::vector<void*> block_table_;
   std::vector<void*> state_table_;
+  std::vector<PickDyn> pick_dyns_;
   size_t picks_dev_bytes_ = 0;
   // Packed weights: the transposed-trellis products' partial sums, and prefill's bf16 rows.
   void* packed_partials_ = nullptr;

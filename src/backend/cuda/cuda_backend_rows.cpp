@@ -129,17 +129,21 @@ void CudaBackend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPic
   if (out_.p) deliver_or_queue_output();
   const size_t bytes = size_t(m) * 4;
   if (bytes > picks_dev_bytes_) regrow_device(&picks_dev_, picks_dev_bytes_, bytes);
-  // Each row through the device picker (the same kernels as pick_token), into its own slot;
-  // then one copy of all the ids.
+  // All rows through the device picker at once (the kernels of pick_token, a grid row per
+  // logits row), into their own slots; then one copy of all the ids.
   auto* ids = static_cast<int32_t*>(picks_dev_);
+  std::vector<PickDyn>& dyns = pick_dyns_;
+  dyns.clear();
+  bool greedy = true;
   for (int64_t r = 0; r < m; ++r) {
     const TokenPick& pick = picks[r];
-    const PickDyn dyn{pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u};
-    const auto* d_dyn =
-        reinterpret_cast<const PickDyn*>(upload_ints(&dyn, int64_t(sizeof dyn / 4), 6));
-    const Tensor row = logits.slice_rows(r, r + 1).reshaped({logits.dim(1)});
-    submit<&cuda::pick_token>(ids + r, Ten(row), d_dyn, pick.temperature <= 0.0f);
+    dyns.push_back({pick.temperature, pick.top_k, pick.top_p, pick.min_p, pick.u});
+    greedy = greedy && pick.temperature <= 0.0f;
   }
+  static_assert(sizeof(PickDyn) % 8 == 0, "PickDyn rows stay 8-byte aligned");
+  const auto* d_dyn = reinterpret_cast<const PickDyn*>(
+      upload_ints(dyns.data(), m * int64_t(sizeof(PickDyn) / 4), 6));
+  submit<&cuda::pick_tokens>(ids, Ten(logits), d_dyn, greedy);
   Ten t;
   t.p = picks_dev_;
   t.dtype = kF32;  // 4-byte opaque values

@@ -25,6 +25,7 @@
 // at once.
 #include <algorithm>
 #include <climits>
+#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -79,6 +80,16 @@ struct Args {
   const PickDyn* dyn;
   int32_t* out;
   Scratch* s;
+  int64_t row_stride;  // elements from one row's logits to the next (pick_tokens)
+  // Row blockIdx.y's own logits, settings, token and scratch: rows are independent picks.
+  __device__ Args row(unsigned r) const {
+    Args a = *this;
+    a.x += int64_t(r) * row_stride;
+    a.dyn += r;
+    a.out += r;
+    a.s += r;
+    return a;
+  }
 };
 
 struct Smem {
@@ -578,10 +589,11 @@ __device__ void phase_draw(const Args& a, Smem& sh) {
 // then returns at once: a dependent launched early by PDL waits only for its direct
 // predecessor, so that one must not finish before the kernel before it.
 template <int Phase>
-__global__ void __launch_bounds__(kThreads) pick_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads) pick_kernel(const Args rows) {
   __shared__ Smem sh;
   pdl_trigger();
   pdl_wait();
+  const Args a = rows.row(blockIdx.y);
   if constexpr (Phase == 0)
     phase_max(a, sh);
   else if constexpr (Phase <= 2)
@@ -592,21 +604,49 @@ __global__ void __launch_bounds__(kThreads) pick_kernel(const Args a) {
     phase_draw(a, sh);
 }
 
-// Scratch per (device, stream): two backends on one device may pick at the same time.
+// Scratch per (device, stream): two backends on one device may pick at the same time. `s`
+// serves pick_token (captured graphs hold its address, so it never moves); `rows` serves
+// pick_tokens, which is never captured, and grows with the rows.
 struct ScratchSlot {
   int device;
   cudaStream_t stream;
   Scratch* s;
+  Scratch* rows = nullptr;
+  int64_t n_rows = 0;
 };
 std::mutex g_mu;
-std::vector<ScratchSlot> g_slots;
+std::deque<ScratchSlot> g_slots;  // a deque: slots stay where they are as others come
 
-Scratch* scratch_for(const Ctx& ctx) {
+ScratchSlot& slot_for(const Ctx& ctx);
+
+Scratch* scratch_for(const Ctx& ctx) { return slot_for(ctx).s; }
+
+// Scratch for n rows of pick_tokens, zeroed when new (the kernels leave it zeroed after a pick).
+Scratch* row_scratch_for(const Ctx& ctx, int64_t n) {
+  ScratchSlot& e = slot_for(ctx);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (e.n_rows < n) {
+    // The old rows may still be read by picks in flight on this stream.
+    const int64_t want = std::max<int64_t>(n, 2 * e.n_rows);
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    if (e.rows) HEARTH_CUDA_CHECK(cudaFree(e.rows));
+    e.rows = nullptr;
+    e.n_rows = 0;
+    void* p = nullptr;
+    HEARTH_CUDA_CHECK(cudaMalloc(&p, size_t(want) * sizeof(Scratch)));
+    HEARTH_CUDA_CHECK(cudaMemsetAsync(p, 0, size_t(want) * sizeof(Scratch), ctx.stream));
+    e.rows = static_cast<Scratch*>(p);
+    e.n_rows = want;
+  }
+  return e.rows;
+}
+
+ScratchSlot& slot_for(const Ctx& ctx) {
   int device = 0;
   HEARTH_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(g_mu);
-  for (const ScratchSlot& e : g_slots)
-    if (e.device == device && e.stream == ctx.stream) return e.s;
+  for (ScratchSlot& e : g_slots)
+    if (e.device == device && e.stream == ctx.stream) return e;
   // First use. pick_token_init does this outside any capture; should the first use be under
   // capture anyway, the allocation is allowed there in relaxed mode and the zeroing becomes
   // part of the graph (harmless: it runs before the pick and clears what is already clear).
@@ -618,34 +658,28 @@ Scratch* scratch_for(const Ctx& ctx) {
   HEARTH_CUDA_CHECK(err);
   HEARTH_CUDA_CHECK(cudaMemsetAsync(p, 0, sizeof(Scratch), ctx.stream));
   g_slots.push_back({device, ctx.stream, static_cast<Scratch*>(p)});
-  return static_cast<Scratch*>(p);
+  return g_slots.back();
 }
 
-}  // namespace
-
-void pick_token_init(const Ctx& ctx) { scratch_for(ctx); }
-
-void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only) {
-  Args a{};
-  a.x = static_cast<const float*>(logits.p);
-  const int64_t n = logits.numel();
+// The picks of `rows` rows of `n` logits each (`a` filled but for the sizes): every kernel of
+// the chain serves all rows at once, a grid row per logits row.
+void launch_picks(Ctx& ctx, Args a, int64_t n, int64_t rows, bool greedy_only) {
   if (n > int64_t(kMaxBlocks) * kMaxChunk)
     cuda_fail("pick_token", "vocabulary larger than 8M entries", __FILE__, __LINE__);
+  if (rows > 65535) cuda_fail("pick_tokens", "more than 65535 rows", __FILE__, __LINE__);
   a.n = int(n);
   a.groups = int(n + 3) / 4;
   if (a.groups < 1) a.groups = 1;  // an empty row still writes a token (0)
-  // About two blocks per SM, more when chunks would exceed kMaxChunk, never an empty block.
+  // About two blocks per SM over all rows, more when chunks would exceed kMaxChunk, never an
+  // empty block.
   const int max_group_chunk = kMaxChunk / 4;
-  int blocks =
-      std::max(2 * std::max(ctx.sm_count, 1), (a.groups + max_group_chunk - 1) / max_group_chunk);
+  const int per_row = int((2 * std::max<int64_t>(ctx.sm_count, 1) + rows - 1) / rows);
+  int blocks = std::max(per_row, (a.groups + max_group_chunk - 1) / max_group_chunk);
   blocks = std::min({blocks, a.groups, kMaxBlocks});
   a.chunk = (a.groups + blocks - 1) / blocks;
   blocks = (a.groups + a.chunk - 1) / a.chunk;
-  a.vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  a.dyn = dyn;
-  a.out = out;
-  a.s = scratch_for(ctx);
-  const dim3 grid{unsigned(blocks)}, block{unsigned(kThreads)};
+  a.vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.row_stride % 4 == 0;
+  const dim3 grid{unsigned(blocks), unsigned(rows)}, block{unsigned(kThreads)};
   launch_pdl(ctx, pick_kernel<0>, grid, block, 0, a);
   // Greedy: kernel 0 wrote the token and left the scratch clean (bins zeroed, state rewritten
   // by every pick's first kernel), so the sampling stages need not run at all.
@@ -660,6 +694,31 @@ void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, b
   launch_pdl(ctx, pick_kernel<5>, grid, block, 0, a);
   launch_pdl(ctx, pick_kernel<6>, grid, block, 0, a);
   HEARTH_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+void pick_token_init(const Ctx& ctx) { scratch_for(ctx); }
+
+void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only) {
+  Args a{};
+  a.x = static_cast<const float*>(logits.p);
+  a.dyn = dyn;
+  a.out = out;
+  a.s = scratch_for(ctx);
+  launch_picks(ctx, a, logits.numel(), 1, greedy_only);
+}
+
+void pick_tokens(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only) {
+  const int64_t rows = logits.d[0];
+  if (rows < 1) return;
+  Args a{};
+  a.x = static_cast<const float*>(logits.p);
+  a.row_stride = logits.d[1];
+  a.dyn = dyn;
+  a.out = out;
+  a.s = row_scratch_for(ctx, rows);
+  launch_picks(ctx, a, logits.d[1], rows, greedy_only);
 }
 
 }  // namespace hearth::cuda
