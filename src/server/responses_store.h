@@ -17,7 +17,13 @@ namespace hearth::server {
 struct StoredResponse {
   std::string conversation;  // JSON array: every input item of the conversation up to this one
   std::string response;      // JSON object: the response as it was returned
-  size_t bytes() const { return conversation.size() + response.size() + 128; }
+  // This response's own input items (what GET /v1/responses/{id}/input_items lists): the items
+  // of `conversation` from `input_begin` on, or, when truncation "auto" cut into them (so they
+  // are not all there), `input`: their JSON array. Empty `input` means the first: the common
+  // case stores them once.
+  size_t input_begin = 0;
+  std::string input;
+  size_t bytes() const { return conversation.size() + response.size() + input.size() + 128; }
 };
 
 class ResponseStore {
