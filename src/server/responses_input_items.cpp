@@ -123,8 +123,9 @@ ojson responses_items_page(const ojson& items, const ResponsesItemsQuery& q) {
   auto position_of = [&](const std::string& id, const char* param) {
     for (size_t i = 0; i < n; ++i)
       if (items[ordered(i)].value("id", "") == id) return i;
-    bad_request(std::string(param) + ": '" + id + "' is not the id of an input item of this response",
-                param);
+    bad_request(
+        std::string(param) + ": '" + id + "' is not the id of an input item of this response",
+        param);
   };
   // The window the cursors leave: positions [lo, hi).
   const size_t lo = q.after ? position_of(*q.after, "after") + 1 : 0;

@@ -1,9 +1,9 @@
-// The stored responses of /v1/responses (store: true): what GET /v1/responses/{id} returns and
-// what a later request's previous_response_id continues. In memory only, bounded by a count and
-// by bytes, least recently used first out (a retrieval or a continuation counts as a use).
-// Entries are kept as JSON text, so the byte bound is the memory they hold (parsed JSON trees
-// would be several times larger), and are shared read-only: a reader keeps its copy alive while
-// the store evicts or deletes it.
+// The stored responses of /v1/responses (store: true): what GET /v1/responses/{id} returns, what
+// GET /v1/responses/{id}/input_items lists and what a later request's previous_response_id
+// continues. In memory only, bounded by a count and by bytes, least recently used first out (a
+// retrieval, a listing or a continuation counts as a use). Entries are kept as JSON text, so the
+// byte bound is the memory they hold (parsed JSON trees would be several times larger), and are
+// shared read-only: a reader keeps its copy alive while the store evicts or deletes it.
 #pragma once
 #include <cstddef>
 #include <list>

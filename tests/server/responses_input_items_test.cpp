@@ -2,11 +2,12 @@
 // 400s naming the parameter, the pages in both orders with after / before cursors and limits,
 // the input items' ids (kept, or given, and refused when repeated), and which items a stored
 // response lists as its own (the tail of its conversation, or a copy when truncation cut it).
+#include "server/responses_input_items.h"
+
 #include <gtest/gtest.h>
 
 #include "server/errors.h"
 #include "server/http/message.h"
-#include "server/responses_input_items.h"
 #include "server/schemas_responses.h"
 
 namespace hearth::server {
@@ -16,12 +17,12 @@ using Params = std::vector<std::pair<std::string, std::string>>;
 
 TEST(RequestQuery, DecodesNamesAndValuesInOrder) {
   http::Request req;
-  req.target = "/v1/responses/resp_1/input_items?limit=2&order=asc&&include%5B%5D=a%2Eb&x&q=a+b%20c%zz";
-  EXPECT_EQ(req.query_params(), (Params{{"limit", "2"},
-                                        {"order", "asc"},
-                                        {"include[]", "a.b"},
-                                        {"x", ""},
-                                        {"q", "a b c%zz"}}));
+  req.target =
+      "/v1/responses/resp_1/input_items?limit=2&order=asc&&include%5B%5D=a%2Eb&x&q=a+b%20c%zz";
+  EXPECT_EQ(
+      req.query_params(),
+      (Params{
+          {"limit", "2"}, {"order", "asc"}, {"include[]", "a.b"}, {"x", ""}, {"q", "a b c%zz"}}));
   req.target = "/v1/models";
   EXPECT_TRUE(req.query_params().empty());
   req.target = "/v1/models?";
@@ -79,9 +80,9 @@ TEST(ResponsesItemsQuery, ErrorsNameTheParameter) {
   EXPECT_EQ(query_error({{"order", "up"}}, &code), "order");
   EXPECT_EQ(code, "invalid_value");
   EXPECT_EQ(query_error({{"order", "ASC"}}), "order");
-  EXPECT_EQ(query_error({{"include[]", "message.input_image.image_url"}, {"include[]", "usage"}},
-                        &code),
-            "include");
+  EXPECT_EQ(
+      query_error({{"include[]", "message.input_image.image_url"}, {"include[]", "usage"}}, &code),
+      "include");
   EXPECT_EQ(code, "invalid_value");
   EXPECT_EQ(query_error({{"include", ""}}), "include");
   EXPECT_EQ(query_error({{"limit", "2"}, {"limit", "3"}}), "limit");
