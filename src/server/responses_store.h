@@ -1,9 +1,9 @@
-// The stored responses of /v1/responses (store: true): what GET /v1/responses/{id} returns and
-// what a later request's previous_response_id continues. In memory only, bounded by a count and
-// by bytes, least recently used first out (a retrieval or a continuation counts as a use).
-// Entries are kept as JSON text, so the byte bound is the memory they hold (parsed JSON trees
-// would be several times larger), and are shared read-only: a reader keeps its copy alive while
-// the store evicts or deletes it.
+// The stored responses of /v1/responses (store: true): what GET /v1/responses/{id} returns, what
+// GET /v1/responses/{id}/input_items lists and what a later request's previous_response_id
+// continues. In memory only, bounded by a count and by bytes, least recently used first out (a
+// retrieval, a listing or a continuation counts as a use). Entries are kept as JSON text, so the
+// byte bound is the memory they hold (parsed JSON trees would be several times larger), and are
+// shared read-only: a reader keeps its copy alive while the store evicts or deletes it.
 #pragma once
 #include <cstddef>
 #include <list>
@@ -17,7 +17,13 @@ namespace hearth::server {
 struct StoredResponse {
   std::string conversation;  // JSON array: every input item of the conversation up to this one
   std::string response;      // JSON object: the response as it was returned
-  size_t bytes() const { return conversation.size() + response.size() + 128; }
+  // This response's own input items (what GET /v1/responses/{id}/input_items lists): the items
+  // of `conversation` from `input_begin` on, or, when truncation "auto" cut into them (so they
+  // are not all there), `input`: their JSON array. Empty `input` means the first: the common
+  // case stores them once.
+  size_t input_begin = 0;
+  std::string input;
+  size_t bytes() const { return conversation.size() + response.size() + input.size() + 128; }
 };
 
 class ResponseStore {

@@ -9,7 +9,7 @@ void register_openai_routes(http::Router& http, ServerState& state);
 void register_anthropic_routes(http::Router& http, ServerState& state);
 // /v1/embeddings.
 void register_embedding_routes(http::Router& http, ServerState& state);
-// POST /v1/responses, GET and DELETE /v1/responses/{id}.
+// POST /v1/responses, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items.
 void register_responses_routes(http::Router& http, ServerState& state);
 // Ollama's /api/*.
 void register_ollama_routes(http::Router& http, ServerState& state);

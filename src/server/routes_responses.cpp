@@ -1,11 +1,11 @@
 // OpenAI Responses API: POST /v1/responses (JSON, or SSE with `event:` lines), and the stored
-// responses: GET and DELETE /v1/responses/{id}. A request runs through the chat pipeline (the
-// template, tools, reasoning parsing, sampling, cancellation) like a chat completion; only the
-// request's items and the output's shape differ (schemas_responses.h, responses_output.h).
-// previous_response_id continues a stored response: the conversation is its input items, its
-// output items and the new input, rendered again by the chat template, so the prompt starts with
-// the previous prompt and output and the prompt cache reuses their state (no state of its own
-// is kept here). Instructions are not carried over, as OpenAI documents.
+// responses: GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items. A request runs
+// through the chat pipeline (the template, tools, reasoning parsing, sampling, cancellation) like a
+// chat completion; only the request's items and the output's shape differ (schemas_responses.h,
+// responses_output.h). previous_response_id continues a stored response: the conversation is its
+// input items, its output items and the new input, rendered again by the chat template, so the
+// prompt starts with the previous prompt and output and the prompt cache reuses their state (no
+// state of its own is kept here). Instructions are not carried over, as OpenAI documents.
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -14,6 +14,7 @@
 #include "core/json_bounded.h"
 #include "server/chat_pipeline.h"
 #include "server/http_util.h"
+#include "server/responses_input_items.h"
 #include "server/responses_output.h"
 #include "server/routes.h"
 #include "server/runner.h"
@@ -131,11 +132,12 @@ int64_t responses_reasoning_tokens(const ServedModel& model, const GenerationRes
   return std::min<int64_t>(all, int64_t(n));
 }
 
-void responses_keep(ServerState& s, const std::string& id, const ojson& items,
+void responses_keep(ServerState& s, const std::string& id, const ojson& items, const ojson& input,
                     const ojson& response) {
   auto entry = std::make_shared<StoredResponse>();
   entry->conversation = responses_dump(items);
   entry->response = responses_dump(response);
+  responses_store_input(*entry, items, input);
   s.responses.put(id, std::move(entry));
 }
 
@@ -207,7 +209,7 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
     const char* status = result.finish_reason == "length" ? "incomplete" : "completed";
     out.finish(status);
     const ojson response = responses_final(*job, result, out, status);
-    if (r.store) responses_keep(s, job->id, job->items, response);
+    if (r.store) responses_keep(s, job->id, job->items, r.input, response);
     res.status = 200;
     res.set_content(responses_dump(response), "application/json");
     return;
@@ -245,7 +247,7 @@ void create_response(ServerState& s, const ojson& body, const http::Request& req
       out.finish(status);
       const ojson response = responses_final(*job, result, out, status);
       // Stored before the client hears of it, so a follow-up sent at once finds it.
-      if (job->request.store) responses_keep(s, job->id, job->items, response);
+      if (job->request.store) responses_keep(s, job->id, job->items, job->request.input, response);
       out.event(std::string("response.") + status, {{"response", response}});
     }
     batch.flush();
@@ -270,6 +272,21 @@ void register_responses_routes(http::Router& http, ServerState& s) {
                            res.status = 200;
                            res.set_content(entry->response, "application/json");
                          }));
+  http.get(
+      one + "/input_items",
+      json_get(s, ApiStyle::OpenAI, "/v1/responses/{id}/input_items", false,
+               [&s](const http::Request& req, http::Response& res) {
+                 const ResponsesItemsQuery query = parse_responses_items_query(req.query_params());
+                 const std::string& id = req.matches[1];
+                 const auto entry = s.responses.get(id);
+                 if (!entry)
+                   return responses_not_found(
+                       res, fmt::format("Response with id '{}' not found.", id), "response_id");
+                 res.status = 200;
+                 res.set_content(
+                     responses_dump(responses_items_page(responses_stored_input(*entry), query)),
+                     "application/json");
+               }));
   // json_get: a handler without a body, whatever its method.
   http.del(one, json_get(s, ApiStyle::OpenAI, "/v1/responses/{id}", false,
                          [&s](const http::Request& req, http::Response& res) {

@@ -4,7 +4,10 @@
 // cannot do (images, hosted tools, structured output, background runs) are 400s that say so.
 #include "server/schemas_responses.h"
 
+#include <unordered_set>
+
 #include "core/json_bounded.h"
+#include "server/chat_pipeline.h"
 #include "server/errors.h"
 
 namespace hearth::server {
@@ -76,6 +79,22 @@ std::string responses_parts_text(const ojson& parts) {
     text += parts[i].value("text", "");
   }
   return text;
+}
+
+// The item with `id` after its type (where OpenAI's items have it).
+ojson responses_with_id(ojson item, const std::string& id) {
+  ojson out = {{"type", item["type"]}, {"id", id}};
+  out.update(item);
+  return out;
+}
+
+// OpenAI's id prefixes: msg_, fc_ (function calls), fco_ (their outputs), rs_ (reasoning).
+const char* responses_id_prefix(const ojson& item) {
+  const std::string type = item.value("type", "");
+  if (type == "function_call") return "fc_";
+  if (type == "function_call_output") return "fco_";
+  if (type == "reasoning") return "rs_";
+  return "msg_";
 }
 
 ojson responses_normalise_item(const ojson& item, const std::string& name) {
@@ -275,11 +294,25 @@ ResponsesRequest parse_responses_request(const ojson& body) {
                        {"content", ojson::array({{{"type", "input_text"}, {"text", *input}}})}}});
   } else if (input->is_array()) {
     if (input->empty()) bad_request("input must not be empty", "input");
-    for (size_t i = 0; i < input->size(); ++i)
-      r.input.push_back(responses_normalise_item((*input)[i], "input[" + std::to_string(i) + "]"));
+    std::unordered_set<std::string> ids;
+    for (size_t i = 0; i < input->size(); ++i) {
+      const std::string name = "input[" + std::to_string(i) + "]";
+      ojson item = responses_normalise_item((*input)[i], name);
+      // An item's own id is kept (it names the item in GET .../input_items); as on OpenAI, two
+      // items with one id are refused, so an id is a cursor into the list.
+      if (auto id = responses_string((*input)[i], "id", name)) {
+        if (id->empty()) bad_request(name + ".id must not be empty", name + ".id");
+        if (!ids.insert(*id).second)
+          bad_request(name + ".id: duplicate item id '" + *id + "'", name + ".id");
+        item = responses_with_id(std::move(item), *id);
+      }
+      r.input.push_back(std::move(item));
+    }
   } else {
     responses_wrong_type("input", "a string or an array of input items", *input);
   }
+  for (ojson& item : r.input)
+    if (!item.contains("id")) item = responses_with_id(item, random_id(responses_id_prefix(item)));
 
   if (const ojson* ins = field(body, "instructions")) {
     if (!ins->is_string()) responses_wrong_type("instructions", "a string", *ins);

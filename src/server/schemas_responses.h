@@ -9,6 +9,8 @@
 // {"type": "function_call", "call_id", "name", "arguments" (a string)},
 // {"type": "function_call_output", "call_id", "output" (a string)},
 // {"type": "reasoning", "summary": [...], "content": [{"type": "reasoning_text", "text"}]}.
+// Every item has an "id" after its type: the client's, else a new one (msg_, fc_, fco_, rs_), so
+// a stored response lists its input items with ids that stay the same (responses_input_items.h).
 #pragma once
 #include <optional>
 #include <string>

@@ -7,7 +7,9 @@
 // the server's limits, the real Qwen3 tokenizer, tool_choice forcing, the context and sampling
 // checks. A model reply is then run through ChatOutput and ResponsesOutput. Everything a client
 // sends must end in an ApiError / hearth::Error (a 4xx); any other exception escaping here is a 500
-// the client should not get, so it is left to end the run as a finding.
+// the client should not get, so it is left to end the run as a finding. A Responses request's
+// input items are also listed as GET /v1/responses/{id}/input_items would, with the body's
+// "query" string as the query.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,6 +25,8 @@
 #include "runtime/engine.h"
 #include "server/chat_pipeline.h"
 #include "server/errors.h"
+#include "server/http/message.h"
+#include "server/responses_input_items.h"
 #include "server/responses_output.h"
 #include "server/schemas.h"
 #include "server/schemas_ollama.h"
@@ -155,6 +159,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ResponsesRequest r = parse_responses_request(body);
     r.chat.messages = responses_messages(r.input, r.instructions);
     for (const auto& m : models()) run_chat(m, r.chat);
+    // Its input items listed, the body's "query" string (if any) as the listing's query.
+    StoredResponse stored;
+    stored.conversation = r.input.dump();
+    responses_store_input(stored, r.input, r.input);
+    http::Request get;
+    get.target = "/v1/responses/resp_1/input_items?" + body.value("query", std::string());
+    responses_items_page(responses_stored_input(stored),
+                         parse_responses_items_query(get.query_params()));
   } catch (const Error&) {
   }
   try {

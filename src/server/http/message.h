@@ -31,6 +31,10 @@ struct Request {
 
   // The value of a header (name case-insensitive), or "" when absent.
   std::string header(std::string_view name) const;
+  // The query's parameters (the target after '?'), names and values percent-decoded and '+' read
+  // as a space, in order; a repeated name appears once per occurrence. A '%' not followed by two
+  // hex digits is kept as it is.
+  std::vector<std::pair<std::string, std::string>> query_params() const;
   bool client_gone() const { return client_gone_probe && client_gone_probe(); }
 };
 

@@ -14,6 +14,52 @@ std::string Request::header(std::string_view name) const {
   return {};
 }
 
+namespace {
+
+int query_hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string query_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && query_hex_digit(s[i + 1]) >= 0 &&
+               query_hex_digit(s[i + 2]) >= 0) {
+      out += char(query_hex_digit(s[i + 1]) * 16 + query_hex_digit(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> Request::query_params() const {
+  std::vector<std::pair<std::string, std::string>> params;
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return params;
+  std::string_view rest(target);
+  rest.remove_prefix(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    if (pair.empty()) continue;  // "a=1&&b=2"
+    const size_t eq = pair.find('=');
+    params.emplace_back(query_decode(pair.substr(0, eq)),
+                        eq == std::string_view::npos ? "" : query_decode(pair.substr(eq + 1)));
+  }
+  return params;
+}
+
 void Response::set_header(std::string name, std::string value) {
   headers.emplace_back(std::move(name), std::move(value));
 }

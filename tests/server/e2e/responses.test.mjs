@@ -1,8 +1,9 @@
 // /v1/responses through the official openai SDK (responses.create, streamed and not, and
 // responses.stream): text and output_text, reasoning items, function calls and their outputs,
 // previous_response_id continued from the prompt cache, instructions, incomplete responses,
-// truncation "auto", retrieve and delete, and the errors (400 naming the field, 404 for an
-// unknown previous response). Exact outputs come from the scripted model.
+// truncation "auto", retrieve and delete, input_items (pages, cursors, a follow-up's own items),
+// and the errors (400 naming the field, 404 for an unknown previous response). Exact outputs
+// come from the scripted model.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { URL_MODEL, URL_SCRIPTED, KEY, openai, post } from "./common.mjs";
@@ -179,6 +180,94 @@ test("responses: retrieve and delete; store: false keeps nothing", async () => {
                        (e) => e.status === 404 && e.code === "previous_response_not_found");
 });
 
+test("responses: input_items lists the request's own items with stable ids, a page at a time", async () => {
+  const r = await oa.responses.create({ model: "m", tools, max_output_tokens: 4, input: [
+    { role: "developer", content: "Use metric units." },
+    { role: "user", content: "What is the weather in Paris?" },
+    { type: "function_call", call_id: "call_a", name: "get_weather", arguments: "{\"city\": \"Paris\"}" },
+    { type: "function_call_output", call_id: "call_a", output: "18 C, sunny" },
+    { type: "message", id: "msg_mine", role: "user", content: [{ type: "input_text", text: "Count to ten." }] }] });
+  // Newest first by default; each item has an id (the client's, else a new one) and a status.
+  const page = await oa.responses.inputItems.list(r.id);
+  assert.deepEqual(page.data.map((i) => i.type),
+                   ["message", "function_call_output", "function_call", "message", "message"]);
+  const ids = page.data.map((i) => i.id);
+  assert.equal(ids[0], "msg_mine");
+  assert.match(ids[1], /^fco_/);
+  assert.equal(page.data[1].call_id, "call_a");
+  assert.equal(page.data[1].output, "18 C, sunny");
+  assert.match(ids[2], /^fc_/);
+  assert.equal(page.data[2].name, "get_weather");
+  assert.match(ids[3], /^msg_/);
+  assert.deepEqual(page.data[4].content, [{ type: "input_text", text: "Use metric units." }]);
+  assert.equal(page.data[4].role, "developer");
+  assert.ok(page.data.every((i) => i.status === "completed"));
+  assert.equal(new Set(ids).size, 5);
+  assert.deepEqual([page.body.first_id, page.body.last_id, page.has_more], [ids[0], ids[4], false]);
+  assert.deepEqual((await oa.responses.inputItems.list(r.id)).data.map((i) => i.id), ids);  // stable
+
+  // Ascending, two a page: the SDK's iterator follows each page's last id with `after`.
+  const first = await oa.responses.inputItems.list(r.id, { order: "asc", limit: 2 });
+  assert.deepEqual(first.data.map((i) => i.id), [ids[4], ids[3]]);
+  assert.equal(first.has_more, true);
+  const asc = [];
+  for await (const item of oa.responses.inputItems.list(r.id, { order: "asc", limit: 2 })) asc.push(item.id);
+  assert.deepEqual(asc, [...ids].reverse());
+  const after = await oa.responses.inputItems.list(r.id, { limit: 2, after: ids[1] });
+  assert.deepEqual(after.data.map((i) => i.id), [ids[2], ids[3]]);
+  assert.equal(after.has_more, true);
+  const last = await oa.responses.inputItems.list(r.id, { limit: 2, after: ids[2] });
+  assert.deepEqual([last.data.map((i) => i.id), last.has_more], [[ids[3], ids[4]], false]);
+  // before: the page just before that item, in the order asked for.
+  const before = await oa.responses.inputItems.list(r.id, { order: "asc", limit: 2, before: ids[0] });
+  assert.deepEqual([before.data.map((i) => i.id), before.has_more], [[ids[2], ids[1]], true]);
+  const between = await oa.responses.inputItems.list(r.id, { after: ids[0], before: ids[3] });
+  assert.deepEqual(between.data.map((i) => i.id), [ids[1], ids[2]]);
+  // OpenAI's include values are accepted (nothing here has what they add).
+  const incl = await oa.responses.inputItems.list(r.id, { include: ["message.input_image.image_url", "reasoning.encrypted_content"] });
+  assert.deepEqual(incl.data.map((i) => i.id), ids);
+
+  // A follow-up lists its own input only, not the conversation it continues.
+  const next = await oa.responses.create({ model: "m", previous_response_id: r.id, input: "Count to ten.", max_output_tokens: 4 });
+  const own = await oa.responses.inputItems.list(next.id);
+  assert.equal(own.data.length, 1);
+  assert.match(own.data[0].id, /^msg_/);
+  assert.deepEqual([own.data[0].role, own.data[0].content], ["user", [{ type: "input_text", text: "Count to ten." }]]);
+
+  // HEAD is the GET without a body.
+  const url = `${URL_SCRIPTED}/v1/responses/${r.id}/input_items?order=asc`;
+  const get = await fetch(url, { headers: AUTH });
+  const head = await fetch(url, { method: "HEAD", headers: AUTH });
+  assert.equal(head.status, 200);
+  assert.equal(await head.text(), "");
+  assert.equal(head.headers.get("content-length"), String((await get.text()).length));
+
+  // 404 for an unknown, deleted or unstored response, in OpenAI's shape.
+  const notFound = (e) => e.status === 404 && e.type === "invalid_request_error" && e.param === "response_id";
+  await assert.rejects(oa.responses.inputItems.list("resp_nope"), notFound);
+  const unstored = await oa.responses.create({ model: "m", input: "Count to ten.", store: false, max_output_tokens: 2 });
+  await assert.rejects(oa.responses.inputItems.list(unstored.id), notFound);
+  await oa.responses.delete(next.id);
+  await assert.rejects(oa.responses.inputItems.list(next.id), notFound);
+
+  // 400s name the parameter.
+  for (const [query, param] of [["limit=0", "limit"], ["limit=101", "limit"], ["limit=ten", "limit"],
+                                ["order=up", "order"], ["include%5B%5D=usage", "include"],
+                                ["after=msg_nope", "after"], ["before=msg_nope", "before"], ["limit=2&limit=3", "limit"]]) {
+    const res = await fetch(`${URL_SCRIPTED}/v1/responses/${r.id}/input_items?${query}`, { headers: AUTH });
+    const body = await res.json();
+    assert.equal(res.status, 400, query);
+    assert.equal(body.error.type, "invalid_request_error", query);
+    assert.equal(body.error.param, param, query);
+  }
+  await assert.rejects(oa.responses.inputItems.list(r.id, { limit: 500 }), (e) => e.status === 400 && e.param === "limit");
+  // Two items with one id are refused when the response is created.
+  const dup = await post(URL_SCRIPTED, "/v1/responses", { input: [
+    { role: "user", content: "a", id: "msg_1" }, { role: "user", content: "b", id: "msg_1" }] }, AUTH);
+  assert.equal(dup.status, 400);
+  assert.equal(dup.json.error.param, "input[1].id");
+});
+
 test("responses: errors name the field; an unknown previous response is a 404", async () => {
   const bad = async (body, param) => {
     const r = await post(URL_SCRIPTED, "/v1/responses", body, AUTH);
@@ -215,7 +304,10 @@ test("responses: truncation auto drops the oldest turns to fit", async () => {
                  { role: "user", content: "Say hi." }];
   await assert.rejects(hard.responses.create({ model: "m", input, max_output_tokens: 2 }),
                        (e) => e.status === 400 && e.code === "prompt_too_long" && e.param === "input");
-  const r = await hard.responses.create({ model: "m", input, max_output_tokens: 2, truncation: "auto", store: false });
+  const r = await hard.responses.create({ model: "m", input, max_output_tokens: 2, truncation: "auto" });
   assert.equal(r.truncation, "auto");
   assert.ok(r.usage.input_tokens < 40, JSON.stringify(r.usage));
+  // Its input items are listed whole, the dropped turn too: they are what the request sent.
+  const items = await hard.responses.inputItems.list(r.id, { order: "asc" });
+  assert.deepEqual(items.data.map((i) => i.content[0].text), [long, "Noted.", "Say hi."]);
 });
