@@ -7,7 +7,8 @@
 #   SHAPES       default "qwen3-8b" (also "qwen3_5-9b", any shape device-bench.sh writes)
 #   CONCURRENCY  default "256,128,64,32,8,1"; INPUT_LEN / OUTPUT_LEN default 1024 / 1024
 #   PARALLEL     the --parallel levels of `hearth bench` (default "1,8,32,64,128,256"; "" skips it)
-#   SERVE_ARGS   extra `hearth serve` arguments; BUILD (default build-device), MODELS
+#   SERVE_ARGS / CLIENT_ARGS  extra `hearth serve` / bench_serving.py arguments
+#   DEVICE (default cuda), BUILD (default build-device), MODELS
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-device}
@@ -15,6 +16,7 @@ export BUILD MODELS=${MODELS:-/tmp/hearth-models}
 SHAPES=${SHAPES:-qwen3-8b}
 CONCURRENCY=${CONCURRENCY:-256,128,64,32,8,1}
 PARALLEL=${PARALLEL-1,8,32,64,128,256}
+DEVICE=${DEVICE:-cuda}
 
 for shape in $SHAPES; do
   SHAPES=$shape GENERATE_ONLY=1 bash scripts/device-bench.sh > /dev/null || continue
@@ -22,18 +24,19 @@ for shape in $SHAPES; do
   cp models/default/tokenizer.json models/default/tokenizer_config.json "$dir/"
   if [ -n "$PARALLEL" ]; then
     echo "== $shape: decode steps of several sequences"
-    "$BUILD/hearth" bench -m "$dir" --device cuda -p 0 -n 64 -r 1 --parallel ${PARALLEL//,/ }
+    "$BUILD/hearth" bench -m "$dir" --device "$DEVICE" -p 0 -n 64 -r 1 --parallel ${PARALLEL//,/ }
   fi
   echo "== $shape: serving ${INPUT_LEN:-1024} in / ${OUTPUT_LEN:-1024} out"
   log=$(mktemp)
   # shellcheck disable=SC2086
-  "$BUILD/hearth" serve -m "$dir" --device cuda --port 0 --parallel 256 ${SERVE_ARGS:-} > "$log" 2>&1 &
+  "$BUILD/hearth" serve -m "$dir" --device "$DEVICE" --port 0 --parallel 256 ${SERVE_ARGS:-} > "$log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do grep -q "ready at" "$log" && break; sleep 0.5; done
   url=$(grep -o "ready at http://[^ ]*" "$log" | cut -d' ' -f3)
   if [ -n "$url" ]; then
+    # shellcheck disable=SC2086
     python3 bench/bench_serving.py --url "$url" --concurrency "$CONCURRENCY" \
-      --input-len "${INPUT_LEN:-1024}" --output-len "${OUTPUT_LEN:-1024}"
+      --input-len "${INPUT_LEN:-1024}" --output-len "${OUTPUT_LEN:-1024}" ${CLIENT_ARGS:-}
     python3 -c "import urllib.request,sys; print(''.join(l for l in urllib.request.urlopen(sys.argv[1] + '/metrics').read().decode().splitlines(True) if l.startswith(('hearth_preemptions_total', 'hearth_kv'))))" "$url"
   else
     echo "the server did not start:"; cat "$log"
