@@ -33,12 +33,13 @@ struct RuntimeOptions {
   // Tokens one step may run (decode tokens and prompt chunks); 0: 128 on the CPU, the prefill
   // chunk on a GPU.
   int64_t max_batch_tokens = 0;
-  // Bytes the running requests' KV caches and states may hold together (past it the latest
-  // request is preempted and recomputed later); 0: half the free RAM on the CPU, 80 % of the free
-  // GPU memory after loading.
+  // Bytes the running requests' KV caches and states and the prompt cache may hold together
+  // (the cache gives way first, then the latest request is preempted and recomputed later); 0:
+  // half the free RAM on the CPU, 90 % of the free GPU memory after loading.
   uint64_t kv_budget_bytes = 0;
-  // Bytes the prompt cache may hold: the states of earlier prompts, so a request that starts
-  // with one (the next turn of a chat) skips its prefill; 0 turns it off.
+  // Bytes the prompt cache may hold at most (within kv_budget_bytes): the states of earlier
+  // prompts, so a request that starts with one (the next turn of a chat) skips its prefill; 0
+  // turns it off.
   uint64_t prompt_cache_bytes = uint64_t{8192} << 20;
   // CPU weights are read in place from the mapped files; false copies them into huge-page memory
   // (a slower load, a faster decode).
