@@ -1,0 +1,260 @@
+// Tensor parallelism on the CPU (models/tensor_parallel.h): for every llama-family fixture whose
+// shape divides, the model split over 2 and 4 ranks gives the logits of the whole model within
+// the fixture's tolerance — prefill, decode steps, and two sequences stepped together — and a
+// shape that does not divide, a quantized or non-llama checkpoint, or a GPU is refused by name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "fixture.h"
+#include "loader/config.h"
+#include "models/llama.h"
+#include "models/model.h"
+#include "quant/quantize_checkpoint.h"
+
+namespace hearth {
+namespace {
+
+using test::FixtureCase;
+
+std::vector<FixtureCase> llama_cases() {
+  std::vector<std::string> types = llama_model_types();
+  types.push_back("gemma3");  // multimodal wrapper whose text model is gemma3_text
+  return test::fixture_cases(types);
+}
+
+std::unique_ptr<Model> load_tp(const FixtureCase& c, int tp) {
+  LoadOptions options;
+  options.tensor_parallel = tp;
+  return load_model(c.dir, options);
+}
+
+// The error check_llama_tensor_parallel gives for this fixture and size, or "" when it splits.
+std::string split_error(const FixtureCase& c, int tp) {
+  try {
+    check_llama_tensor_parallel(llama_descriptor_from_config(ModelConfig::load(c.dir)), tp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct TpCase {
+  FixtureCase fixture;
+  int tp;
+};
+void PrintTo(const TpCase& c, std::ostream* os) { *os << c.fixture.name << "_tp" << c.tp; }
+
+std::vector<TpCase> tp_cases() {
+  std::vector<TpCase> cases;
+  for (const FixtureCase& c : llama_cases())
+    for (int tp : {2, 4}) cases.push_back({c, tp});
+  return cases;
+}
+
+class TensorParallel : public ::testing::TestWithParam<TpCase> {
+ protected:
+  void SetUp() override {
+    const TpCase& p = GetParam();
+    const std::string why = split_error(p.fixture, p.tp);
+    if (!why.empty()) {
+      // The loader refuses it with that error, before reading a weight.
+      try {
+        load_tp(p.fixture, p.tp);
+        ADD_FAILURE() << "load_model accepted a shape that does not split: " << why;
+      } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()), why);
+      }
+      GTEST_SKIP() << why;
+    }
+    whole = load_model(p.fixture.dir);
+    split = load_tp(p.fixture, p.tp);
+    prompt = p.fixture.reference["prompt"].get<std::vector<int32_t>>();
+    std = p.fixture.reference["logits_std"].get<double>();
+    n_vocab = size_t(whole->info().n_vocab);
+  }
+  void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                    const std::string& what) {
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_LT(test::max_error_rel_std(got.data(), want, std), 1e-3)
+        << GetParam().fixture.name << " tp " << GetParam().tp << ": " << what;
+  }
+
+  std::unique_ptr<Model> whole, split;
+  std::vector<int32_t> prompt;
+  double std = 1.0;
+  size_t n_vocab = 0;
+};
+
+TEST_P(TensorParallel, PrefillAndDecodeMatchTheWholeModel) {
+  EXPECT_NE(split->info().architecture.find("tensor parallel"), std::string::npos);
+  EXPECT_EQ(split->info().n_vocab, whole->info().n_vocab);
+  EXPECT_EQ(split->info().n_params, whole->info().n_params);
+  auto a = whole->new_sequence(), b = split->new_sequence();
+  std::vector<float> want(prompt.size() * n_vocab), got(want.size(), NAN);
+  whole->forward(*a, prompt, LogitsRows::All, want.data());
+  split->forward(*b, prompt, LogitsRows::All, got.data());
+  expect_close(got, want, "prefill");
+  EXPECT_EQ(b->n_past(), int64_t(prompt.size()));
+  std::vector<float> one(n_vocab), mine(n_vocab);
+  int32_t t = int32_t(std::max_element(want.end() - long(n_vocab), want.end()) -
+                      (want.end() - long(n_vocab)));
+  for (int step = 0; step < 3; ++step) {
+    whole->forward(*a, std::span<const int32_t>(&t, 1), LogitsRows::Last, one.data());
+    split->forward(*b, std::span<const int32_t>(&t, 1), LogitsRows::Last, mine.data());
+    expect_close(mine, one, "decode step " + std::to_string(step));
+    t = int32_t(std::max_element(one.begin(), one.end()) - one.begin());
+  }
+  // The final hidden states (embeddings) are every rank's replicated residual stream.
+  const size_t H = size_t(whole->info().n_embd);
+  std::vector<float> hw(prompt.size() * H), hs(hw.size(), NAN);
+  auto c = whole->new_sequence(), d = split->new_sequence();
+  whole->forward(*c, prompt, LogitsRows::Hidden, hw.data());
+  split->forward(*d, prompt, LogitsRows::Hidden, hs.data());
+  EXPECT_LT(test::max_error_rel_std(hs.data(), hw, 1.0), 1e-4) << "hidden states";
+  // Going back and sharing keep every rank's state in step.
+  ASSERT_TRUE(d->truncate(2));
+  auto e = d->share();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->n_past(), 2);
+  EXPECT_GT(e->bytes(), size_t(0));
+  ASSERT_TRUE(c->truncate(2));  // the same on the whole model (dynamic rope follows lengths)
+  auto g = c->share();
+  ASSERT_TRUE(g);
+  std::vector<float> again(n_vocab), ref(n_vocab);
+  split->forward(*e, std::span<const int32_t>(&prompt[2], 1), LogitsRows::Last, again.data());
+  whole->forward(*g, std::span<const int32_t>(&prompt[2], 1), LogitsRows::Last, ref.data());
+  expect_close(again, ref, "after truncate and share");
+}
+
+// Two sequences stepped together (forward_batch): a prompt chunk and a decode token, logits for
+// both; then a step where both ask for a greedy pick.
+TEST_P(TensorParallel, BatchOfTwoMatchesTheWholeModel) {
+  const size_t half = std::max<size_t>(1, prompt.size() / 2);
+  std::vector<std::unique_ptr<SequenceState>> w, s;
+  for (Model* m : {whole.get(), split.get()}) {
+    auto& v = m == whole.get() ? w : s;
+    v.push_back(m->new_sequence());
+    v.push_back(m->new_sequence());
+    m->forward(*v[1], std::span<const int32_t>(prompt.data(), half), LogitsRows::None, nullptr);
+  }
+  const std::vector<int32_t> chunk(prompt.begin(), prompt.begin() + long(half));
+  const std::vector<int32_t> token = {prompt[half]};
+  std::vector<float> w0(n_vocab), w1(n_vocab), s0(n_vocab, NAN), s1(n_vocab, NAN);
+  const Model::BatchItem wi[] = {{w[0].get(), chunk, w0.data()}, {w[1].get(), token, w1.data()}};
+  const Model::BatchItem si[] = {{s[0].get(), chunk, s0.data()}, {s[1].get(), token, s1.data()}};
+  whole->forward_batch(wi);
+  split->forward_batch(si);
+  expect_close(s0, w0, "batched prompt chunk");
+  expect_close(s1, w1, "batched decode token");
+  EXPECT_EQ(s[0]->n_past(), int64_t(half));
+  EXPECT_EQ(s[1]->n_past(), int64_t(half + 1));
+  TokenPick greedy;
+  int32_t tw[2] = {-1, -1}, ts[2] = {-2, -2};
+  const std::vector<int32_t> next = {1};
+  const Model::BatchItem wp[] = {{w[0].get(), next, nullptr, &greedy, &tw[0]},
+                                 {w[1].get(), next, nullptr, &greedy, &tw[1]}};
+  const Model::BatchItem sp[] = {{s[0].get(), next, nullptr, &greedy, &ts[0]},
+                                 {s[1].get(), next, nullptr, &greedy, &ts[1]}};
+  whole->forward_batch(wp);
+  split->forward_batch(sp);
+  EXPECT_EQ(ts[0], tw[0]);
+  EXPECT_EQ(ts[1], tw[1]);
+  // Bad input is refused before any rank starts, and the model keeps working.
+  const std::vector<int32_t> bad = {int32_t(n_vocab)};
+  EXPECT_THROW(split->forward(*s[0], bad, LogitsRows::Last, s0.data()), Error);
+  EXPECT_EQ(s[0]->n_past(), int64_t(half + 1));
+  EXPECT_NO_THROW(split->forward(*s[0], next, LogitsRows::Last, s0.data()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel, ::testing::ValuesIn(tp_cases()),
+                         [](const auto& info) {
+                           return info.param.fixture.name + "_tp" + std::to_string(info.param.tp);
+                         });
+
+FixtureCase fixture(const std::string& name) {
+  for (const FixtureCase& c : test::fixture_cases({}))
+    if (c.name == name) return c;
+  throw Error("no fixture " + name);
+}
+
+TEST(TensorParallelLoad, ShapesThatDoNotDivideAreRefusedByName) {
+  const FixtureCase llama = fixture("llama");  // 4 heads, 2 KV heads, intermediate 96
+  try {
+    load_tp(llama, 3);
+    ADD_FAILURE() << "3 ranks accepted for 4 heads";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("num_attention_heads (4)"), std::string::npos) << m;
+    EXPECT_NE(m.find("vLLM"), std::string::npos) << m;
+  }
+  LlamaDescriptor d = llama_descriptor_from_config(ModelConfig::load(llama.dir));
+  d.n_head = 8;
+  d.n_head_kv = 6;  // neither 6 % 4 nor 4 % 6
+  EXPECT_THROW(check_llama_tensor_parallel(d, 4), Error);
+  d.n_head_kv = 8;
+  d.n_ff = 90;
+  try {
+    check_llama_tensor_parallel(d, 4);
+    ADD_FAILURE() << "intermediate_size 90 accepted for 4 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("intermediate_size (90)"), std::string::npos);
+  }
+  d.n_ff = 96;
+  EXPECT_NO_THROW(check_llama_tensor_parallel(d, 4));
+  EXPECT_THROW(check_llama_tensor_parallel(d, 0), Error);
+  LoadOptions zero;
+  zero.tensor_parallel = 0;
+  EXPECT_THROW(load_model(llama.dir, zero), Error);
+}
+
+TEST(TensorParallelLoad, GpusAndOtherFamiliesAreRefused) {
+  LoadOptions gpu;
+  gpu.device = "cuda";
+  gpu.tensor_parallel = 2;
+  try {
+    load_model(fixture("llama").dir, gpu);
+    ADD_FAILURE() << "tensor parallelism accepted on a GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multi-GPU tensor parallelism is not built yet"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    load_tp(fixture("qwen3_5"), 2);
+    ADD_FAILURE() << "tensor parallelism accepted for qwen3_5";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("llama family only"), std::string::npos) << e.what();
+  }
+}
+
+// Quantized weights are not sharded yet: refused naming the tensor, not misread.
+TEST(TensorParallelLoad, QuantizedWeightsAreRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("hearth_tp_test_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  quant::QuantizeOptions q;
+  q.spec.params = {4, 32};
+  q.n_threads = 1;
+  quant::quantize_checkpoint(fixture("llama").dir, dir / "q4", q);
+  LoadOptions options;
+  options.tensor_parallel = 2;
+  try {
+    load_model(dir / "q4", options);
+    ADD_FAILURE() << "a quantized checkpoint was accepted with --tensor-parallel 2";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("is quantized"), std::string::npos) << m;
+    EXPECT_NE(m.find("--tensor-parallel 1"), std::string::npos) << m;
+  }
+  EXPECT_NO_THROW(load_model(dir / "q4"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hearth
