@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -16,6 +18,7 @@
 #include "models/llama.h"
 #include "models/model.h"
 #include "quant/quantize_checkpoint.h"
+#include "runtime/engine.h"
 
 namespace hearth {
 namespace {
@@ -230,6 +233,69 @@ TEST(TensorParallelLoad, GpusAndOtherFamiliesAreRefused) {
     ADD_FAILURE() << "tensor parallelism accepted for qwen3_5";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("llama family only"), std::string::npos) << e.what();
+  }
+}
+
+// The engine over a split model, unchanged: requests stepped together (prompt chunks and decode
+// tokens sharing steps) and again through the prompt cache (shared, truncated states) get the
+// tokens the whole model gives each alone, up to a tie between the two best that rounding may
+// break either way.
+TEST(TensorParallelEngine, BatchedAndCachedRequestsGetTheWholeModelsTokens) {
+  for (const char* name : {"llama", "qwen3", "gemma2"}) {
+    const FixtureCase c = fixture(name);
+    EngineOptions o;
+    o.model_dir = c.dir;
+    o.prefill_chunk = 8;
+    o.max_step_tokens = 24;
+    auto whole = std::make_unique<Engine>(load_model(c.dir), nullptr, ModelConfig::load(c.dir), o);
+    auto split = std::make_unique<Engine>(load_tp(c, 2), nullptr, ModelConfig::load(c.dir), o);
+    const auto base = c.reference["prompt"].get<std::vector<int32_t>>();
+    const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
+    auto request = [&](int i) {
+      GenerationRequest r;
+      for (size_t k = 0; k < 5 + size_t(i * 7); ++k) r.prompt.push_back(base[k % base.size()]);
+      r.max_tokens = 4 + i;
+      r.sampling.temperature = 0.0f;
+      r.ignore_eos = true;
+      r.logprobs = 2;
+      return r;
+    };
+    constexpr int kRequests = 5;
+    size_t compared = 0;  // tokens compared before a tie ended a request's comparison
+    std::vector<GenerationResult> alone;
+    for (int i = 0; i < kRequests; ++i) alone.push_back(whole->generate(request(i)));
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass reuses the cached prompts
+      std::mutex mu;
+      std::condition_variable cv;
+      std::vector<GenerationResult> got(kRequests);
+      int done = 0;
+      for (int i = 0; i < kRequests; ++i) {
+        GenerationCallbacks cb;
+        cb.on_done = [&, i](const GenerationResult& r) {
+          std::lock_guard lock(mu);
+          got[size_t(i)] = r;
+          ++done;
+          cv.notify_all();
+        };
+        split->submit(request(i), cb);
+      }
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return done == kRequests; });
+      for (int i = 0; i < kRequests; ++i) {
+        const GenerationResult &a = alone[size_t(i)], &b = got[size_t(i)];
+        ASSERT_EQ(b.finish_reason, "length") << name << " request " << i << ": " << b.error;
+        ASSERT_EQ(b.tokens.size(), a.tokens.size());
+        for (size_t k = 0; k < a.tokens.size(); ++k) {
+          const auto& top = a.logprobs[k].top;
+          if (top.size() == 2 && top[0].second - top[1].second < tol) break;  // a tie
+          ASSERT_EQ(b.tokens[k], a.tokens[k])
+              << name << " pass " << pass << " request " << i << " token " << k;
+          ++compared;
+        }
+      }
+    }
+    EXPECT_GT(split->cache_stats().hits, 0u) << name;
+    EXPECT_GT(compared, size_t(20)) << name << ": too many ties to compare";
   }
 }
 
