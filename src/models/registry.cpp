@@ -7,6 +7,7 @@
 
 #include "backend/device_name.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #ifdef HEARTH_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -75,7 +76,13 @@ std::unique_ptr<Model> load_tensor_parallel(const std::filesystem::path& dir,
         "model_type '{}'",
         world, config.model_type());
   check_llama_tensor_parallel(llama_descriptor_from_config(config), world);
-  const int threads = std::max(1, ThreadPool::global().size() / world);
+  const int total = ThreadPool::global().size();
+  if (total < world)
+    log(LogLevel::Warn,
+        "--tensor-parallel {} runs {} threads, more than the {} compute thread{} (--threads): "
+        "the ranks wait for each other's cores",
+        world, world, total, total == 1 ? "" : "s");
+  const int threads = std::max(1, total / world);
   return make_tensor_parallel_model(world, [&](int rank, Communicator& comm) {
     WeightStore weights = WeightStore::open(dir);
     weights.set_quantization(QuantizationConfig::from_json(config.raw(), config.source()));

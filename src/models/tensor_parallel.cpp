@@ -51,6 +51,15 @@ class TensorParallelSequence final : public SequenceState {
     return std::make_unique<TensorParallelSequence>(std::move(shared));
   }
   SequenceState& rank(int r) { return *ranks_[size_t(r)]; }
+  // A step that failed part way (a rank out of memory) may have advanced some ranks' states and
+  // not others: such a state must not run again, it would mix positions.
+  void check_in_step() const {
+    for (const auto& s : ranks_)
+      if (s->n_past() != ranks_[0]->n_past())
+        fail("tensor parallel: this sequence's ranks hold {} and {} positions after a step that "
+             "failed part way; start it again",
+             ranks_[0]->n_past(), s->n_past());
+  }
 
  private:
   std::vector<std::unique_ptr<SequenceState>> ranks_;
@@ -87,6 +96,7 @@ class TensorParallelModel final : public Model {
                float* logits) override {
     auto& seq = static_cast<TensorParallelSequence&>(state);
     check_tokens(tokens);
+    seq.check_in_step();
     const int64_t n = int64_t(tokens.size());
     if (n == 0) return;
     const int64_t n_rows = rows == LogitsRows::Last ? 1 : n;
@@ -108,7 +118,10 @@ class TensorParallelModel final : public Model {
   // whole, then handed out (picks made here, on the host).
   void forward_batch(std::span<const BatchItem> items) override {
     check_batch(items);
-    for (const BatchItem& item : items) check_tokens(item.tokens);
+    for (const BatchItem& item : items) {
+      check_tokens(item.tokens);
+      static_cast<const TensorParallelSequence*>(item.state)->check_in_step();
+    }
     int64_t m = 0;
     for (const BatchItem& item : items) m += item.logits || item.pick ? 1 : 0;
     batch_rows_.resize(size_t(m * info_.n_vocab));

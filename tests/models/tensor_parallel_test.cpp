@@ -299,6 +299,76 @@ TEST(TensorParallelEngine, BatchedAndCachedRequestsGetTheWholeModelsTokens) {
   }
 }
 
+// Stand-in rank models of a 10-token vocabulary: a rank's logits are 100 * rank + the column,
+// and rank 1 runs out of memory at its `fail_at`-th forward, where the others advance their
+// states.
+class ScriptedRank final : public Model {
+ public:
+  ScriptedRank(int rank, int world, Communicator& comm, int fail_at)
+      : rank_(rank), world_(world), comm_(comm), fail_at_(fail_at) {
+    info_.n_vocab = 10;
+    info_.n_embd = 2;
+  }
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_sequence() const override {
+    return std::make_unique<Positions>();
+  }
+  void forward(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
+               float* logits) override {
+    comm_.barrier();  // a collective before the failure, as a layer's all-reduce would be
+    if (++calls_ == fail_at_ && rank_ == 1) throw OutOfMemory("rank 1 is out of memory");
+    static_cast<Positions&>(state).n += int64_t(tokens.size());
+    const ShardRange cols = shard_range(info_.n_vocab, rank_, world_);
+    const int64_t n_rows = rows == LogitsRows::Last ? 1 : int64_t(tokens.size());
+    for (int64_t r = 0; r < n_rows && rows != LogitsRows::None; ++r)
+      for (int64_t c = 0; c < cols.size(); ++c)
+        logits[r * cols.size() + c] = float(100 * rank_ + cols.begin + c);
+  }
+
+ private:
+  struct Positions final : SequenceState {
+    int64_t n = 0;
+    int64_t n_past() const override { return n; }
+    bool truncate(int64_t to) override { return to <= n ? (n = to, true) : false; }
+    size_t bytes() const override { return size_t(n); }
+    size_t bytes_after(int64_t more) const override { return size_t(n + more); }
+  };
+  int rank_, world_;
+  Communicator& comm_;
+  int fail_at_, calls_ = 0;
+  ModelInfo info_;
+};
+
+TEST(TensorParallelModel, GathersLogitsAndSurvivesAFailingRank) {
+  auto model = make_tensor_parallel_model(3, [](int rank, Communicator& comm) {
+    return std::make_unique<ScriptedRank>(rank, 3, comm, /*fail_at=*/2);
+  });
+  auto a = model->new_sequence();
+  const std::vector<int32_t> two = {1, 2};
+  std::vector<float> logits(2 * 10, NAN);
+  model->forward(*a, two, LogitsRows::All, logits.data());
+  // Vocabulary parts [0, 3), [3, 6), [6, 10) from ranks 0, 1, 2.
+  const std::vector<float> row = {0, 1, 2, 103, 104, 105, 206, 207, 208, 209};
+  EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + 10), row);
+  EXPECT_EQ(std::vector<float>(logits.begin() + 10, logits.end()), row);
+  EXPECT_EQ(a->n_past(), 2);
+  EXPECT_EQ(a->bytes(), size_t(6));  // each rank's state counted
+  // Rank 1 fails after the others took a step: the caller gets its OutOfMemory (the engine
+  // preempts on that type), not the others' abandoned collectives.
+  EXPECT_THROW(model->forward(*a, two, LogitsRows::Last, logits.data()), OutOfMemory);
+  // The state's ranks now disagree: refused, not run.
+  try {
+    model->forward(*a, two, LogitsRows::Last, logits.data());
+    ADD_FAILURE() << "a state whose ranks disagree ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("failed part way"), std::string::npos) << e.what();
+  }
+  // Other sequences carry on.
+  auto b = model->new_sequence();
+  model->forward(*b, two, LogitsRows::Last, logits.data());
+  EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + 10), row);
+}
+
 // Quantized weights are not sharded yet: refused naming the tensor, not misread.
 TEST(TensorParallelLoad, QuantizedWeightsAreRefused) {
   namespace fs = std::filesystem;
