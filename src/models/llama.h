@@ -58,8 +58,7 @@ std::unique_ptr<Model> make_llama_rank_model(const ModelConfig& config, WeightSt
                                              std::unique_ptr<Backend> backend,
                                              const TensorShard& shard);
 // Throws, naming the numbers, unless the model can be split over `world` ranks: query heads and
-// intermediate_size divisible by it, KV heads divisible by it or it by them (vLLM's rule), and no
-// q/k norm over all heads together (olmo2).
+// intermediate_size divisible by it, KV heads divisible by it or it by them (vLLM's rule).
 void check_llama_tensor_parallel(const LlamaDescriptor& d, int world);
 // The model_types of the family, in the order of its table.
 const std::vector<std::string>& llama_model_types();

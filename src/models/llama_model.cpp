@@ -92,6 +92,8 @@ class LlamaModel final : public StepModel {
   Linear rows_of(const Linear& l, ShardRange rows);
   Linear columns_of(const Linear& l, ShardRange cols, bool keep_bias);
   Tensor take_norm(const std::string& name, int64_t n);
+  Tensor gathered_k_gain(const std::string& name);
+  void norm_gathered(const Tensor& rows, const Tensor& gain, const DeviceBuffer& scratch);
   void embed_tokens(const Tensor& x, std::span<const int32_t> tokens);
   void all_reduce(const Tensor& t);
   void reserve_scratch(int64_t n_tokens);
@@ -111,8 +113,9 @@ class LlamaModel final : public StepModel {
   // there are fewer than ranks), MLP channels and vocabulary rows, and their local counts.
   ShardRange q_heads_, kv_heads_, ff_, vocab_;
   int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0;
-  std::vector<std::vector<std::byte>> column_copies_;  // row-parallel weights' column slices
-  std::vector<int32_t> local_ids_;                     // embed_tokens' ids in the vocab shard
+  // Row-parallel weights' column slices, and the k norm's gain as the ranks' KV heads gather.
+  std::vector<std::vector<std::byte>> column_copies_;
+  std::vector<int32_t> local_ids_;  // embed_tokens' ids in the vocab shard
   ModelInfo info_;
   bool headless_ = false;  // a base model without lm_head: the embedding stands in, unused
   Tensor embed_, final_norm_, lm_head_;
@@ -123,6 +126,7 @@ class LlamaModel final : public StepModel {
   DType act_ = DType::F32;
   int64_t scratch_tokens_ = 0;
   DeviceBuffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
+  DeviceBuffer q_all_, k_all_;  // a q/k norm over all heads: the ranks' rows gathered
   std::vector<std::vector<float>> inv_freq_;
   std::vector<float> attention_factor_;
   // Whether one-token steps may go to Backend::decode_layers (plain_stack(), set at load), and
@@ -235,9 +239,12 @@ void LlamaModel::load_weights() {
     if (d_.qk_norm == QkNorm::PerHead) {
       L.q_norm = take_norm(p + "self_attn.q_norm.weight", hd);
       L.k_norm = take_norm(p + "self_attn.k_norm.weight", hd);
-    } else if (d_.qk_norm == QkNorm::Full) {  // whole rows: tensor parallelism refuses it
+    } else if (d_.qk_norm == QkNorm::Full) {
+      // One norm over all heads together: a rank normalises the all-gathered rows
+      // (norm_gathered), whose gains are the whole q gain and k's laid out as the gather lays
+      // out the ranks' KV heads (a replicated head once per rank that holds it).
       L.q_norm = take_norm(p + "self_attn.q_norm.weight", nq);
-      L.k_norm = take_norm(p + "self_attn.k_norm.weight", nkv);
+      L.k_norm = gathered_k_gain(p + "self_attn.k_norm.weight");
     }
     if (d_.fused_qkv && shard_.world == 1) {
       // Fused [q; k; v] rows: each part is a contiguous row range of the same matrix.
@@ -292,6 +299,10 @@ void LlamaModel::reserve_scratch(int64_t n) {
   v_ = rows(nkv);
   gate_ = rows(n_ff_);
   up_ = rows(n_ff_);
+  if (d_.qk_norm == QkNorm::Full && shard_.world > 1) {
+    q_all_ = rows(nq * shard_.world);
+    k_all_ = rows(nkv * shard_.world);
+  }
   scratch_tokens_ = n;
 }
 
@@ -314,9 +325,14 @@ void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, in
   be.linear_many(x, qkv, 3, d_.input_norm ? &norm : nullptr);
   Tensor q_gain = L.q_norm, k_gain = L.k_norm;
   if (d_.qk_norm == QkNorm::Full) {  // olmo2: one norm over all heads together
-    const Tensor q2 = q.reshaped({n, d_.n_head * hd}), k2 = k.reshaped({n, d_.n_head_kv * hd});
-    be.rms_norm(q2, q2, L.q_norm, d_.norm_eps, d_.norm_offset);
-    be.rms_norm(k2, k2, L.k_norm, d_.norm_eps, d_.norm_offset);
+    const Tensor q2 = q.reshaped({n, n_head_ * hd}), k2 = k.reshaped({n, n_head_kv_ * hd});
+    if (shard_.world == 1) {
+      be.rms_norm(q2, q2, L.q_norm, d_.norm_eps, d_.norm_offset);
+      be.rms_norm(k2, k2, L.k_norm, d_.norm_eps, d_.norm_offset);
+    } else {
+      norm_gathered(q2, L.q_norm, q_all_);
+      norm_gathered(k2, L.k_norm, k_all_);
+    }
     q_gain = k_gain = Tensor();
   } else if (d_.qk_norm != QkNorm::PerHead) {
     q_gain = k_gain = Tensor();
@@ -369,6 +385,40 @@ void LlamaModel::ffn_block(int il, int64_t n) {
   be.linear_glu(gate, up, x, {gate, L.gate.w, L.gate.bias}, {up, L.up.w, L.up.bias}, d_.act,
                 d_.pre_ffn_norm ? &norm : nullptr);
   residual_product(x, gate, {o, L.down.w, L.down.bias}, L.post_ffn_norm);
+}
+
+// The k norm's gain over the gathered rows: every rank's KV heads in rank order, so a head that
+// several ranks hold (fewer KV heads than ranks) appears once per rank. The whole gain otherwise.
+Tensor LlamaModel::gathered_k_gain(const std::string& name) {
+  const int64_t hd = d_.head_dim, nkv = d_.n_head_kv * hd;
+  if (d_.n_head_kv >= shard_.world) return take_norm(name, nkv);
+  const Tensor gain = weights_.take(name, {nkv}, "hidden_size/head_dim");
+  const size_t head_bytes = size_t(hd) * dtype_size(gain.dtype);
+  std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(shard_.world) * head_bytes);
+  for (int r = 0; r < shard_.world; ++r)  // one KV head per rank
+    std::memcpy(copy.data() + size_t(r) * head_bytes,
+                static_cast<const std::byte*>(gain.data) +
+                    size_t(r * d_.n_head_kv / shard_.world) * head_bytes,
+                head_bytes);
+  weights_.note_copy(copy.data(), copy.size(), gain.data);
+  return backend_->prepare_weight(Tensor(copy.data(), gain.dtype, {shard_.world * hd}));
+}
+
+// An RMSNorm over whole rows of which this rank holds a slice (rows [n, width], every rank the
+// same width): the slices all-gathered into `scratch` ([n, width * world]), normalised there with
+// `gain`, and this rank's columns copied back. A KV head repeated on several ranks is repeated
+// in the row as often as every other head, so the row's mean square is the unique row's.
+void LlamaModel::norm_gathered(const Tensor& rows, const Tensor& gain,
+                               const DeviceBuffer& scratch) {
+  Backend& be = *backend_;
+  const int64_t n = rows.dim(0), width = rows.dim(1), all = width * shard_.world;
+  const Tensor gathered = scratch.view(act_, {n, all});
+  const std::vector<int64_t> widths(size_t(shard_.world), width);
+  shard_.comm->all_gather_columns(rows.as<float>(), n, widths, gathered.as<float>());
+  be.rms_norm(gathered, gathered, gain, d_.norm_eps, d_.norm_offset);
+  for (int64_t t = 0; t < n; ++t)
+    be.copy(rows.slice_rows(t, t + 1),
+            Tensor(gathered.as<float>() + t * all + shard_.rank * width, act_, {1, width}));
 }
 
 void LlamaModel::all_reduce(const Tensor& t) {
@@ -535,11 +585,6 @@ void check_llama_tensor_parallel(const LlamaDescriptor& d, int world) {
         "--tensor-parallel {}: intermediate_size ({}) must be divisible by the tensor-parallel "
         "size (as in vLLM)",
         world, d.n_ff);
-  if (d.qk_norm == QkNorm::Full)
-    fail(
-        "--tensor-parallel {}: {}'s q/k norm spans every head together, which tensor "
-        "parallelism does not shard yet",
-        world, d.model_type);
 }
 
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, WeightStore weights,

@@ -56,9 +56,10 @@ class TensorParallelSequence final : public SequenceState {
   void check_in_step() const {
     for (const auto& s : ranks_)
       if (s->n_past() != ranks_[0]->n_past())
-        fail("tensor parallel: this sequence's ranks hold {} and {} positions after a step that "
-             "failed part way; start it again",
-             ranks_[0]->n_past(), s->n_past());
+        fail(
+            "tensor parallel: this sequence's ranks hold {} and {} positions after a step that "
+            "failed part way; start it again",
+            ranks_[0]->n_past(), s->n_past());
   }
 
  private:
