@@ -90,7 +90,9 @@ class LlamaModel final : public StepModel {
   Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
   Linear prepared(Linear l);
   Linear rows_of(const Linear& l, ShardRange rows);
-  Linear columns_of(const Linear& l, ShardRange cols, bool keep_bias);
+  Linear columns_of(const std::string& name, const Linear& l, ShardRange cols, bool keep_bias);
+  Tensor affine_columns(const std::string& name, const Tensor& w, ShardRange cols);
+  void refuse_unshardable(const std::string& name, const Tensor& w) const;
   Tensor take_norm(const std::string& name, int64_t n);
   Tensor gathered_k_gain(const std::string& name);
   void norm_gathered(const Tensor& rows, const Tensor& gain, const DeviceBuffer& scratch);
@@ -164,12 +166,18 @@ Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in,
       l.w.dtype != DType::BF16)
     fail("tensor {}.weight has dtype {}; linear weights must be F32, F16 or BF16", name,
          dtype_name(l.w.dtype));
-  if (l.w.is_packed() && shard_.world > 1)
-    fail(
-        "tensor {}.weight is quantized; tensor parallelism shards dense (F32, F16, BF16) "
-        "weights only for now (run this checkpoint with --tensor-parallel 1)",
-        name);
+  if (shard_.world > 1) refuse_unshardable(name + ".weight", l.w);
   return l;
+}
+
+// Dense and affine weights shard; trellis-coded ones not yet (their blocks and per-row scales
+// would have to be re-cut along the input dimension).
+void LlamaModel::refuse_unshardable(const std::string& name, const Tensor& w) const {
+  if (w.packed.format == WeightFormat::Trellis)
+    fail(
+        "tensor {} is trellis-coded; tensor parallelism shards dense and affine weights only for "
+        "now (run this checkpoint with --tensor-parallel 1)",
+        name);
 }
 
 Linear LlamaModel::prepared(Linear l) {
@@ -187,9 +195,13 @@ Linear LlamaModel::rows_of(const Linear& l, ShardRange rows) {
 
 // Row-parallel: this rank's input columns, copied (a row's columns are not contiguous). The
 // bias is kept by one rank only, so the all-reduce adds it once.
-Linear LlamaModel::columns_of(const Linear& l, ShardRange cols, bool keep_bias) {
-  const int64_t rows = l.w.dim(0), in = l.w.dim(1);
+Linear LlamaModel::columns_of(const std::string& name, const Linear& l, ShardRange cols,
+                              bool keep_bias) {
+  const int64_t in = l.w.dim(1);
   if (cols.begin == 0 && cols.end == in) return prepared(keep_bias ? l : Linear{l.w, Tensor()});
+  const Tensor bias = keep_bias ? l.bias : Tensor();
+  if (l.w.is_packed()) return prepared({affine_columns(name, l.w, cols), bias});
+  const int64_t rows = l.w.dim(0);
   const size_t elem = dtype_size(l.w.dtype), row_bytes = size_t(cols.size()) * elem;
   std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(rows) * row_bytes);
   const auto* src = static_cast<const std::byte*>(l.w.data);
@@ -197,8 +209,38 @@ Linear LlamaModel::columns_of(const Linear& l, ShardRange cols, bool keep_bias) 
     std::memcpy(copy.data() + size_t(r) * row_bytes,
                 src + (size_t(r * in) + size_t(cols.begin)) * elem, row_bytes);
   weights_.note_copy(copy.data(), copy.size(), l.w.data);
-  return prepared(
-      {Tensor(copy.data(), l.w.dtype, {rows, cols.size()}), keep_bias ? l.bias : Tensor()});
+  return prepared({Tensor(copy.data(), l.w.dtype, {rows, cols.size()}), bias});
+}
+
+// The columns `cols` of an affine weight: whole quantization groups, so each row's codes, scales
+// and biases for them are contiguous runs (a group of 32 or more codes fills whole 32-bit words).
+Tensor LlamaModel::affine_columns(const std::string& name, const Tensor& w, ShardRange cols) {
+  const int64_t rows = w.dim(0), in = w.dim(1), group = w.packed.group_size, bits = w.packed.bits;
+  if (cols.begin % group != 0 || cols.size() % group != 0 || cols.begin * bits % 32 != 0)
+    fail(
+        "tensor {}: its {} inputs split over {} ranks give {} each, not whole quantization "
+        "groups of {}; use a tensor-parallel size that keeps the groups whole, or "
+        "--tensor-parallel 1",
+        name, in, shard_.world, cols.size(), group);
+  // Bytes [begin, begin + count) of each of the rows, row_bytes apart in src, copied together.
+  auto copy_runs = [&](const void* src, size_t row_bytes, size_t begin, size_t count) {
+    std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(rows) * count);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(copy.data() + size_t(r) * count,
+                  static_cast<const std::byte*>(src) + size_t(r) * row_bytes + begin, count);
+    return copy.data();
+  };
+  const size_t code_row = size_t(in * bits / 8), param = dtype_size(w.packed.param_dtype);
+  const size_t group_row = size_t(in / group) * param;
+  Tensor t = w;
+  t.shape[1] = cols.size();
+  t.data =
+      copy_runs(w.data, code_row, size_t(cols.begin * bits / 8), size_t(cols.size() * bits / 8));
+  weights_.note_copy(t.data, size_t(rows * cols.size() * bits / 8), w.data);
+  const size_t first = size_t(cols.begin / group) * param, n = size_t(cols.size() / group) * param;
+  t.packed.scales = copy_runs(w.packed.scales, group_row, first, n);
+  if (w.packed.biases) t.packed.biases = copy_runs(w.packed.biases, group_row, first, n);
+  return t;
 }
 
 void LlamaModel::load_weights() {
@@ -216,12 +258,10 @@ void LlamaModel::load_weights() {
   const bool bias_rank = shard_.rank == 0;  // adds the row-parallel biases
   auto vocab_rows = [&](const std::string& name) {
     Tensor t = weights_.take(name, {d_.n_vocab, H}, "vocab_size, hidden_size");
-    if (t.is_packed() && shard_.world > 1)
-      fail(
-          "tensor {} is quantized; tensor parallelism shards dense (F32, F16, BF16) weights "
-          "only for now (run this checkpoint with --tensor-parallel 1)",
-          name);
-    if (shard_.world > 1) t = t.slice_rows(vocab_.begin, vocab_.end);
+    if (shard_.world > 1) {
+      refuse_unshardable(name, t);
+      t = t.slice_rows(vocab_.begin, vocab_.end);
+    }
     return backend_->prepare_weight(t);
   };
   embed_ = vocab_rows("model.embed_tokens.weight");
@@ -264,7 +304,8 @@ void LlamaModel::load_weights() {
       L.k = rows_of(take_linear(p + "self_attn.k_proj", nkv, H, d_.qkv_bias), kv_rows);
       L.v = rows_of(take_linear(p + "self_attn.v_proj", nkv, H, d_.qkv_bias), kv_rows);
     }
-    L.o = columns_of(take_linear(p + "self_attn.o_proj", H, nq, d_.o_bias), q_rows, bias_rank);
+    L.o = columns_of(p + "self_attn.o_proj.weight",
+                     take_linear(p + "self_attn.o_proj", H, nq, d_.o_bias), q_rows, bias_rank);
     if (d_.fused_gate_up && shard_.world == 1) {
       Linear gu = prepared(take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias));
       L.gate = {gu.w.slice_rows(0, d_.n_ff),
@@ -279,7 +320,8 @@ void LlamaModel::load_weights() {
       L.gate = rows_of(take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias), ff_);
       L.up = rows_of(take_linear(p + "mlp.up_proj", d_.n_ff, H, d_.mlp_bias), ff_);
     }
-    L.down = columns_of(take_linear(p + "mlp.down_proj", H, d_.n_ff, d_.mlp_bias), ff_, bias_rank);
+    L.down = columns_of(p + "mlp.down_proj.weight",
+                        take_linear(p + "mlp.down_proj", H, d_.n_ff, d_.mlp_bias), ff_, bias_rank);
   }
   inv_freq_.resize(d_.ropes.size());
   attention_factor_.resize(d_.ropes.size());
