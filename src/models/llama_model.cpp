@@ -117,7 +117,6 @@ class LlamaModel final : public StepModel {
   int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0;
   // Row-parallel weights' column slices, and the k norm's gain as the ranks' KV heads gather.
   std::vector<std::vector<std::byte>> column_copies_;
-  std::vector<int32_t> local_ids_;  // embed_tokens' ids in the vocab shard
   ModelInfo info_;
   bool headless_ = false;  // a base model without lm_head: the embedding stands in, unused
   Tensor embed_, final_norm_, lm_head_;
