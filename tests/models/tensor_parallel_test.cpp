@@ -16,6 +16,8 @@
 #include "core/error.h"
 #include "fixture.h"
 #include "loader/config.h"
+#include "loader/safetensors_writer.h"
+#include "loader/weight_store.h"
 #include "models/llama.h"
 #include "models/model.h"
 #include "quant/quantize_checkpoint.h"
@@ -368,6 +370,48 @@ TEST(TensorParallelModel, GathersLogitsAndSurvivesAFailingRank) {
   auto b = model->new_sequence();
   model->forward(*b, two, LogitsRows::Last, logits.data());
   EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + 10), row);
+}
+
+// A vocabulary that does not divide among the ranks (255 over 2: 127 and 128 rows) still gives
+// the whole model's logits: the llama fixture with its last vocabulary row cut off.
+TEST(TensorParallelLoad, UnevenVocabularySplits) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("hearth_tp_vocab_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const FixtureCase llama = fixture("llama");
+  nlohmann::json config = ModelConfig::load(llama.dir).raw();
+  constexpr int64_t kVocab = 255;
+  config["vocab_size"] = kVocab;
+  std::ofstream(dir / "config.json") << config.dump();
+  WeightStore in = WeightStore::open(llama.dir);
+  std::vector<SafetensorsEntry> entries;
+  for (const std::string& name : in.names()) {
+    const TensorInfo& t = *in.find(name);
+    std::vector<int64_t> shape = t.shape;
+    if (shape[0] == 256 && (name.find("embed_tokens") != name.npos || name == "lm_head.weight"))
+      shape[0] = kVocab;
+    entries.push_back({name, t.dtype, shape});
+  }
+  {
+    SafetensorsWriter out(dir, entries);
+    for (const SafetensorsEntry& e : entries) out.write(e.name, in.find(e.name)->data, e.nbytes());
+    out.finish();
+  }
+  LoadOptions two;
+  two.tensor_parallel = 2;
+  auto whole = load_model(dir), split = load_model(dir, two);
+  ASSERT_EQ(split->info().n_vocab, kVocab);
+  std::vector<int32_t> prompt = llama.reference["prompt"].get<std::vector<int32_t>>();
+  for (int32_t& t : prompt) t %= int32_t(kVocab);
+  prompt.back() = int32_t(kVocab - 1);  // the last row of the last rank's part
+  std::vector<float> want(prompt.size() * kVocab), got(want.size(), NAN);
+  auto a = whole->new_sequence(), b = split->new_sequence();
+  whole->forward(*a, prompt, LogitsRows::All, want.data());
+  split->forward(*b, prompt, LogitsRows::All, got.data());
+  EXPECT_LT(test::max_error_rel_std(got.data(), want, llama.reference["logits_std"].get<double>()),
+            1e-3);
+  fs::remove_all(dir);
 }
 
 // Affine (quantized) weights shard along their groups: column-parallel rows and vocabulary rows
