@@ -47,6 +47,10 @@ struct RuntimeOptions {
   // Batch-invariant kernels: a request's tokens are bit-identical whatever other requests share
   // its steps (CPU only; prefill is slower).
   bool deterministic = false;
+  // Tensor parallelism: the model split over this many ranks, one thread each with an equal
+  // share of `threads` (the llama family on the CPU only for now; the heads and the MLP width
+  // must divide by it). 1: one whole model.
+  int tensor_parallel = 1;
 };
 
 struct ChatTurn {

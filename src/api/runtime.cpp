@@ -90,6 +90,7 @@ std::unique_ptr<Runtime> Runtime::load(const RuntimeOptions& options) {
   engine.cache_bytes = size_t(options.prompt_cache_bytes);
   engine.mmap = options.mmap;
   engine.deterministic = options.deterministic;
+  engine.tensor_parallel = options.tensor_parallel;
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->engine = Engine::load(engine);

@@ -365,7 +365,10 @@ class Backend {
 // into huge-page memory (see cpu_backend.cpp).
 // batch_invariant: every row's result independent of the other rows of the product and of how
 // a prompt is chunked (row kernels at every row count, attention one query at a time).
+// n_threads: 0 runs the ops on the process-wide pool (ThreadPool::global()); more gives the
+// backend a pool of its own of that many threads, its caller being one (a tensor-parallel rank's
+// share of the cores).
 std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped = true,
-                                          bool batch_invariant = false);
+                                          bool batch_invariant = false, int n_threads = 0);
 
 }  // namespace hearth

@@ -98,6 +98,7 @@ int run_serve(ServeOptions& o) {
   o.server.device = o.model.device;
   o.server.mmap = !o.model.no_mmap;
   o.server.deterministic = o.model.deterministic;
+  o.server.tensor_parallel = o.model.tensor_parallel;
   o.server.cache_mb = size_t(o.cache_mb);
   o.server.responses_bytes = size_t(o.responses_mb) << 20;
   o.server.http_threads = o.http_threads > 0

@@ -29,6 +29,29 @@ void add_model_options(CLI::App& app, ModelOptions& o, std::vector<std::string>*
   app.add_flag("--deterministic", o.deterministic,
                "batch-invariant kernels: a request's results are bit-identical whatever else "
                "runs with it (CPU only; slower prefill)");
+  app.add_option("--tensor-parallel", o.tensor_parallel,
+                 "-tp N: split the model over N ranks, one thread each with a share of the "
+                 "threads (Megatron-style tensor parallelism; CPU and the llama family only for "
+                 "now)")
+      ->capture_default_str();
+}
+
+std::vector<std::string> expand_short_aliases(int argc, char** argv) {
+  std::vector<std::string> args;
+  bool options_ended = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && !options_ended) {
+      if (a == "--")
+        options_ended = true;
+      else if (a == "-tp")
+        a = "--tensor-parallel";
+      else if (a.rfind("-tp=", 0) == 0)
+        a = "--tensor-parallel=" + a.substr(4);
+    }
+    args.push_back(std::move(a));
+  }
+  return args;
 }
 
 namespace {
@@ -81,6 +104,7 @@ EngineOptions engine_options_from(ModelOptions& o) {
   eo.device = o.device;
   eo.mmap = !o.no_mmap;
   eo.deterministic = o.deterministic;
+  eo.tensor_parallel = o.tensor_parallel;
   return eo;
 }
 
@@ -93,6 +117,7 @@ std::unique_ptr<Model> load_model_from(ModelOptions& o) {
   load.mmap = !o.no_mmap;
   load.gdn_recurrent_prefill = o.gdn_recurrent_prefill;
   load.deterministic = o.deterministic;
+  load.tensor_parallel = o.tensor_parallel;
   ProgressLine line("loading weights", "GB", 1e9);
   load.progress = [&line](size_t done, size_t total) {
     line.update(int64_t(done), int64_t(total));

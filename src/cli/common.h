@@ -19,9 +19,10 @@ struct ModelOptions {
   bool no_mmap = false;
   bool gdn_recurrent_prefill = false;  // LoadOptions::gdn_recurrent_prefill (`hearth bench`)
   bool deterministic = false;          // LoadOptions::deterministic
+  int tensor_parallel = 1;             // LoadOptions::tensor_parallel
 };
 
-// -m/--model, --device, --threads.
+// -m/--model, --device, --threads, --no-mmap, --deterministic, --tensor-parallel (-tp).
 // With `models`, -m may be repeated and its values go there instead (`hearth serve`).
 void add_model_options(CLI::App& app, ModelOptions& options,
                        std::vector<std::string>* models = nullptr);
@@ -34,6 +35,10 @@ std::string resolve_model_dir(const std::string& dir);
 // For commands that run an Engine: sets the thread count and returns the options the model
 // flags give (the model directory resolved as load_model_from does).
 EngineOptions engine_options_from(ModelOptions& options);
+
+// The command line with the multi-letter short option -tp (-tp N, -tp=N) spelled
+// --tensor-parallel, which CLI11 2.1 cannot name; arguments after "--" are left alone.
+std::vector<std::string> expand_short_aliases(int argc, char** argv);
 
 // "1,2,3" (spaces allowed) → ids; throws naming the bad item.
 std::vector<int32_t> parse_token_list(const std::string& text, const char* option);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 
 namespace hearth::cli {
@@ -27,8 +28,11 @@ int main(int argc, char** argv) {
     runs[spec.name] = spec.setup(*sub);
     subs[spec.name] = sub;
   }
+  std::vector<std::string> args = expand_short_aliases(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

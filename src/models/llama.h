@@ -14,6 +14,7 @@
 #include "models/config_checks.h"
 #include "models/model.h"
 #include "models/rope.h"
+#include "models/tensor_parallel.h"
 
 namespace hearth {
 
@@ -51,6 +52,14 @@ LlamaDescriptor llama_descriptor_from_config(const ModelConfig& config);
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, WeightStore weights,
                                         std::unique_ptr<Backend> backend,
                                         const LoadOptions& options = {});
+// One rank of a tensor-parallel llama-family model (tensor_parallel.h): its shard of every
+// weight, read from `weights` (the whole checkpoint).
+std::unique_ptr<Model> make_llama_rank_model(const ModelConfig& config, WeightStore weights,
+                                             std::unique_ptr<Backend> backend,
+                                             const TensorShard& shard);
+// Throws, naming the numbers, unless the model can be split over `world` ranks: query heads and
+// intermediate_size divisible by it, KV heads divisible by it or it by them (vLLM's rule).
+void check_llama_tensor_parallel(const LlamaDescriptor& d, int world);
 // The model_types of the family, in the order of its table.
 const std::vector<std::string>& llama_model_types();
 

@@ -2,6 +2,12 @@
 // views, multimodal prefixes stripped), then an eager forward over the backend's ops.
 // Scratch activations are sized for the largest batch seen and reused, so steady-state decode
 // allocates nothing.
+// Built with a TensorShard of world N > 1 it is one rank of a tensor-parallel model
+// (tensor_parallel.h): its share of the attention heads, KV heads, MLP channels and vocabulary,
+// the row-parallel products (o, down) and the embedding all-reduced, the logits its vocabulary
+// columns only.
+#include <cstring>
+
 #include "core/error.h"
 #include "kv/kv_cache.h"
 #include "models/llama.h"
@@ -19,8 +25,8 @@ struct LlamaLayer {
 
 class LlamaSequence final : public SequenceState {
  public:
-  LlamaSequence(Backend& backend, const LlamaDescriptor& d)
-      : kv(backend, d.window, int(d.n_head_kv), int(d.head_dim)), rope_max_seq(d.ropes.size()) {
+  LlamaSequence(Backend& backend, const LlamaDescriptor& d, int64_t n_head_kv)
+      : kv(backend, d.window, int(n_head_kv), int(d.head_dim)), rope_max_seq(d.ropes.size()) {
     for (size_t i = 0; i < d.ropes.size(); ++i) rope_max_seq[i] = d.ropes[i].max_position;
   }
   LlamaSequence(KvCache kv_, std::vector<int64_t> rope_max_seq_)
@@ -40,14 +46,19 @@ class LlamaSequence final : public SequenceState {
 
 class LlamaModel final : public StepModel {
  public:
-  LlamaModel(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend)
+  LlamaModel(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend,
+             TensorShard shard)
       : d_(llama_descriptor_from_config(config)),
         weights_(std::move(weights)),
         backend_(std::move(backend)),
+        shard_(shard),
         act_(backend_->activation_dtype()) {
+    set_shard_sizes();
     load_weights();
     weights_.audit();
-    info_ = decoder_info(config, weights_, d_, d_.n_layer, act_);
+    AttentionDims local = d_;  // the KV this rank caches
+    local.n_head_kv = n_head_kv_;
+    info_ = decoder_info(config, weights_, local, d_.n_layer, act_);
     info_.model_type = d_.model_type;
     info_.architecture = "llama-family decoder (" + d_.model_type + ")";
     set_decode_work(info_, weights_, embed_, lm_head_);
@@ -56,17 +67,17 @@ class LlamaModel final : public StepModel {
              .eps = d_.norm_eps,
              .norm_offset = d_.norm_offset,
              .weight = lm_head_,
-             .n_vocab = d_.n_vocab,
+             .n_vocab = vocab_.size(),
              .logits_scale = d_.logits_scale,
              .softcap = d_.final_softcap};
-    plain_stack_ = plain_stack();
+    plain_stack_ = shard_.world == 1 && plain_stack();
   }
 
   const ModelInfo& info() const override { return info_; }
   const WeightStore* weight_store() const override { return &weights_; }
 
   std::unique_ptr<SequenceState> new_sequence() const override {
-    return std::make_unique<LlamaSequence>(*backend_, d_);
+    return std::make_unique<LlamaSequence>(*backend_, d_, n_head_kv_);
   }
   void forward_batch(std::span<const BatchItem> items) override;
 
@@ -74,9 +85,19 @@ class LlamaModel final : public StepModel {
   Backend& step_backend() const override { return *backend_; }
   void run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows, float* logits,
            const TokenPick* pick, int32_t* token) override;
+  void set_shard_sizes();
   void load_weights();
   Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
+  Linear prepared(Linear l);
+  Linear rows_of(const Linear& l, ShardRange rows);
+  Linear columns_of(const std::string& name, const Linear& l, ShardRange cols, bool keep_bias);
+  Tensor affine_columns(const std::string& name, const Tensor& w, ShardRange cols);
+  void refuse_unshardable(const std::string& name, const Tensor& w) const;
   Tensor take_norm(const std::string& name, int64_t n);
+  Tensor gathered_k_gain(const std::string& name);
+  void norm_gathered(const Tensor& rows, const Tensor& gain, const DeviceBuffer& scratch);
+  void embed_tokens(const Tensor& x, std::span<const int32_t> tokens);
+  void all_reduce(const Tensor& t);
   void reserve_scratch(int64_t n_tokens);
   using SequenceRows = SequenceRowsOf<LlamaSequence>;
   void attention_block(int layer, std::span<const SequenceRows> parts, int64_t n);
@@ -89,6 +110,13 @@ class LlamaModel final : public StepModel {
   LlamaDescriptor d_;
   WeightStore weights_;
   std::unique_ptr<Backend> backend_;
+  TensorShard shard_;
+  // This rank's share (the whole model when world is 1): query heads, KV heads (replicated when
+  // there are fewer than ranks), MLP channels and vocabulary rows, and their local counts.
+  ShardRange q_heads_, kv_heads_, ff_, vocab_;
+  int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0;
+  // Row-parallel weights' column slices, and the k norm's gain as the ranks' KV heads gather.
+  std::vector<std::vector<std::byte>> column_copies_;
   ModelInfo info_;
   bool headless_ = false;  // a base model without lm_head: the embedding stands in, unused
   Tensor embed_, final_norm_, lm_head_;
@@ -99,6 +127,7 @@ class LlamaModel final : public StepModel {
   DType act_ = DType::F32;
   int64_t scratch_tokens_ = 0;
   DeviceBuffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
+  DeviceBuffer q_all_, k_all_;  // a q/k norm over all heads: the ranks' rows gathered
   std::vector<std::vector<float>> inv_freq_;
   std::vector<float> attention_factor_;
   // Whether one-token steps may go to Backend::decode_layers (plain_stack(), set at load), and
@@ -111,6 +140,23 @@ Tensor LlamaModel::take_norm(const std::string& name, int64_t n) {
   return backend_->prepare_weight(weights_.take(name, {n}, "hidden_size/head_dim"));
 }
 
+void LlamaModel::set_shard_sizes() {
+  const int r = shard_.rank, n = shard_.world;
+  if (n > 1) check_llama_tensor_parallel(d_, n);
+  if (n > 1 && act_ != DType::F32)
+    fail("tensor parallelism runs on the CPU backend only (f32 activations)");
+  q_heads_ = shard_range(d_.n_head, r, n);
+  // Fewer KV heads than ranks: each is replicated on world / n_head_kv ranks (as vLLM does).
+  kv_heads_ = d_.n_head_kv >= n ? shard_range(d_.n_head_kv, r, n)
+                                : ShardRange{r * d_.n_head_kv / n, r * d_.n_head_kv / n + 1};
+  ff_ = shard_range(d_.n_ff, r, n);
+  vocab_ = shard_range(d_.n_vocab, r, n);
+  n_head_ = q_heads_.size();
+  n_head_kv_ = kv_heads_.size();
+  n_ff_ = ff_.size();
+}
+
+// The checkpoint's tensor, checked, not yet given to the backend (a rank takes its part first).
 Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in, bool bias) {
   Linear l;
   l.w = weights_.take(name + ".weight", {out, in}, "config dimensions");
@@ -119,9 +165,81 @@ Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in,
       l.w.dtype != DType::BF16)
     fail("tensor {}.weight has dtype {}; linear weights must be F32, F16 or BF16", name,
          dtype_name(l.w.dtype));
+  if (shard_.world > 1) refuse_unshardable(name + ".weight", l.w);
+  return l;
+}
+
+// Dense and affine weights shard; trellis-coded ones not yet (their blocks and per-row scales
+// would have to be re-cut along the input dimension).
+void LlamaModel::refuse_unshardable(const std::string& name, const Tensor& w) const {
+  if (w.packed.format == WeightFormat::Trellis)
+    fail(
+        "tensor {} is trellis-coded; tensor parallelism shards dense and affine weights only for "
+        "now (run this checkpoint with --tensor-parallel 1)",
+        name);
+}
+
+Linear LlamaModel::prepared(Linear l) {
   l.w = backend_->prepare_weight(l.w);
   if (!l.bias.empty()) l.bias = backend_->prepare_weight(l.bias);
   return l;
+}
+
+// Column-parallel: this rank's output rows, views of the checkpoint's (bias rows with them).
+Linear LlamaModel::rows_of(const Linear& l, ShardRange rows) {
+  if (rows.begin == 0 && rows.end == l.w.dim(0)) return prepared(l);
+  return prepared({l.w.slice_rows(rows.begin, rows.end),
+                   l.bias.empty() ? Tensor() : l.bias.slice_rows(rows.begin, rows.end)});
+}
+
+// Row-parallel: this rank's input columns, copied (a row's columns are not contiguous). The
+// bias is kept by one rank only, so the all-reduce adds it once.
+Linear LlamaModel::columns_of(const std::string& name, const Linear& l, ShardRange cols,
+                              bool keep_bias) {
+  const int64_t in = l.w.dim(1);
+  if (cols.begin == 0 && cols.end == in) return prepared(keep_bias ? l : Linear{l.w, Tensor()});
+  const Tensor bias = keep_bias ? l.bias : Tensor();
+  if (l.w.is_packed()) return prepared({affine_columns(name, l.w, cols), bias});
+  const int64_t rows = l.w.dim(0);
+  const size_t elem = dtype_size(l.w.dtype), row_bytes = size_t(cols.size()) * elem;
+  std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(rows) * row_bytes);
+  const auto* src = static_cast<const std::byte*>(l.w.data);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(copy.data() + size_t(r) * row_bytes,
+                src + (size_t(r * in) + size_t(cols.begin)) * elem, row_bytes);
+  weights_.note_copy(copy.data(), copy.size(), l.w.data);
+  return prepared({Tensor(copy.data(), l.w.dtype, {rows, cols.size()}), bias});
+}
+
+// The columns `cols` of an affine weight: whole quantization groups, so each row's codes, scales
+// and biases for them are contiguous runs (a group of 32 or more codes fills whole 32-bit words).
+Tensor LlamaModel::affine_columns(const std::string& name, const Tensor& w, ShardRange cols) {
+  const int64_t rows = w.dim(0), in = w.dim(1), group = w.packed.group_size, bits = w.packed.bits;
+  if (cols.begin % group != 0 || cols.size() % group != 0 || cols.begin * bits % 32 != 0)
+    fail(
+        "tensor {}: its {} inputs split over {} ranks give {} each, not whole quantization "
+        "groups of {}; use a tensor-parallel size that keeps the groups whole, or "
+        "--tensor-parallel 1",
+        name, in, shard_.world, cols.size(), group);
+  // Bytes [begin, begin + count) of each of the rows, row_bytes apart in src, copied together.
+  auto copy_runs = [&](const void* src, size_t row_bytes, size_t begin, size_t count) {
+    std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(rows) * count);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(copy.data() + size_t(r) * count,
+                  static_cast<const std::byte*>(src) + size_t(r) * row_bytes + begin, count);
+    return copy.data();
+  };
+  const size_t code_row = size_t(in * bits / 8), param = dtype_size(w.packed.param_dtype);
+  const size_t group_row = size_t(in / group) * param;
+  Tensor t = w;
+  t.shape[1] = cols.size();
+  t.data =
+      copy_runs(w.data, code_row, size_t(cols.begin * bits / 8), size_t(cols.size() * bits / 8));
+  weights_.note_copy(t.data, size_t(rows * cols.size() * bits / 8), w.data);
+  const size_t first = size_t(cols.begin / group) * param, n = size_t(cols.size() / group) * param;
+  t.packed.scales = copy_runs(w.packed.scales, group_row, first, n);
+  if (w.packed.biases) t.packed.biases = copy_runs(w.packed.biases, group_row, first, n);
+  return t;
 }
 
 void LlamaModel::load_weights() {
@@ -132,16 +250,23 @@ void LlamaModel::load_weights() {
   const bool base_model = weights_.contains("embed_tokens.weight");
   use_text_model_names(weights_);
   const int64_t H = d_.n_embd, hd = d_.head_dim, nq = d_.n_head * hd, nkv = d_.n_head_kv * hd;
-  embed_ = backend_->prepare_weight(
-      weights_.take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size"));
+  // The rows of this rank's heads and channels in the projections, and of its vocabulary in the
+  // embedding and head (all of them when world is 1).
+  const ShardRange q_rows{q_heads_.begin * hd, q_heads_.end * hd};
+  const ShardRange kv_rows{kv_heads_.begin * hd, kv_heads_.end * hd};
+  const bool bias_rank = shard_.rank == 0;  // adds the row-parallel biases
+  auto vocab_rows = [&](const std::string& name) {
+    Tensor t = weights_.take(name, {d_.n_vocab, H}, "vocab_size, hidden_size");
+    if (shard_.world > 1) {
+      refuse_unshardable(name, t);
+      t = t.slice_rows(vocab_.begin, vocab_.end);
+    }
+    return backend_->prepare_weight(t);
+  };
+  embed_ = vocab_rows("model.embed_tokens.weight");
   final_norm_ = take_norm("model.norm.weight", H);
   headless_ = !d_.tied_embeddings && base_model && !weights_.contains("lm_head.weight");
-  if (d_.tied_embeddings || headless_) {
-    lm_head_ = embed_;
-  } else {
-    lm_head_ = backend_->prepare_weight(
-        weights_.take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size"));
-  }
+  lm_head_ = d_.tied_embeddings || headless_ ? embed_ : vocab_rows("lm_head.weight");
   layers_.resize(size_t(d_.n_layer));
   for (int64_t i = 0; i < d_.n_layer; ++i) {
     LlamaLayer& L = layers_[size_t(i)];
@@ -154,34 +279,48 @@ void LlamaModel::load_weights() {
       L.q_norm = take_norm(p + "self_attn.q_norm.weight", hd);
       L.k_norm = take_norm(p + "self_attn.k_norm.weight", hd);
     } else if (d_.qk_norm == QkNorm::Full) {
+      // One norm over all heads together: a rank normalises the all-gathered rows
+      // (norm_gathered), whose gains are the whole q gain and k's laid out as the gather lays
+      // out the ranks' KV heads (a replicated head once per rank that holds it).
       L.q_norm = take_norm(p + "self_attn.q_norm.weight", nq);
-      L.k_norm = take_norm(p + "self_attn.k_norm.weight", nkv);
+      L.k_norm = gathered_k_gain(p + "self_attn.k_norm.weight");
     }
-    if (d_.fused_qkv) {
+    if (d_.fused_qkv && shard_.world == 1) {
       // Fused [q; k; v] rows: each part is a contiguous row range of the same matrix.
-      Linear qkv = take_linear(p + "self_attn.qkv_proj", nq + 2 * nkv, H, d_.qkv_bias);
+      Linear qkv = prepared(take_linear(p + "self_attn.qkv_proj", nq + 2 * nkv, H, d_.qkv_bias));
       L.q = {qkv.w.slice_rows(0, nq), qkv.bias.empty() ? Tensor() : qkv.bias.slice_rows(0, nq)};
       L.k = {qkv.w.slice_rows(nq, nq + nkv),
              qkv.bias.empty() ? Tensor() : qkv.bias.slice_rows(nq, nq + nkv)};
       L.v = {qkv.w.slice_rows(nq + nkv, nq + 2 * nkv),
              qkv.bias.empty() ? Tensor() : qkv.bias.slice_rows(nq + nkv, nq + 2 * nkv)};
+    } else if (d_.fused_qkv) {  // this rank's rows of each part
+      const Linear qkv = take_linear(p + "self_attn.qkv_proj", nq + 2 * nkv, H, d_.qkv_bias);
+      L.q = rows_of(qkv, q_rows);
+      L.k = rows_of(qkv, {nq + kv_rows.begin, nq + kv_rows.end});
+      L.v = rows_of(qkv, {nq + nkv + kv_rows.begin, nq + nkv + kv_rows.end});
     } else {
-      L.q = take_linear(p + "self_attn.q_proj", nq, H, d_.qkv_bias);
-      L.k = take_linear(p + "self_attn.k_proj", nkv, H, d_.qkv_bias);
-      L.v = take_linear(p + "self_attn.v_proj", nkv, H, d_.qkv_bias);
+      L.q = rows_of(take_linear(p + "self_attn.q_proj", nq, H, d_.qkv_bias), q_rows);
+      L.k = rows_of(take_linear(p + "self_attn.k_proj", nkv, H, d_.qkv_bias), kv_rows);
+      L.v = rows_of(take_linear(p + "self_attn.v_proj", nkv, H, d_.qkv_bias), kv_rows);
     }
-    L.o = take_linear(p + "self_attn.o_proj", H, nq, d_.o_bias);
-    if (d_.fused_gate_up) {
-      Linear gu = take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias);
+    L.o = columns_of(p + "self_attn.o_proj.weight",
+                     take_linear(p + "self_attn.o_proj", H, nq, d_.o_bias), q_rows, bias_rank);
+    if (d_.fused_gate_up && shard_.world == 1) {
+      Linear gu = prepared(take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias));
       L.gate = {gu.w.slice_rows(0, d_.n_ff),
                 gu.bias.empty() ? Tensor() : gu.bias.slice_rows(0, d_.n_ff)};
       L.up = {gu.w.slice_rows(d_.n_ff, 2 * d_.n_ff),
               gu.bias.empty() ? Tensor() : gu.bias.slice_rows(d_.n_ff, 2 * d_.n_ff)};
+    } else if (d_.fused_gate_up) {
+      const Linear gu = take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias);
+      L.gate = rows_of(gu, ff_);
+      L.up = rows_of(gu, {d_.n_ff + ff_.begin, d_.n_ff + ff_.end});
     } else {
-      L.gate = take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias);
-      L.up = take_linear(p + "mlp.up_proj", d_.n_ff, H, d_.mlp_bias);
+      L.gate = rows_of(take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias), ff_);
+      L.up = rows_of(take_linear(p + "mlp.up_proj", d_.n_ff, H, d_.mlp_bias), ff_);
     }
-    L.down = take_linear(p + "mlp.down_proj", H, d_.n_ff, d_.mlp_bias);
+    L.down = columns_of(p + "mlp.down_proj.weight",
+                        take_linear(p + "mlp.down_proj", H, d_.n_ff, d_.mlp_bias), ff_, bias_rank);
   }
   inv_freq_.resize(d_.ropes.size());
   attention_factor_.resize(d_.ropes.size());
@@ -189,7 +328,7 @@ void LlamaModel::load_weights() {
 
 void LlamaModel::reserve_scratch(int64_t n) {
   if (n <= scratch_tokens_) return;
-  const int64_t H = d_.n_embd, nq = d_.n_head * d_.head_dim, nkv = d_.n_head_kv * d_.head_dim;
+  const int64_t H = d_.n_embd, nq = n_head_ * d_.head_dim, nkv = n_head_kv_ * d_.head_dim;
   const size_t elem = dtype_size(act_);
   auto rows = [&](int64_t cols) { return backend_->alloc(size_t(n * cols) * elem); };
   x_ = rows(H);
@@ -199,8 +338,12 @@ void LlamaModel::reserve_scratch(int64_t n) {
   attn_ = rows(nq);
   k_ = rows(nkv);
   v_ = rows(nkv);
-  gate_ = rows(d_.n_ff);
-  up_ = rows(d_.n_ff);
+  gate_ = rows(n_ff_);
+  up_ = rows(n_ff_);
+  if (d_.qk_norm == QkNorm::Full && shard_.world > 1) {
+    q_all_ = rows(nq * shard_.world);
+    k_all_ = rows(nkv * shard_.world);
+  }
   scratch_tokens_ = n;
 }
 
@@ -209,10 +352,10 @@ void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, in
   const int64_t H = d_.n_embd, hd = d_.head_dim;
   const Tensor x = x_.view(act_, {n, H});
   const Tensor h = h_.view(act_, {n, H});
-  const Tensor q = q_.view(act_, {n, d_.n_head, hd});
-  const Tensor k = k_.view(act_, {n, d_.n_head_kv, hd});
-  const Tensor v = v_.view(act_, {n, d_.n_head_kv, hd});
-  const Tensor attn = attn_.view(act_, {n, d_.n_head, hd});
+  const Tensor q = q_.view(act_, {n, n_head_, hd});
+  const Tensor k = k_.view(act_, {n, n_head_kv_, hd});
+  const Tensor v = v_.view(act_, {n, n_head_kv_, hd});
+  const Tensor attn = attn_.view(act_, {n, n_head_, hd});
   const Tensor o = o_.view(act_, {n, H});
   Backend& be = *backend_;
 
@@ -223,9 +366,14 @@ void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, in
   be.linear_many(x, qkv, 3, d_.input_norm ? &norm : nullptr);
   Tensor q_gain = L.q_norm, k_gain = L.k_norm;
   if (d_.qk_norm == QkNorm::Full) {  // olmo2: one norm over all heads together
-    const Tensor q2 = q.reshaped({n, d_.n_head * hd}), k2 = k.reshaped({n, d_.n_head_kv * hd});
-    be.rms_norm(q2, q2, L.q_norm, d_.norm_eps, d_.norm_offset);
-    be.rms_norm(k2, k2, L.k_norm, d_.norm_eps, d_.norm_offset);
+    const Tensor q2 = q.reshaped({n, n_head_ * hd}), k2 = k.reshaped({n, n_head_kv_ * hd});
+    if (shard_.world == 1) {
+      be.rms_norm(q2, q2, L.q_norm, d_.norm_eps, d_.norm_offset);
+      be.rms_norm(k2, k2, L.k_norm, d_.norm_eps, d_.norm_offset);
+    } else {
+      norm_gathered(q2, L.q_norm, q_all_);
+      norm_gathered(k2, L.k_norm, k_all_);
+    }
     q_gain = k_gain = Tensor();
   } else if (d_.qk_norm != QkNorm::PerHead) {
     q_gain = k_gain = Tensor();
@@ -237,8 +385,8 @@ void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, in
           attention_factor_[size_t(ri)]};
   }
   AttentionParams ap;
-  ap.n_head = int(d_.n_head);
-  ap.n_head_kv = int(d_.n_head_kv);
+  ap.n_head = int(n_head_);
+  ap.n_head_kv = int(n_head_kv_);
   ap.head_dim = int(hd);
   ap.scale = d_.attn_scale;
   ap.softcap = d_.attn_softcap;
@@ -246,16 +394,21 @@ void LlamaModel::attention_block(int il, std::span<const SequenceRows> parts, in
   const RopeParams* rope = d_.use_rope[size_t(il)] ? &rp : nullptr;
   attend_parts(be, parts, q, k, v, attn, q_gain, k_gain, d_.norm_eps, d_.norm_offset, rope, ap,
                [il](const LlamaSequence& s) { return s.kv.view(il); });
-  residual_product(x, attn.reshaped({n, d_.n_head * hd}), {o, L.o.w, L.o.bias}, L.post_attn_norm);
+  residual_product(x, attn.reshaped({n, n_head_ * hd}), {o, L.o.w, L.o.bias}, L.post_attn_norm);
 }
 
 // x += out_proj(in) * residual_scale, with the gemma-style norm of the product in between
-// when the model has one (then the add cannot happen inside the product).
+// when the model has one (then the add cannot happen inside the product). A row-parallel rank's
+// product is its part of the sum: all-reduced before the norm and the add, so every rank adds
+// the same rows to its copy of x.
 void LlamaModel::residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj,
                                   const Tensor& post_norm) {
   Backend& be = *backend_;
-  if (post_norm.empty()) return be.linear_residual(x, in, proj, d_.residual_scale);
+  if (post_norm.empty() && shard_.world == 1)
+    return be.linear_residual(x, in, proj, d_.residual_scale);
   be.linear(proj.y, in, proj.w, proj.bias);
+  all_reduce(proj.y);
+  if (post_norm.empty()) return be.add(x, x, proj.y, d_.residual_scale);
   be.rms_norm(proj.y, proj.y, post_norm, d_.norm_eps, d_.norm_offset);
   be.add(x, x, proj.y, d_.residual_scale);
 }
@@ -266,13 +419,66 @@ void LlamaModel::ffn_block(int il, int64_t n) {
   const Tensor x = x_.view(act_, {n, H});
   const Tensor h = h_.view(act_, {n, H});
   const Tensor o = o_.view(act_, {n, H});
-  const Tensor gate = gate_.view(act_, {n, d_.n_ff});
-  const Tensor up = up_.view(act_, {n, d_.n_ff});
+  const Tensor gate = gate_.view(act_, {n, n_ff_});
+  const Tensor up = up_.view(act_, {n, n_ff_});
   Backend& be = *backend_;
   const Backend::InputNorm norm{L.ffn_norm, d_.norm_eps, d_.norm_offset, h};
   be.linear_glu(gate, up, x, {gate, L.gate.w, L.gate.bias}, {up, L.up.w, L.up.bias}, d_.act,
                 d_.pre_ffn_norm ? &norm : nullptr);
   residual_product(x, gate, {o, L.down.w, L.down.bias}, L.post_ffn_norm);
+}
+
+// The k norm's gain over the gathered rows: every rank's KV heads in rank order, so a head that
+// several ranks hold (fewer KV heads than ranks) appears once per rank. The whole gain otherwise.
+Tensor LlamaModel::gathered_k_gain(const std::string& name) {
+  const int64_t hd = d_.head_dim, nkv = d_.n_head_kv * hd;
+  if (d_.n_head_kv >= shard_.world) return take_norm(name, nkv);
+  const Tensor gain = weights_.take(name, {nkv}, "hidden_size/head_dim");
+  const size_t head_bytes = size_t(hd) * dtype_size(gain.dtype);
+  std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(shard_.world) * head_bytes);
+  for (int r = 0; r < shard_.world; ++r)  // one KV head per rank
+    std::memcpy(copy.data() + size_t(r) * head_bytes,
+                static_cast<const std::byte*>(gain.data) +
+                    size_t(r * d_.n_head_kv / shard_.world) * head_bytes,
+                head_bytes);
+  weights_.note_copy(copy.data(), copy.size(), gain.data);
+  return backend_->prepare_weight(Tensor(copy.data(), gain.dtype, {shard_.world * hd}));
+}
+
+// An RMSNorm over whole rows of which this rank holds a slice (rows [n, width], every rank the
+// same width): the slices all-gathered into `scratch` ([n, width * world]), normalised there with
+// `gain`, and this rank's columns copied back. A KV head repeated on several ranks is repeated
+// in the row as often as every other head, so the row's mean square is the unique row's.
+void LlamaModel::norm_gathered(const Tensor& rows, const Tensor& gain,
+                               const DeviceBuffer& scratch) {
+  Backend& be = *backend_;
+  const int64_t n = rows.dim(0), width = rows.dim(1), all = width * shard_.world;
+  const Tensor gathered = scratch.view(act_, {n, all});
+  const std::vector<int64_t> widths(size_t(shard_.world), width);
+  shard_.comm->all_gather_columns(rows.as<float>(), n, widths, gathered.as<float>());
+  be.rms_norm(gathered, gathered, gain, d_.norm_eps, d_.norm_offset);
+  for (int64_t t = 0; t < n; ++t)
+    be.copy(rows.slice_rows(t, t + 1),
+            Tensor(gathered.as<float>() + t * all + shard_.rank * width, act_, {1, width}));
+}
+
+void LlamaModel::all_reduce(const Tensor& t) {
+  if (shard_.world > 1) shard_.comm->all_reduce_sum(t.as<float>(), size_t(t.numel()));
+}
+
+// The input rows. A rank holds only its vocabulary rows: it looks up the tokens that fall in
+// them, leaves zeros for the others, and the all-reduce sums the one non-zero row per token
+// (exact: the other terms are zeros).
+void LlamaModel::embed_tokens(const Tensor& x, std::span<const int32_t> tokens) {
+  Backend& be = *backend_;
+  if (shard_.world == 1) return be.embedding(x, embed_, tokens.data(), d_.embed_scale);
+  be.fill(x, 0.0f);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t] < vocab_.begin || tokens[t] >= vocab_.end) continue;
+    const int32_t id = int32_t(tokens[t] - vocab_.begin);
+    be.embedding(x.slice_rows(int64_t(t), int64_t(t) + 1), embed_, &id, d_.embed_scale);
+  }
+  all_reduce(x);
 }
 
 // The stacks Backend::decode_layers describes: both norms before their blocks and none after,
@@ -355,7 +561,10 @@ void LlamaModel::run(SequenceState& state, std::span<const int32_t> tokens, Logi
 
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
-  embed(*backend_, x, embed_, tokens, d_.embed_scale);
+  if (shard_.world == 1)
+    embed(*backend_, x, embed_, tokens, d_.embed_scale);
+  else
+    embed_tokens(x, tokens);
   seq.kv.reserve_batch(n);
   if (n != 1 || !decode_layers(seq, x, positions_[0])) {
     const SequenceRows one[] = {{&seq, 0, n}};
@@ -385,7 +594,7 @@ void LlamaModel::forward_batch(std::span<const BatchItem> items) {
     if (inv_freq_[r].empty()) inv_freq_[r] = d_.ropes[r].inv_freq(0, &attention_factor_[r]);
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
-  backend_->embedding(x, embed_, tokens.data(), d_.embed_scale);
+  embed_tokens(x, tokens);
   for (const SequenceRows& p : parts) p.seq->kv.reserve_batch(p.rows);
   for (int il = 0; il < int(d_.n_layer); ++il) {
     attention_block(il, parts, n);
@@ -397,9 +606,38 @@ void LlamaModel::forward_batch(std::span<const BatchItem> items) {
 
 }  // namespace
 
+void check_llama_tensor_parallel(const LlamaDescriptor& d, int world) {
+  if (world < 1) fail("the tensor-parallel size must be at least 1 (got {})", world);
+  if (world == 1) return;
+  // vLLM's rule: query heads and MLP channels divide among the ranks; KV heads too, or the
+  // ranks among them (each KV head then replicated on world / n_head_kv ranks).
+  if (d.n_head % world != 0)
+    fail(
+        "--tensor-parallel {}: num_attention_heads ({}) must be divisible by the tensor-parallel "
+        "size (each rank holds whole heads, as in vLLM)",
+        world, d.n_head);
+  if (d.n_head_kv % world != 0 && world % d.n_head_kv != 0)
+    fail(
+        "--tensor-parallel {}: num_key_value_heads ({}) must be divisible by the tensor-parallel "
+        "size, or the size by it (KV heads are then replicated, as in vLLM)",
+        world, d.n_head_kv);
+  if (d.n_ff % world != 0)
+    fail(
+        "--tensor-parallel {}: intermediate_size ({}) must be divisible by the tensor-parallel "
+        "size (as in vLLM)",
+        world, d.n_ff);
+}
+
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, WeightStore weights,
                                         std::unique_ptr<Backend> backend, const LoadOptions&) {
-  return std::make_unique<LlamaModel>(config, std::move(weights), std::move(backend));
+  return std::make_unique<LlamaModel>(config, std::move(weights), std::move(backend),
+                                      TensorShard{});
+}
+
+std::unique_ptr<Model> make_llama_rank_model(const ModelConfig& config, WeightStore weights,
+                                             std::unique_ptr<Backend> backend,
+                                             const TensorShard& shard) {
+  return std::make_unique<LlamaModel>(config, std::move(weights), std::move(backend), shard);
 }
 
 }  // namespace hearth

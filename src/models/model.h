@@ -177,6 +177,10 @@ struct LoadOptions {
   // Batch-invariant kernels: a sequence's results are bit-identical whatever else runs in the
   // same step and however its prompt is chunked (CPU only; docs/design-notes.md).
   bool deterministic = false;
+  // Tensor parallelism: the model split over this many ranks (Megatron-style), each a thread with
+  // its own CPU backend and an equal share of the process's threads (CPU and the llama family only
+  // for now; docs/design-notes.md). 1: one whole model.
+  int tensor_parallel = 1;
   // Called as the weights load, with bytes done and the checkpoint's total (the CLI's progress
   // line); on the loading thread.
   std::function<void(size_t done_bytes, size_t total_bytes)> progress;

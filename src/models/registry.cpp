@@ -7,6 +7,8 @@
 
 #include "backend/device_name.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
 #ifdef HEARTH_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -15,6 +17,7 @@
 #include "models/llama.h"
 #include "models/model.h"
 #include "models/qwen3_5.h"
+#include "models/tensor_parallel.h"
 
 namespace hearth {
 
@@ -50,6 +53,46 @@ std::unique_ptr<Backend> make_backend(const std::string& device, bool mmap, bool
 #endif
 }
 
+// A model split over options.tensor_parallel ranks: one thread per rank, each with its own CPU
+// backend and an equal share of the process-wide pool's threads, loading its shard of the
+// weights from its own view of the checkpoint.
+std::unique_ptr<Model> load_tensor_parallel(const std::filesystem::path& dir,
+                                            const ModelConfig& config, const LoadOptions& options) {
+  const int world = options.tensor_parallel;
+  const DeviceName d = parse_device_name(options.device);
+  bool gpu = d.kind == DeviceName::Kind::Cuda;
+#ifdef HEARTH_HAVE_CUDA
+  gpu = gpu || (d.kind == DeviceName::Kind::Auto && cuda_device_count() > 0);
+#endif
+  if (gpu)
+    fail(
+        "--tensor-parallel {}: multi-GPU tensor parallelism is not built yet; it runs on the CPU "
+        "only for now (--device cpu)",
+        world);
+  const auto& llama = llama_model_types();
+  if (std::find(llama.begin(), llama.end(), config.model_type()) == llama.end())
+    fail(
+        "--tensor-parallel {}: tensor parallelism supports the llama family only for now, not "
+        "model_type '{}'",
+        world, config.model_type());
+  check_llama_tensor_parallel(llama_descriptor_from_config(config), world);
+  const int total = ThreadPool::global().size();
+  if (total < world)
+    log(LogLevel::Warn,
+        "--tensor-parallel {} runs {} threads, more than the {} compute thread{} (--threads): "
+        "the ranks wait for each other's cores",
+        world, world, total, total == 1 ? "" : "s");
+  const int threads = std::max(1, total / world);
+  return make_tensor_parallel_model(world, [&](int rank, Communicator& comm) {
+    WeightStore weights = WeightStore::open(dir);
+    weights.set_quantization(QuantizationConfig::from_json(config.raw(), config.source()));
+    if (rank == 0) weights.set_progress(options.progress);  // rank 0 runs on the caller's thread
+    return make_llama_rank_model(config, std::move(weights),
+                                 make_cpu_backend(options.mmap, options.deterministic, threads),
+                                 TensorShard{rank, world, &comm});
+  });
+}
+
 }  // namespace
 
 std::vector<std::string> supported_model_types() {
@@ -71,6 +114,16 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
     for (const auto& t : supported_model_types()) list += (list.empty() ? "" : ", ") + t;
     fail("{}: model_type '{}' is not supported; supported: {}", config.source(),
          config.model_type(), list);
+  }
+  if (options.tensor_parallel < 1)
+    fail("--tensor-parallel must be at least 1 (got {})", options.tensor_parallel);
+  if (options.tensor_parallel > 1) {
+    if (backend)
+      fail("--tensor-parallel {}: a tensor-parallel model makes its own backends, one per rank",
+           options.tensor_parallel);
+    auto model = load_tensor_parallel(dir, config, options);
+    model->set_default_prefill_chunk(512);
+    return model;
   }
   if (!backend) backend = make_backend(options.device, options.mmap, options.deterministic);
   const bool gpu = backend->device() == Device::CUDA;

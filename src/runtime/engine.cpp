@@ -74,6 +74,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   load.device = options.device;
   load.mmap = options.mmap;
   load.deterministic = options.deterministic;
+  load.tensor_parallel = options.tensor_parallel;
   load.progress = options.load_progress;
   auto model = load_model(options.model_dir, load);
   ModelConfig config = ModelConfig::load(options.model_dir);

@@ -42,6 +42,7 @@ struct EngineOptions {
       load_progress;                        // LoadOptions::progress
   bool mmap = true;                         // LoadOptions::mmap
   bool deterministic = false;               // LoadOptions::deterministic
+  int tensor_parallel = 1;                  // LoadOptions::tensor_parallel
   int64_t n_ctx = 0;                        // 0: the model's max_position_embeddings
   size_t cache_bytes = size_t{8192} << 20;  // prompt cache cap; 0 disables it
   int64_t prefill_chunk = 0;                // tokens per prefill forward; 0: the model's default

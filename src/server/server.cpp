@@ -68,6 +68,7 @@ std::shared_ptr<Engine> load_engine(const ServerOptions& o, const std::string& d
   eo.device = o.device;
   eo.mmap = o.mmap;
   eo.deterministic = o.deterministic;
+  eo.tensor_parallel = o.tensor_parallel;
   eo.max_running = o.max_running;
   eo.max_step_tokens = o.max_batch_tokens;
   eo.kv_budget_bytes = o.kv_budget_mb << 20;

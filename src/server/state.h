@@ -31,6 +31,7 @@ struct ServerOptions {
   size_t cache_mb = 8192;
   std::string device = "cpu";
   bool deterministic = false;    // LoadOptions::deterministic
+  int tensor_parallel = 1;       // LoadOptions::tensor_parallel
   bool mmap = true;              // read CPU weights in place (false: copy into huge pages)
   int64_t max_running = 0;       // requests decoding together (0: the engine's default)
   int64_t max_batch_tokens = 0;  // tokens per step while requests decode (0: the engine's)

@@ -147,6 +147,13 @@ TEST(ApiLoad, BadOptionsAreErrorsNamingThem) {
   EXPECT_THROW(hearth::Runtime::load({.model = kModel, .max_batch_tokens = -8}), hearth::Error);
   // A KV budget that cannot hold even 256 positions of the model is refused at load.
   EXPECT_THROW(hearth::Runtime::load({.model = kModel, .kv_budget_bytes = 1024}), hearth::Error);
+  // tensor_parallel reaches the loader, which splits the llama family only (this is a Qwen3.5).
+  try {
+    hearth::Runtime::load({.model = kModel, .tensor_parallel = 2});
+    FAIL() << "a Qwen3.5 model was split";
+  } catch (const hearth::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("llama family only"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

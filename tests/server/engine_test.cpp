@@ -1,6 +1,6 @@
 // Engine tests on the random-weight qwen3 with the real Qwen3 tokenizer: prompt-cache reuse gives
 // the same tokens as a fresh prefill and reports cached_tokens; streaming deltas add up to the
-// text; cancellation, FIFO order, context limits and logprobs.
+// text; cancellation, FIFO order, context limits and logprobs; a tensor-parallel split.
 #include "runtime/engine.h"
 
 #include <gtest/gtest.h>
@@ -34,11 +34,13 @@ const std::filesystem::path& model_dir() {
   return model.dir;
 }
 
-std::unique_ptr<Engine> load_engine(size_t cache_bytes = size_t{256} << 20, int64_t n_ctx = 0) {
+std::unique_ptr<Engine> load_engine(size_t cache_bytes = size_t{256} << 20, int64_t n_ctx = 0,
+                                    int tensor_parallel = 1) {
   EngineOptions o;
   o.model_dir = model_dir().string();
   o.cache_bytes = cache_bytes;
   o.n_ctx = n_ctx;
+  o.tensor_parallel = tensor_parallel;
   return Engine::load(o);
 }
 
@@ -143,6 +145,22 @@ TEST(Engine, ShutdownFailsQueuedRequests) {
   cb.on_done = [&](const GenerationResult& r) { after = r.error; };
   e->submit(greedy({1, 2}, 1), cb);
   EXPECT_NE(after.find("shutting down"), std::string::npos);
+}
+
+// EngineOptions::tensor_parallel: the model split over 2 ranks writes the whole model's text,
+// through the prompt cache too.
+TEST(Engine, TensorParallelWritesTheSameText) {
+  auto whole = load_engine();
+  auto split = load_engine(size_t{256} << 20, 0, 2);
+  EXPECT_NE(split->info().architecture.find("tensor parallel 2"), std::string::npos);
+  const auto prompt = encode(*whole, "The quick brown fox jumps over the lazy dog. Then");
+  const auto want = whole->generate(greedy(prompt, 16));
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto got = split->generate(greedy(prompt, 16));
+    EXPECT_EQ(got.tokens, want.tokens) << "pass " << pass;
+    EXPECT_EQ(got.text, want.text) << "pass " << pass;
+  }
+  EXPECT_GE(split->cache_stats().hits, 1u);
 }
 
 TEST(Engine, ValidateNamesTheNumbers) {

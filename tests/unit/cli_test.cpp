@@ -123,6 +123,32 @@ TEST(Cli, PerplexityKlBaseOfTheSameModelIsZero) {
   std::filesystem::remove(base);
 }
 
+// --tensor-parallel / -tp on generate and bench: the split model's greedy tokens are the whole
+// model's; shapes that do not split and GPUs are refused in one line.
+TEST(Cli, TensorParallelGeneratesTheWholeModelsTokens) {
+  const std::string gen =
+      "generate -m " + kModel + " --prompt-tokens 1,2,3 -n 6 --ignore-eos --json --temperature 0";
+  auto whole = run(gen);
+  ASSERT_EQ(whole.status, 0) << whole.out;
+  for (const char* tp : {" -tp 2", " -tp=2", " --tensor-parallel 2"}) {
+    auto split = run(gen + tp);
+    ASSERT_EQ(split.status, 0) << tp << ": " << split.out;
+    EXPECT_EQ(nlohmann::json::parse(split.out)["tokens"],
+              nlohmann::json::parse(whole.out)["tokens"])
+        << tp;
+  }
+  auto bench = run("bench -m " + kModel + " -tp 2 -p 8 -n 4 -r 1");
+  EXPECT_EQ(bench.status, 0) << bench.out;
+  auto odd = run(gen + " -tp 3");
+  EXPECT_EQ(odd.status, 1);
+  EXPECT_NE(odd.out.find("num_attention_heads (4) must be divisible"), std::string::npos)
+      << odd.out;
+  auto gpu = run(gen + " -tp 2 --device cuda");
+  EXPECT_EQ(gpu.status, 1);
+  EXPECT_NE(gpu.out.find("multi-GPU tensor parallelism is not built yet"), std::string::npos)
+      << gpu.out;
+}
+
 TEST(Cli, BadArgumentsGiveOneLineErrors) {
   expect_one_line_error("generate -m " + kModel + " --no-such-flag", "no-such-flag");
   expect_one_line_error("generate -m " + kModel + " --prompt-tokens 1,99999 -n 2", "99999");

@@ -1,4 +1,5 @@
-// The CPU backend: forwards each Backend op to its kernel, with the process-wide thread pool.
+// The CPU backend: forwards each Backend op to its kernel, on the process-wide thread pool or its
+// own.
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -24,10 +25,16 @@ class CpuBackend final : public Backend {
   bool keep_mapped_;
   bool batch_invariant_;
   std::vector<DeviceBuffer> owned_;
+  // The threads of its ops: the process-wide pool, or its own (a tensor-parallel rank's share).
+  // (Looked up per op: set_global_threads may replace the global pool.)
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool& pool() const { return own_pool_ ? *own_pool_ : ThreadPool::global(); }
 
  public:
-  CpuBackend(bool keep_mapped, bool batch_invariant)
-      : keep_mapped_(keep_mapped), batch_invariant_(batch_invariant) {}
+  CpuBackend(bool keep_mapped, bool batch_invariant, int n_threads)
+      : keep_mapped_(keep_mapped),
+        batch_invariant_(batch_invariant),
+        own_pool_(n_threads > 0 ? std::make_unique<ThreadPool>(n_threads) : nullptr) {}
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::CPU; }
   DType activation_dtype() const override { return DType::F32; }
@@ -75,16 +82,16 @@ class CpuBackend final : public Backend {
   }
   void linear(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias) override {
     if (w.is_packed())
-      cpu::packed_matmul(y, x, w, bias, ThreadPool::global(), batch_invariant_);
+      cpu::packed_matmul(y, x, w, bias, pool(), batch_invariant_);
     else
-      cpu::matmul(y, x, w, bias, ThreadPool::global(), batch_invariant_);
+      cpu::matmul(y, x, w, bias, pool(), batch_invariant_);
   }
   // Packed affine gate/up on the int8 decode path: both products and the activation in one pass
   // (cpu::affine_glu); everything else composes linear, linear and glu.
   void linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x, const LinearOut& gate,
                   const LinearOut& up, Activation act, const InputNorm* norm) override {
     if (!batch_invariant_ && !norm && gate.bias.empty() && up.bias.empty() && gate.w.is_packed() &&
-        cpu::affine_glu(y, x, gate.w, up.w, act, ThreadPool::global()))
+        cpu::affine_glu(y, x, gate.w, up.w, act, pool()))
       return;
     Backend::linear_glu(y, up_scratch, x, gate, up, act, norm);
   }
@@ -99,10 +106,10 @@ class CpuBackend final : public Backend {
   }
   void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps,
                 float weight_offset) override {
-    cpu::rms_norm(y, x, w, eps, weight_offset);
+    cpu::rms_norm(y, x, w, eps, weight_offset, pool());
   }
   void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope) override {
-    cpu::rope(x, positions, rope);
+    cpu::rope(x, positions, rope, pool());
   }
   void kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
                 const int32_t* positions) override {
@@ -110,13 +117,13 @@ class CpuBackend final : public Backend {
   }
   void attention(const Tensor& out, const Tensor& q, const KvView& kv, const int32_t* positions,
                  const AttentionParams& params) override {
-    cpu::attention(out, q, kv, positions, params, ThreadPool::global(), batch_invariant_);
+    cpu::attention(out, q, kv, positions, params, pool(), batch_invariant_);
   }
   void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) override {
-    cpu::glu(y, gate, up, act);
+    cpu::glu(y, gate, up, act, pool());
   }
   void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) override {
-    cpu::add(y, a, b, b_scale);
+    cpu::add(y, a, b, b_scale, pool());
   }
   void scale(const Tensor& x, float s) override { cpu::scale(x, s); }
   void softcap(const Tensor& x, float cap) override { cpu::softcap(x, cap); }
@@ -125,7 +132,7 @@ class CpuBackend final : public Backend {
   }
   void conv1d_causal_silu(const Tensor& y, const Tensor& x, const Tensor& state,
                           const Tensor& w) override {
-    cpu::conv1d_causal_silu(y, x, state, w, ThreadPool::global());
+    cpu::conv1d_causal_silu(y, x, state, w, pool());
   }
   void gated_delta_gates(const Tensor& g, const Tensor& beta, const Tensor& a, const Tensor& b,
                          const Tensor& a_log, const Tensor& dt_bias) override {
@@ -133,11 +140,11 @@ class CpuBackend final : public Backend {
   }
   void gated_delta(const Tensor& out, const Tensor& qkv, const Tensor& g, const Tensor& beta,
                    const Tensor& state, const GatedDeltaParams& params) override {
-    cpu::gated_delta(out, qkv, g, beta, state, params, ThreadPool::global());
+    cpu::gated_delta(out, qkv, g, beta, state, params, pool());
   }
   void rms_norm_gated(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& z,
                       float eps) override {
-    cpu::rms_norm_gated(y, x, w, z, eps, ThreadPool::global());
+    cpu::rms_norm_gated(y, x, w, z, eps, pool());
   }
   void mul_sigmoid(const Tensor& y, const Tensor& x, const Tensor& gate) override {
     cpu::mul_sigmoid(y, x, gate);
@@ -157,8 +164,9 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped, bool batch_invariant) {
-  return std::make_unique<CpuBackend>(keep_weights_mapped, batch_invariant);
+std::unique_ptr<Backend> make_cpu_backend(bool keep_weights_mapped, bool batch_invariant,
+                                          int n_threads) {
+  return std::make_unique<CpuBackend>(keep_weights_mapped, batch_invariant, n_threads);
 }
 
 }  // namespace hearth

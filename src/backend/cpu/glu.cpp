@@ -52,9 +52,9 @@ float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865
 
 // body(begin, end) over [0, n), on the pool when n is large.
 template <typename Body>
-void for_range(int64_t n, const Body& body) {
+void for_range(ThreadPool& pool, int64_t n, const Body& body) {
   if (n < kParallelMin) return body(int64_t(0), n);
-  ThreadPool::global().parallel_for(n, kParallelMin / 4, body);
+  pool.parallel_for(n, kParallelMin / 4, body);
 }
 
 }  // namespace
@@ -72,18 +72,19 @@ void glu_span(float* y, const float* gate, const float* up, int64_t n, Activatio
   }
 }
 
-void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) {
+void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act, ThreadPool& pool) {
   const float* g = gate.as<const float>();
   const float* u = up.as<const float>();
   float* out = y.as<float>();
-  for_range(y.numel(), [&](int64_t b, int64_t e) { glu_span(out + b, g + b, u + b, e - b, act); });
+  for_range(pool, y.numel(),
+            [&](int64_t b, int64_t e) { glu_span(out + b, g + b, u + b, e - b, act); });
 }
 
-void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) {
+void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale, ThreadPool& pool) {
   const float* pa = a.as<const float>();
   const float* pb = b.as<const float>();
   float* out = y.as<float>();
-  for_range(y.numel(), [&](int64_t lo, int64_t hi) {
+  for_range(pool, y.numel(), [&](int64_t lo, int64_t hi) {
     if (b_scale == 1.0f) {
       for (int64_t i = lo; i < hi; ++i) out[i] = pa[i] + pb[i];
     } else {

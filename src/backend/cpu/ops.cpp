@@ -55,7 +55,8 @@ void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float s
   }
 }
 
-void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float weight_offset) {
+void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float weight_offset,
+              ThreadPool& pool) {
   const int64_t n = x.cols(), n_w = w.numel();
   // Gains are converted once per call: at most a few thousand elements.
   thread_local std::vector<float> gain;
@@ -80,12 +81,12 @@ void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, floa
   // Prefill's many rows go to the pool (each row still summed in the same order); a decode
   // step's one row is not worth waking it.
   if (rows * len >= kParallelElements)
-    ThreadPool::global().parallel_for(rows, 1, norm_rows);
+    pool.parallel_for(rows, 1, norm_rows);
   else
     norm_rows(0, rows);
 }
 
-void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope) {
+void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope, ThreadPool& pool) {
   const int64_t n_tokens = x.dim(0), n_heads = x.dim(1), head_dim = x.dim(2);
   const int half = rope.rotary_dim / 2;
   auto rotate_tokens = [&](int64_t t0, int64_t t1) {
@@ -108,7 +109,7 @@ void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope) {
     }
   };
   if (n_tokens * n_heads * half >= kParallelElements)
-    ThreadPool::global().parallel_for(n_tokens, 1, rotate_tokens);
+    pool.parallel_for(n_tokens, 1, rotate_tokens);
   else
     rotate_tokens(0, n_tokens);
 }

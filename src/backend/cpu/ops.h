@@ -11,12 +11,17 @@ namespace hearth::cpu {
 void load_f32(float* dst, const void* src, DType dtype, int64_t n);
 
 void embedding(const Tensor& y, const Tensor& table, const int32_t* ids, float scale);
-void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float weight_offset);
-void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope);
-void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act);
+// `pool` runs the ops that split their work (a backend of a tensor-parallel rank has its own).
+void rms_norm(const Tensor& y, const Tensor& x, const Tensor& w, float eps, float weight_offset,
+              ThreadPool& pool = ThreadPool::global());
+void rope(const Tensor& x, const int32_t* positions, const RopeParams& rope,
+          ThreadPool& pool = ThreadPool::global());
+void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act,
+         ThreadPool& pool = ThreadPool::global());
 // glu on n contiguous floats, on the calling thread (for kernels that fuse it into a product).
 void glu_span(float* y, const float* gate, const float* up, int64_t n, Activation act);
-void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale);
+void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale,
+         ThreadPool& pool = ThreadPool::global());
 void scale(const Tensor& x, float s);
 void softcap(const Tensor& x, float cap);
 void kv_store(const KvView& kv, const Tensor& k, const Tensor& v, const int32_t* positions);
