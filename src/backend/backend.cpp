@@ -128,8 +128,13 @@ void moe_route_token(float* p, int64_t E, int64_t k, bool norm_topk_prob,
 // its tokens' rows, gate and up products, GLU, down product, scatter-add.
 int64_t Backend::moe_experts(const Tensor& y, const Tensor& x, const Tensor& router_logits,
                              const MoeExperts& ex, const MoeScratch& s) {
-  const int64_t n = x.rows(), E = ex.n_expert, H = x.cols(), I = ex.gate[0].rows();
+  const int64_t n = x.rows(), E = ex.n_expert, H = x.cols();
   const int64_t k = std::min(ex.n_used, E);
+  const int64_t held_begin = ex.held_end < 0 ? 0 : ex.held_begin;
+  const int64_t held_end = ex.held_end < 0 ? E : ex.held_end;
+  fill(y, 0.0f);
+  if (held_end <= held_begin) return 0;  // a rank of more ranks than experts
+  const int64_t I = ex.gate[size_t(held_begin)].rows();
   thread_local std::vector<float> probs, pair_w, row_w;
   thread_local std::vector<int32_t> order, ids;
   thread_local ExpertRows rows;
@@ -144,11 +149,12 @@ int64_t Backend::moe_experts(const Tensor& y, const Tensor& x, const Tensor& rou
   row_w.resize(size_t(n * k));  // each row's routing weight, in the grouped order
   for (size_t p = 0; p < row_w.size(); ++p) row_w[size_t(rows.pos[p])] = pair_w[p];
 
-  fill(y, 0.0f);
   const DType adt = activation_dtype();
-  for (int64_t e = 0; e < E; ++e) {
+  int64_t active = 0;
+  for (int64_t e = held_begin; e < held_end; ++e) {
     const int64_t lo = rows.offset[size_t(e)], m = rows.offset[size_t(e + 1)] - lo;
     if (m == 0) continue;
+    ++active;
     const Tensor xg = Tensor(s.xg.data, adt, {m, H}, s.xg.device);
     const Tensor g = Tensor(s.gate.data, adt, {m, I}, s.gate.device);
     const Tensor u = Tensor(s.up.data, adt, {m, I}, s.up.device);
@@ -160,7 +166,7 @@ int64_t Backend::moe_experts(const Tensor& y, const Tensor& x, const Tensor& rou
     linear(o, g, ex.down[size_t(e)], Tensor());
     scatter_add_rows(y, o, rows.src.data() + lo, row_w.data() + lo);
   }
-  return rows.active;
+  return active;
 }
 
 void Backend::pick_token(int32_t* dst, const Tensor& logits, const TokenPick& pick) {

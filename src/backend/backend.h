@@ -177,6 +177,11 @@ class Backend {
     int64_t n_expert = 0, n_used = 0;  // E, k (k ≤ E)
     bool norm_topk_prob = false;
     Activation act = Activation::Silu;
+    // Expert parallelism (a tensor-parallel rank): only experts [held_begin, held_end) are
+    // given (the others' entries may be empty) and only their (token, expert) pairs computed, so
+    // y holds their part of the sum; routing still sees all E. held_end -1: every expert. Only
+    // the composed form (Backend::moe_experts, which a rank calls by name) honours it.
+    int64_t held_begin = 0, held_end = -1;
   };
   // Working memory for moe_experts, owned by the caller, for n tokens routed to k experts each.
   // Row buffers are in the activation dtype and hold moe_scratch_rows(n, k) rows.

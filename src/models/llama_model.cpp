@@ -13,6 +13,7 @@
 #include "models/llama.h"
 #include "models/model_common.h"
 #include "models/step_model.h"
+#include "models/weight_shard.h"
 
 namespace hearth {
 
@@ -91,8 +92,6 @@ class LlamaModel final : public StepModel {
   Linear prepared(Linear l);
   Linear rows_of(const Linear& l, ShardRange rows);
   Linear columns_of(const std::string& name, const Linear& l, ShardRange cols, bool keep_bias);
-  Tensor affine_columns(const std::string& name, const Tensor& w, ShardRange cols);
-  void refuse_unshardable(const std::string& name, const Tensor& w) const;
   Tensor take_norm(const std::string& name, int64_t n);
   Tensor gathered_k_gain(const std::string& name);
   void norm_gathered(const Tensor& rows, const Tensor& gain, const DeviceBuffer& scratch);
@@ -116,7 +115,7 @@ class LlamaModel final : public StepModel {
   ShardRange q_heads_, kv_heads_, ff_, vocab_;
   int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0;
   // Row-parallel weights' column slices, and the k norm's gain as the ranks' KV heads gather.
-  std::vector<std::vector<std::byte>> column_copies_;
+  std::vector<Buffer> column_copies_;
   ModelInfo info_;
   bool headless_ = false;  // a base model without lm_head: the embedding stands in, unused
   Tensor embed_, final_norm_, lm_head_;
@@ -169,16 +168,6 @@ Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in,
   return l;
 }
 
-// Dense and affine weights shard; trellis-coded ones not yet (their blocks and per-row scales
-// would have to be re-cut along the input dimension).
-void LlamaModel::refuse_unshardable(const std::string& name, const Tensor& w) const {
-  if (w.packed.format == WeightFormat::Trellis)
-    fail(
-        "tensor {} is trellis-coded; tensor parallelism shards dense and affine weights only for "
-        "now (run this checkpoint with --tensor-parallel 1)",
-        name);
-}
-
 Linear LlamaModel::prepared(Linear l) {
   l.w = backend_->prepare_weight(l.w);
   if (!l.bias.empty()) l.bias = backend_->prepare_weight(l.bias);
@@ -192,54 +181,12 @@ Linear LlamaModel::rows_of(const Linear& l, ShardRange rows) {
                    l.bias.empty() ? Tensor() : l.bias.slice_rows(rows.begin, rows.end)});
 }
 
-// Row-parallel: this rank's input columns, copied (a row's columns are not contiguous). The
-// bias is kept by one rank only, so the all-reduce adds it once.
+// Row-parallel: this rank's input columns, copied (weight_shard.h). The bias is kept by one rank
+// only, so the all-reduce adds it once.
 Linear LlamaModel::columns_of(const std::string& name, const Linear& l, ShardRange cols,
                               bool keep_bias) {
-  const int64_t in = l.w.dim(1);
-  if (cols.begin == 0 && cols.end == in) return prepared(keep_bias ? l : Linear{l.w, Tensor()});
-  const Tensor bias = keep_bias ? l.bias : Tensor();
-  if (l.w.is_packed()) return prepared({affine_columns(name, l.w, cols), bias});
-  const int64_t rows = l.w.dim(0);
-  const size_t elem = dtype_size(l.w.dtype), row_bytes = size_t(cols.size()) * elem;
-  std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(rows) * row_bytes);
-  const auto* src = static_cast<const std::byte*>(l.w.data);
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(copy.data() + size_t(r) * row_bytes,
-                src + (size_t(r * in) + size_t(cols.begin)) * elem, row_bytes);
-  weights_.note_copy(copy.data(), copy.size(), l.w.data);
-  return prepared({Tensor(copy.data(), l.w.dtype, {rows, cols.size()}), bias});
-}
-
-// The columns `cols` of an affine weight: whole quantization groups, so each row's codes, scales
-// and biases for them are contiguous runs (a group of 32 or more codes fills whole 32-bit words).
-Tensor LlamaModel::affine_columns(const std::string& name, const Tensor& w, ShardRange cols) {
-  const int64_t rows = w.dim(0), in = w.dim(1), group = w.packed.group_size, bits = w.packed.bits;
-  if (cols.begin % group != 0 || cols.size() % group != 0 || cols.begin * bits % 32 != 0)
-    fail(
-        "tensor {}: its {} inputs split over {} ranks give {} each, not whole quantization "
-        "groups of {}; use a tensor-parallel size that keeps the groups whole, or "
-        "--tensor-parallel 1",
-        name, in, shard_.world, cols.size(), group);
-  // Bytes [begin, begin + count) of each of the rows, row_bytes apart in src, copied together.
-  auto copy_runs = [&](const void* src, size_t row_bytes, size_t begin, size_t count) {
-    std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(rows) * count);
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(copy.data() + size_t(r) * count,
-                  static_cast<const std::byte*>(src) + size_t(r) * row_bytes + begin, count);
-    return copy.data();
-  };
-  const size_t code_row = size_t(in * bits / 8), param = dtype_size(w.packed.param_dtype);
-  const size_t group_row = size_t(in / group) * param;
-  Tensor t = w;
-  t.shape[1] = cols.size();
-  t.data =
-      copy_runs(w.data, code_row, size_t(cols.begin * bits / 8), size_t(cols.size() * bits / 8));
-  weights_.note_copy(t.data, size_t(rows * cols.size() * bits / 8), w.data);
-  const size_t first = size_t(cols.begin / group) * param, n = size_t(cols.size() / group) * param;
-  t.packed.scales = copy_runs(w.packed.scales, group_row, first, n);
-  if (w.packed.biases) t.packed.biases = copy_runs(w.packed.biases, group_row, first, n);
-  return t;
+  return prepared({weight_columns(weights_, column_copies_, name, l.w, cols, shard_.world),
+                   keep_bias ? l.bias : Tensor()});
 }
 
 void LlamaModel::load_weights() {
@@ -435,9 +382,10 @@ Tensor LlamaModel::gathered_k_gain(const std::string& name) {
   if (d_.n_head_kv >= shard_.world) return take_norm(name, nkv);
   const Tensor gain = weights_.take(name, {nkv}, "hidden_size/head_dim");
   const size_t head_bytes = size_t(hd) * dtype_size(gain.dtype);
-  std::vector<std::byte>& copy = column_copies_.emplace_back(size_t(shard_.world) * head_bytes);
+  Buffer& copy = column_copies_.emplace_back(size_t(shard_.world) * head_bytes);
+  auto* dst = static_cast<std::byte*>(copy.data());
   for (int r = 0; r < shard_.world; ++r)  // one KV head per rank
-    std::memcpy(copy.data() + size_t(r) * head_bytes,
+    std::memcpy(dst + size_t(r) * head_bytes,
                 static_cast<const std::byte*>(gain.data) +
                     size_t(r * d_.n_head_kv / shard_.world) * head_bytes,
                 head_bytes);

@@ -140,13 +140,15 @@ void MoeBlock::forward(Backend& be, const Tensor& y, const Tensor& x, const MoeW
   const Tensor logits = logits_.view(DType::F32, {n, E});
   be.linear(logits, x, w.router, Tensor());
   const DType adt = be.activation_dtype();
-  const Backend::MoeExperts experts{w.gate.data(),    w.up.data(), w.down.data(), E, k,
-                                    s.norm_topk_prob, s.act};
+  const Backend::MoeExperts experts{w.gate.data(),    w.up.data(), w.down.data(), E,         k,
+                                    s.norm_topk_prob, s.act,       w.held_begin,  w.held_end};
   const int64_t rows = be.moe_scratch_rows(n, k);
   const Backend::MoeScratch scratch{xg_.view(adt, {rows, H}),      gate_.view(adt, {rows, I}),
                                     up_.view(adt, {rows, I}),      eo_.view(adt, {rows, H}),
                                     ids_.view(DType::I32, {n, k}), wts_.view(DType::F32, {n, k})};
-  last_active_ = be.moe_experts(y, x, logits, experts, scratch);
+  // A rank's part of the experts: the composed form, the one that honours the held range.
+  last_active_ = w.held_end < 0 ? be.moe_experts(y, x, logits, experts, scratch)
+                                : be.Backend::moe_experts(y, x, logits, experts, scratch);
   if (s.n_ff_shared > 0) {
     const Tensor g = sh_gate_.view(be.activation_dtype(), {n, s.n_ff_shared});
     const Tensor u = sh_up_.view(be.activation_dtype(), {n, s.n_ff_shared});

@@ -38,6 +38,10 @@ struct MoeWeights {
   Tensor shared_gate, shared_up, shared_down;  // [Is, H], [Is, H], [H, Is]
   Tensor shared_expert_gate;                   // [1, H]
   std::string layout;                          // "per-expert", "fused", "switch_mlp"
+  // Expert parallelism (a tensor-parallel rank): the experts [held_begin, held_end) it holds
+  // and computes (the others' entries are empty), its shared expert a slice of the channels;
+  // forward then gives this rank's part of the sum. held_end -1: the whole block.
+  int64_t held_begin = 0, held_end = -1;
 };
 
 // Takes one layer's MoE tensors under `prefix` (e.g. "model.layers.3.mlp.") in whichever layout

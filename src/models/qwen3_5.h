@@ -20,6 +20,8 @@
 #include "models/model.h"
 #include "models/moe.h"
 #include "models/rope.h"
+#include "models/tensor_parallel.h"
+#include "parallel/communicator.h"
 
 namespace hearth {
 
@@ -52,6 +54,33 @@ std::unique_ptr<Model> make_qwen3_5_model(const ModelConfig& config, WeightStore
                                           const LoadOptions& options = {});
 // model_types (text and wrapper) served by this architecture, in the order of its table.
 const std::vector<std::string>& qwen3_5_model_types();
+
+// The part of the model one rank of a tensor-parallel Qwen3.5 model holds (the whole model when
+// world is 1; docs/design-notes.md, "Tensor parallelism"). Heads and channels are split in rank
+// order; KV heads and Gated DeltaNet key heads fewer than the ranks are replicated (a rank holds
+// one, shared by world / count ranks); experts are partitioned whole (expert parallelism).
+struct Qwen35Shard {
+  int rank = 0, world = 1;
+  ShardRange q_heads, kv_heads;  // full attention
+  ShardRange k_heads, v_heads;   // Gated DeltaNet key and value heads
+  ShardRange ff, shared_ff;      // dense MLP and shared-expert channels
+  ShardRange experts;            // routed experts this rank computes
+  ShardRange vocab;              // embedding and head rows
+};
+Qwen35Shard qwen3_5_shard(const Qwen35Descriptor& d, int rank, int world);
+// The shapes a rank computes with: its head, channel and shared-expert counts. n_vocab (token
+// ids) and moe.n_expert (the router's width) stay whole.
+Qwen35Descriptor qwen3_5_rank_descriptor(const Qwen35Descriptor& d, const Qwen35Shard& s);
+// Throws, naming the numbers, unless the model splits over `world` ranks (before any weight is
+// read): attention heads and intermediate sizes divisible by it, KV heads and linear key heads
+// divisible by it or it by them, linear value heads divisible by it.
+void check_qwen3_5_tensor_parallel(const Qwen35Descriptor& d, int world);
+// One rank of a tensor-parallel Qwen3.5-family model: its shard of every weight, read from
+// `weights` (the whole checkpoint).
+std::unique_ptr<Model> make_qwen3_5_rank_model(const ModelConfig& config, WeightStore weights,
+                                               std::unique_ptr<Backend> backend,
+                                               const LoadOptions& options,
+                                               const TensorShard& shard);
 
 // The whole recurrent part of a sequence at a token boundary: conv and delta-rule states of every
 // linear layer. Attention KV is not copied: it can always be cut back to n_past.

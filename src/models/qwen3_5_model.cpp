@@ -3,6 +3,10 @@
 // Prefill (several tokens in one call) runs the chunked delta rule; single tokens run the
 // recurrence. LoadOptions::gdn_recurrent_prefill makes prefill use the recurrence too, for
 // benchmarks and cross-checks. Scratch is sized for the largest call seen and reused.
+// Built with a TensorShard of world N > 1 it is one rank of a tensor-parallel model
+// (tensor_parallel.h): its share of the attention and Gated DeltaNet heads, MLP channels,
+// experts (expert parallelism) and vocabulary; the row-parallel products (o, out_proj, down, the
+// MoE block) and the embedding all-reduced, the logits its vocabulary columns only.
 #include <algorithm>
 #include <cmath>
 
@@ -19,15 +23,25 @@ namespace {
 class Qwen35Model final : public StepModel {
  public:
   Qwen35Model(const ModelConfig& config, WeightStore weights, std::unique_ptr<Backend> backend,
-              const LoadOptions& options)
+              const LoadOptions& options, TensorShard shard)
       : d_(qwen3_5_descriptor_from_config(config)),
+        shard_(shard),
         store_(std::move(weights)),
         backend_(std::move(backend)),
         act_(backend_->activation_dtype()),
         // The chunked delta rule sums in another order than the recurrence: a deterministic
         // model prefills through the recurrence, as it decodes.
         chunked_prefill_(!options.gdn_recurrent_prefill && !options.deterministic) {
-    w_ = qwen3_5_load_weights(store_, d_, *backend_);
+    if (shard_.world > 1) {
+      check_qwen3_5_tensor_parallel(d_, shard_.world);
+      if (act_ != DType::F32)
+        fail("tensor parallelism runs on the CPU backend only (f32 activations)");
+    }
+    // The whole model's shapes to read the checkpoint; from then on this rank's (the same when
+    // world is 1).
+    sh_ = qwen3_5_shard(d_, shard_.rank, shard_.world);
+    w_ = qwen3_5_load_weights(store_, d_, sh_, *backend_);
+    d_ = qwen3_5_rank_descriptor(d_, sh_);
     store_.audit();
     info_ = decoder_info(config, store_, d_, d_.n_full_layers(), act_);
     info_.model_type = config.wrapper_model_type();
@@ -43,8 +57,8 @@ class Qwen35Model final : public StepModel {
              .eps = d_.norm_eps,
              .norm_offset = w_.norm_offset,
              .weight = w_.lm_head,
-             .n_vocab = d_.n_vocab};
-    one_kernel_stack_ = one_kernel_stack();
+             .n_vocab = sh_.vocab.size()};
+    one_kernel_stack_ = shard_.world == 1 && one_kernel_stack();
     float scale = 1.0f;
     inv_freq_ = d_.rope.inv_freq(d_.n_ctx_train, &scale);
     rope_scale_ = scale;
@@ -72,8 +86,13 @@ class Qwen35Model final : public StepModel {
   void linear_block(int il, std::span<const SequenceRows> parts, int64_t n);
   void layers(std::span<const SequenceRows> parts, int64_t n);
   void mlp_block(int il, int64_t n);
+  void residual_product(const Tensor& x, const Tensor& in, const Backend::LinearOut& proj);
+  void embed_tokens(const Tensor& x, std::span<const int32_t> tokens);
+  void all_reduce(const Tensor& t);
 
-  Qwen35Descriptor d_;
+  Qwen35Descriptor d_;  // this rank's shapes (qwen3_5_rank_descriptor): the whole model's at N = 1
+  TensorShard shard_;
+  Qwen35Shard sh_;     // this rank's heads, channels, experts and vocabulary rows
   WeightStore store_;  // owns the mappings every weight view points into
   std::unique_ptr<Backend> backend_;
   DType act_ = DType::F32;
@@ -104,8 +123,10 @@ std::vector<UnreadWeight> Qwen35Model::unread_in_decode() const {
   for (const auto& [name, t] : w_.mtp) unread.push_back({t, 1});
   const int64_t idle = d_.moe.n_expert - std::min(d_.moe.n_expert_used, d_.moe.n_expert);
   for (const Qwen35Layer& L : w_.layers) {
-    if (L.moe.gate.empty() || idle <= 0) continue;
-    for (const Tensor& expert : {L.moe.gate[0], L.moe.up[0], L.moe.down[0]})
+    // A rank of a tensor-parallel model holds experts from held_begin (maybe none).
+    const size_t first = size_t(std::max<int64_t>(L.moe.held_begin, 0));
+    if (first >= L.moe.gate.size() || L.moe.gate[first].empty() || idle <= 0) continue;
+    for (const Tensor& expert : {L.moe.gate[first], L.moe.up[first], L.moe.down[first]})
       unread.push_back({expert, idle});
   }
   return unread;
@@ -243,7 +264,7 @@ void Qwen35Model::attention_block(int il, std::span<const SequenceRows> parts, i
                [il](Qwen35Sequence& s) { return s.kv().view(s.kv_index(il)); });
   const Tensor attn2 = attn.reshaped({n, nq});
   if (d_.attn_output_gate) be.mul_sigmoid(attn2, attn2, gate);
-  be.linear_residual(x, attn2, {o_.view(act_, {n, d_.n_embd}), L.o.w, L.o.bias}, 1.0f);
+  residual_product(x, attn2, {o_.view(act_, {n, d_.n_embd}), L.o.w, L.o.bias});
 }
 
 void Qwen35Model::linear_block(int il, std::span<const SequenceRows> parts, int64_t n) {
@@ -304,7 +325,7 @@ void Qwen35Model::linear_block(int il, std::span<const SequenceRows> parts, int6
     }
     i = j;
   }
-  be.linear_residual(x, normed, {o_.view(act_, {n, d_.n_embd}), L.out_proj, Tensor()}, 1.0f);
+  residual_product(x, normed, {o_.view(act_, {n, d_.n_embd}), L.out_proj, Tensor()});
 }
 
 void Qwen35Model::mlp_block(int il, int64_t n) {
@@ -316,6 +337,7 @@ void Qwen35Model::mlp_block(int il, int64_t n) {
   if (d_.moe_layer[size_t(il)]) {
     be.rms_norm(h, x, L.ffn_norm, d_.norm_eps, w_.norm_offset);
     moe_.forward(be, o, h, L.moe, d_.moe);
+    all_reduce(o);  // a rank's experts and shared-expert channels: its part of the sum
     be.add(x, x, o);
     return;
   }
@@ -323,7 +345,36 @@ void Qwen35Model::mlp_block(int il, int64_t n) {
   const Tensor up = ff_up_.view(act_, {n, d_.n_ff});
   const Backend::InputNorm norm{L.ffn_norm, d_.norm_eps, w_.norm_offset, h};
   be.linear_glu(gate, up, x, {gate, L.mlp_gate, Tensor()}, {up, L.mlp_up, Tensor()}, d_.act, &norm);
-  be.linear_residual(x, gate, {o, L.mlp_down, Tensor()}, 1.0f);
+  residual_product(x, gate, {o, L.mlp_down, Tensor()});
+}
+
+// x += out(in). A row-parallel rank's product is its part of the sum: all-reduced before the
+// add, so every rank adds the same rows to its copy of x.
+void Qwen35Model::residual_product(const Tensor& x, const Tensor& in,
+                                   const Backend::LinearOut& proj) {
+  Backend& be = *backend_;
+  if (shard_.world == 1) return be.linear_residual(x, in, proj, 1.0f);
+  be.linear(proj.y, in, proj.w, proj.bias);
+  all_reduce(proj.y);
+  be.add(x, x, proj.y);
+}
+
+void Qwen35Model::all_reduce(const Tensor& t) {
+  if (shard_.world > 1) shard_.comm->all_reduce_sum(t.as<float>(), size_t(t.numel()));
+}
+
+// The input rows. A rank holds only its vocabulary rows: it looks up the tokens that fall in
+// them, leaves zeros for the others, and the all-reduce sums the one non-zero row per token.
+void Qwen35Model::embed_tokens(const Tensor& x, std::span<const int32_t> tokens) {
+  Backend& be = *backend_;
+  if (shard_.world == 1) return be.embedding(x, w_.embed, tokens.data(), 1.0f);
+  be.fill(x, 0.0f);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t] < sh_.vocab.begin || tokens[t] >= sh_.vocab.end) continue;
+    const int32_t id = int32_t(tokens[t] - sh_.vocab.begin);
+    be.embedding(x.slice_rows(int64_t(t), int64_t(t) + 1), w_.embed, &id, 1.0f);
+  }
+  all_reduce(x);
 }
 
 void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, LogitsRows rows,
@@ -339,7 +390,10 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
   const Tensor h = h_.view(act_, {n, H});
-  embed(be, x, w_.embed, tokens, 1.0f);
+  if (shard_.world == 1)
+    embed(be, x, w_.embed, tokens, 1.0f);
+  else
+    embed_tokens(x, tokens);
   seq.kv().reserve_batch(n);
   // Each block's products end in a residual add into x (linear_residual), and the next block's
   // input norm happens inside its first products (InputNorm): no pass over x in between.
@@ -372,7 +426,7 @@ void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
   reserve_scratch(n);
   backend_->begin_batch_step(n);
   const Tensor x = x_.view(act_, {n, d_.n_embd});
-  backend_->embedding(x, w_.embed, tokens.data(), 1.0f);
+  embed_tokens(x, tokens);
   for (const SequenceRows& p : parts) p.seq->kv().reserve_batch(p.rows);
   layers(parts, n);
   for (const SequenceRows& p : parts) p.seq->kv().commit_batch();
@@ -384,7 +438,16 @@ void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
 std::unique_ptr<Model> make_qwen3_5_model(const ModelConfig& config, WeightStore weights,
                                           std::unique_ptr<Backend> backend,
                                           const LoadOptions& options) {
-  return std::make_unique<Qwen35Model>(config, std::move(weights), std::move(backend), options);
+  return std::make_unique<Qwen35Model>(config, std::move(weights), std::move(backend), options,
+                                       TensorShard{});
+}
+
+std::unique_ptr<Model> make_qwen3_5_rank_model(const ModelConfig& config, WeightStore weights,
+                                               std::unique_ptr<Backend> backend,
+                                               const LoadOptions& options,
+                                               const TensorShard& shard) {
+  return std::make_unique<Qwen35Model>(config, std::move(weights), std::move(backend), options,
+                                       shard);
 }
 
 }  // namespace hearth

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "models/weight_shard.h"
 
 namespace hearth {
 
@@ -80,11 +81,12 @@ float element_f32(const Tensor& t, int64_t i) {
   }
 }
 
-Tensor to_f32(const Tensor& src, std::vector<Buffer>& owned) {
-  Buffer buf(size_t(src.numel()) * sizeof(float));
+// Elements [part.begin, part.end) of a 1-D tensor as f32, owned.
+Tensor to_f32(const Tensor& src, ShardRange part, std::vector<Buffer>& owned) {
+  Buffer buf(size_t(part.size()) * sizeof(float));
   float* f = static_cast<float*>(buf.data());
-  for (int64_t i = 0; i < src.numel(); ++i) f[i] = element_f32(src, i);
-  Tensor t(buf.data(), DType::F32, {src.numel()});
+  for (int64_t i = 0; i < part.size(); ++i) f[i] = element_f32(src, part.begin + i);
+  Tensor t(buf.data(), DType::F32, {part.size()});
   owned.push_back(std::move(buf));
   return t;
 }
@@ -97,8 +99,9 @@ void check_float(const Tensor& t, const std::string& name) {
 
 class Loader {
  public:
-  Loader(WeightStore& store, const Qwen35Descriptor& d, Qwen35Weights& w, Backend& be)
-      : s_(store), d_(d), w_(w), be_(be) {}
+  Loader(WeightStore& store, const Qwen35Descriptor& d, const Qwen35Shard& shard, Qwen35Weights& w,
+         Backend& be)
+      : s_(store), d_(d), sh_(shard), w_(w), be_(be) {}
 
   Tensor take(const std::string& name, std::vector<int64_t> shape, const char* from) {
     Tensor t = s_.take(name, std::move(shape), from);
@@ -113,13 +116,30 @@ class Loader {
     return l;
   }
 
+  // Column-parallel: this rank's rows `r` of the checkpoint's tensor `name`, a view.
+  Tensor rows(const std::string& name, const Tensor& t, ShardRange r) {
+    if (t.empty() || (r.begin == 0 && r.end == t.dim(0))) return t;
+    refuse_unshardable(name, t);
+    return t.slice_rows(r.begin, r.end);
+  }
+  Linear rows(const std::string& name, const Linear& l, ShardRange r) {
+    return {rows(name + ".weight", l.w, r), rows(name + ".bias", l.bias, r)};
+  }
+  // Row-parallel: this rank's input columns `c`, copied (weight_shard.h).
+  Tensor columns(const std::string& name, const Tensor& t, ShardRange c) {
+    return weight_columns(s_, w_.owned, name, t, c, sh_.world);
+  }
+
   void attention(Qwen35Layer& L, const std::string& p) {
     const int64_t H = d_.n_embd, D = d_.head_dim, nq = d_.n_head * D, nkv = d_.n_head_kv * D;
     const bool bias = d_.attention_bias;
+    const ShardRange q_rows{sh_.q_heads.begin * D, sh_.q_heads.end * D};
+    const ShardRange kv_rows{sh_.kv_heads.begin * D, sh_.kv_heads.end * D};
     if (d_.attn_output_gate) {
       const Linear qg = linear(p + "q_proj", 2 * nq, H, bias);
-      RowRanges query, gate;
-      for (int64_t h = 0; h < d_.n_head; ++h) {
+      if (sh_.world > 1) refuse_unshardable(p + "q_proj.weight", qg.w);
+      RowRanges query, gate;  // this rank's heads
+      for (int64_t h = sh_.q_heads.begin; h < sh_.q_heads.end; ++h) {
         query.emplace_back(2 * h * D, 2 * h * D + D);
         gate.emplace_back(2 * h * D + D, 2 * h * D + 2 * D);
       }
@@ -129,15 +149,17 @@ class Loader {
       s_.note_copy(L.gate.w.data, L.gate.w.nbytes(), qg.w.data);
       if (bias) {
         const Tensor b2 = qg.bias.reshaped({2 * nq, 1});
-        L.q.bias = copy_rows(b2, query, w_.owned).reshaped({nq});
-        L.gate.bias = copy_rows(b2, gate, w_.owned).reshaped({nq});
+        L.q.bias = copy_rows(b2, query, w_.owned).reshaped({q_rows.size()});
+        L.gate.bias = copy_rows(b2, gate, w_.owned).reshaped({q_rows.size()});
       }
     } else {
-      L.q = linear(p + "q_proj", nq, H, bias);
+      L.q = rows(p + "q_proj", linear(p + "q_proj", nq, H, bias), q_rows);
     }
-    L.k = linear(p + "k_proj", nkv, H, bias);
-    L.v = linear(p + "v_proj", nkv, H, bias);
-    L.o = linear(p + "o_proj", H, nq, bias);
+    L.k = rows(p + "k_proj", linear(p + "k_proj", nkv, H, bias), kv_rows);
+    L.v = rows(p + "v_proj", linear(p + "v_proj", nkv, H, bias), kv_rows);
+    // The bias of a row-parallel product is added by rank 0 only, so the all-reduce adds it once.
+    const Linear o = linear(p + "o_proj", H, nq, bias);
+    L.o = {columns(p + "o_proj.weight", o.w, q_rows), sh_.rank == 0 ? o.bias : Tensor()};
     L.q_norm = take(p + "q_norm.weight", {D}, "head_dim");
     L.k_norm = take(p + "k_norm.weight", {D}, "head_dim");
   }
@@ -146,34 +168,57 @@ class Loader {
     const int64_t H = d_.n_embd, Hk = d_.lin_k_heads, Hv = d_.lin_v_heads, Dk = d_.lin_k_dim,
                   Dv = d_.lin_v_dim, C = d_.conv_dim(), K = d_.conv_kernel;
     const char* cfg = "linear_num_{key,value}_heads, linear_{key,value}_head_dim, hidden_size";
+    // This rank's heads (all of them when world is 1): its q, k and v channels in the canonical
+    // [q | k | v] order of in_proj_qkv's rows and the conv's channels, and its z, b, a rows.
+    const ShardRange kh = sh_.k_heads, vh = sh_.v_heads;
+    const RowRanges channels = {{kh.begin * Dk, kh.end * Dk},
+                                {Hk * Dk + kh.begin * Dk, Hk * Dk + kh.end * Dk},
+                                {2 * Hk * Dk + vh.begin * Dv, 2 * Hk * Dk + vh.end * Dv}};
+    const int64_t c_local = 2 * kh.size() * Dk + vh.size() * Dv;
     if (d_.fused_qkvz) {
+      // Per key head kh a group [q(Dk) k(Dk) v(g·Dv) z(g·Dv)] of rows; value head h is the
+      // (h % g)-th of key head h / g's group. Re-laid as [q | k | v | z] of this rank's heads.
       const int64_t g = Hv / Hk, group_rows = 2 * Dk + 2 * g * Dv;
       const Tensor qkvz = take(p + "in_proj_qkvz.weight", {2 * Hk * Dk + 2 * Hv * Dv, H}, cfg);
+      if (sh_.world > 1) refuse_unshardable(p + "in_proj_qkvz.weight", qkvz);
       RowRanges order;
-      for (int part = 0; part < 4; ++part)  // q, k, v, z of every key-head group, in turn
-        for (int64_t kh = 0; kh < Hk; ++kh) {
-          const int64_t at = kh * group_rows, off[4] = {0, Dk, 2 * Dk, 2 * Dk + g * Dv};
-          const int64_t len = part < 2 ? Dk : g * Dv;
-          order.emplace_back(at + off[part], at + off[part] + len);
+      for (int part = 0; part < 2; ++part)  // q, k
+        for (int64_t k = kh.begin; k < kh.end; ++k)
+          order.emplace_back(k * group_rows + part * Dk, k * group_rows + part * Dk + Dk);
+      for (int part = 0; part < 2; ++part)  // v, z
+        for (int64_t h = vh.begin; h < vh.end; ++h) {
+          const int64_t at = (h / g) * group_rows + 2 * Dk + part * g * Dv + (h % g) * Dv;
+          order.emplace_back(at, at + Dv);
         }
       const Tensor all = copy_rows(qkvz, order, w_.owned);
       s_.note_copy(all.data, all.nbytes(), qkvz.data);
-      L.in_qkv = all.slice_rows(0, C);
-      L.in_z = all.slice_rows(C, C + Hv * Dv);
+      L.in_qkv = all.slice_rows(0, c_local);
+      L.in_z = all.slice_rows(c_local, c_local + vh.size() * Dv);
       const Tensor ba = take(p + "in_proj_ba.weight", {2 * Hv, H}, cfg);
-      RowRanges ba_order;
+      if (sh_.world > 1) refuse_unshardable(p + "in_proj_ba.weight", ba);
+      RowRanges ba_order;  // per key head [b(g) a(g)]
       for (int part = 0; part < 2; ++part)
-        for (int64_t kh = 0; kh < Hk; ++kh)
-          ba_order.emplace_back(kh * 2 * g + part * g, kh * 2 * g + part * g + g);
+        for (int64_t h = vh.begin; h < vh.end; ++h) {
+          const int64_t at = (h / g) * 2 * g + part * g + h % g;
+          ba_order.emplace_back(at, at + 1);
+        }
       const Tensor ba2 = copy_rows(ba, ba_order, w_.owned);
       s_.note_copy(ba2.data, ba2.nbytes(), ba.data);
-      L.in_b = ba2.slice_rows(0, Hv);
-      L.in_a = ba2.slice_rows(Hv, 2 * Hv);
+      L.in_b = ba2.slice_rows(0, vh.size());
+      L.in_a = ba2.slice_rows(vh.size(), 2 * vh.size());
     } else {
-      L.in_qkv = take(p + "in_proj_qkv.weight", {C, H}, cfg);
-      L.in_z = take(p + "in_proj_z.weight", {Hv * Dv, H}, cfg);
-      L.in_b = take(p + "in_proj_b.weight", {Hv, H}, cfg);
-      L.in_a = take(p + "in_proj_a.weight", {Hv, H}, cfg);
+      const Tensor qkv = take(p + "in_proj_qkv.weight", {C, H}, cfg);
+      if (c_local == C) {
+        L.in_qkv = qkv;
+      } else {
+        refuse_unshardable(p + "in_proj_qkv.weight", qkv);
+        L.in_qkv = copy_rows(qkv, channels, w_.owned);
+        s_.note_copy(L.in_qkv.data, L.in_qkv.nbytes(), qkv.data);
+      }
+      L.in_z = rows(p + "in_proj_z.weight", take(p + "in_proj_z.weight", {Hv * Dv, H}, cfg),
+                    {vh.begin * Dv, vh.end * Dv});
+      L.in_b = rows(p + "in_proj_b.weight", take(p + "in_proj_b.weight", {Hv, H}, cfg), vh);
+      L.in_a = rows(p + "in_proj_a.weight", take(p + "in_proj_a.weight", {Hv, H}, cfg), vh);
     }
     const std::string conv_name = p + "conv1d.weight";
     const TensorInfo* ci = s_.find(conv_name);
@@ -186,11 +231,13 @@ class Loader {
                              : ci->shape.size() == 2 ? std::vector<int64_t>{C, K}
                                                      : std::vector<int64_t>{C, 1, K},
                              "conv_dim, linear_conv_kernel_dim");
-    Buffer buf(size_t(K * C) * sizeof(float));
+    Buffer buf(size_t(K * c_local) * sizeof(float));  // this rank's channels
     float* f = static_cast<float*>(buf.data());
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t k = 0; k < K; ++k) f[k * C + c] = element_f32(conv, c * K + k);
-    L.conv_w = Tensor(buf.data(), DType::F32, {K, C});
+    int64_t c = 0;
+    for (auto [begin, end] : channels)
+      for (int64_t from = begin; from < end; ++from, ++c)
+        for (int64_t k = 0; k < K; ++k) f[k * c_local + c] = element_f32(conv, from * K + k);
+    L.conv_w = Tensor(buf.data(), DType::F32, {K, c_local});
     w_.owned.push_back(std::move(buf));
     if (first_conv_) {
       w_.mlx_layout = mlx;
@@ -201,10 +248,11 @@ class Loader {
           "(mixed HF and MLX layouts)",
           s_.dir().string(), conv_name, shape[0], shape[1], shape[2]);
     }
-    L.a_log = to_f32(take(p + "A_log", {Hv}, "linear_num_value_heads"), w_.owned);
-    L.dt_bias = to_f32(take(p + "dt_bias", {Hv}, "linear_num_value_heads"), w_.owned);
-    L.lin_norm = take(p + "norm.weight", {Dv}, "linear_value_head_dim");
-    L.out_proj = take(p + "out_proj.weight", {H, Hv * Dv}, cfg);
+    L.a_log = to_f32(take(p + "A_log", {Hv}, "linear_num_value_heads"), vh, w_.owned);
+    L.dt_bias = to_f32(take(p + "dt_bias", {Hv}, "linear_num_value_heads"), vh, w_.owned);
+    L.lin_norm = take(p + "norm.weight", {Dv}, "linear_value_head_dim");  // per head_dim: whole
+    L.out_proj = columns(p + "out_proj.weight", take(p + "out_proj.weight", {H, Hv * Dv}, cfg),
+                         {vh.begin * Dv, vh.end * Dv});
   }
 
   void load() {
@@ -223,11 +271,13 @@ class Loader {
     }
 
     const int64_t H = d_.n_embd;
-    w_.embed = take("model.embed_tokens.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+    // A rank holds its vocabulary rows of the embedding and the head.
+    auto vocab_rows = [&](const std::string& name) {
+      return rows(name, take(name, {d_.n_vocab, H}, "vocab_size, hidden_size"), sh_.vocab);
+    };
+    w_.embed = vocab_rows("model.embed_tokens.weight");
     w_.final_norm = take("model.norm.weight", {H}, "hidden_size");
-    w_.lm_head = d_.tied_embeddings
-                     ? w_.embed
-                     : take("lm_head.weight", {d_.n_vocab, H}, "vocab_size, hidden_size");
+    w_.lm_head = d_.tied_embeddings ? w_.embed : vocab_rows("lm_head.weight");
     w_.layers.resize(size_t(d_.n_layer));
     for (int64_t i = 0; i < d_.n_layer; ++i) {
       Qwen35Layer& L = w_.layers[size_t(i)];
@@ -240,10 +290,15 @@ class Loader {
         attention(L, p + "self_attn.");
       if (d_.moe_layer[size_t(i)]) {
         L.moe = moe_take_weights(s_, p + "mlp.", d_.moe);
+        if (sh_.world > 1) keep_rank_experts(L.moe, p + "mlp.");
       } else {
-        L.mlp_gate = take(p + "mlp.gate_proj.weight", {d_.n_ff, H}, "intermediate_size");
-        L.mlp_up = take(p + "mlp.up_proj.weight", {d_.n_ff, H}, "intermediate_size");
-        L.mlp_down = take(p + "mlp.down_proj.weight", {H, d_.n_ff}, "intermediate_size");
+        const char* cfg = "intermediate_size";
+        L.mlp_gate = rows(p + "mlp.gate_proj.weight",
+                          take(p + "mlp.gate_proj.weight", {d_.n_ff, H}, cfg), sh_.ff);
+        L.mlp_up = rows(p + "mlp.up_proj.weight", take(p + "mlp.up_proj.weight", {d_.n_ff, H}, cfg),
+                        sh_.ff);
+        L.mlp_down = columns(p + "mlp.down_proj.weight",
+                             take(p + "mlp.down_proj.weight", {H, d_.n_ff}, cfg), sh_.ff);
       }
     }
     w_.norm_offset = d_.zero_centred_norms && !w_.mlx_layout ? 1.0f : 0.0f;
@@ -251,6 +306,22 @@ class Loader {
   }
 
  private:
+  // Expert parallelism: this rank keeps its experts whole (the others' entries emptied; their
+  // tensors stay unread in the mapping) and its channels of the shared expert, split like a
+  // dense MLP. The router and the shared expert's gate are replicated.
+  void keep_rank_experts(MoeWeights& m, const std::string& p) {
+    for (int64_t e = 0; e < d_.moe.n_expert; ++e) {
+      if (e >= sh_.experts.begin && e < sh_.experts.end) continue;
+      m.gate[size_t(e)] = m.up[size_t(e)] = m.down[size_t(e)] = Tensor();
+    }
+    m.held_begin = sh_.experts.begin;
+    m.held_end = sh_.experts.end;
+    if (m.shared_gate.empty()) return;
+    m.shared_gate = rows(p + "shared_expert.gate_proj.weight", m.shared_gate, sh_.shared_ff);
+    m.shared_up = rows(p + "shared_expert.up_proj.weight", m.shared_up, sh_.shared_ff);
+    m.shared_down = columns(p + "shared_expert.down_proj.weight", m.shared_down, sh_.shared_ff);
+  }
+
   // Hands every tensor to the backend once everything is resolved (host views until then).
   void prepare_all() {
     auto prep = [&](Tensor& t) {
@@ -304,6 +375,7 @@ class Loader {
 
   WeightStore& s_;
   const Qwen35Descriptor& d_;
+  const Qwen35Shard& sh_;
   Qwen35Weights& w_;
   Backend& be_;
   bool first_conv_ = true;
@@ -312,9 +384,9 @@ class Loader {
 }  // namespace
 
 Qwen35Weights qwen3_5_load_weights(WeightStore& store, const Qwen35Descriptor& d,
-                                   Backend& backend) {
+                                   const Qwen35Shard& shard, Backend& backend) {
   Qwen35Weights w;
-  Loader(store, d, w, backend).load();
+  Loader(store, d, shard, w, backend).load();
   return w;
 }
 

@@ -25,8 +25,9 @@ struct Qwen35Layer {
   // Gated DeltaNet.
   Tensor in_qkv, in_z, in_b, in_a, out_proj;  // [C, H], [Hv·Dv, H], [Hv, H], [Hv, H], [H, Hv·Dv]
   Tensor conv_w;                              // [K, C] f32 (owned, transposed)
-  Tensor a_log, dt_bias;                      // [Hv] f32 (owned)
-  Tensor lin_norm;                            // [Dv] plain gain
+  // (A tensor-parallel rank holds its heads' rows, channels and columns of these.)
+  Tensor a_log, dt_bias;  // [Hv] f32 (owned)
+  Tensor lin_norm;        // [Dv] plain gain
   // MLP.
   Tensor mlp_gate, mlp_up, mlp_down;
   MoeWeights moe;
@@ -43,6 +44,8 @@ struct Qwen35Weights {
   std::vector<Buffer> owned;
 };
 
-Qwen35Weights qwen3_5_load_weights(WeightStore& store, const Qwen35Descriptor& d, Backend& backend);
+// `shard` says which part a tensor-parallel rank keeps (qwen3_5_shard(d, 0, 1): everything).
+Qwen35Weights qwen3_5_load_weights(WeightStore& store, const Qwen35Descriptor& d,
+                                   const Qwen35Shard& shard, Backend& backend);
 
 }  // namespace hearth

@@ -69,13 +69,20 @@ std::unique_ptr<Model> load_tensor_parallel(const std::filesystem::path& dir,
         "--tensor-parallel {}: multi-GPU tensor parallelism is not built yet; it runs on the CPU "
         "only for now (--device cpu)",
         world);
-  const auto& llama = llama_model_types();
-  if (std::find(llama.begin(), llama.end(), config.model_type()) == llama.end())
+  auto in = [&](const std::vector<std::string>& types) {
+    return std::find(types.begin(), types.end(), config.model_type()) != types.end();
+  };
+  const bool llama = in(llama_model_types());
+  if (!llama && !in(qwen3_5_model_types()))
     fail(
-        "--tensor-parallel {}: tensor parallelism supports the llama family only for now, not "
-        "model_type '{}'",
+        "--tensor-parallel {}: tensor parallelism supports the llama and Qwen3.5 families only "
+        "for now, not model_type '{}'",
         world, config.model_type());
-  check_llama_tensor_parallel(llama_descriptor_from_config(config), world);
+  // The shapes are checked before any weight is read.
+  if (llama)
+    check_llama_tensor_parallel(llama_descriptor_from_config(config), world);
+  else
+    check_qwen3_5_tensor_parallel(qwen3_5_descriptor_from_config(config), world);
   const int total = ThreadPool::global().size();
   if (total < world)
     log(LogLevel::Warn,
@@ -87,9 +94,10 @@ std::unique_ptr<Model> load_tensor_parallel(const std::filesystem::path& dir,
     WeightStore weights = WeightStore::open(dir);
     weights.set_quantization(QuantizationConfig::from_json(config.raw(), config.source()));
     if (rank == 0) weights.set_progress(options.progress);  // rank 0 runs on the caller's thread
-    return make_llama_rank_model(config, std::move(weights),
-                                 make_cpu_backend(options.mmap, options.deterministic, threads),
-                                 TensorShard{rank, world, &comm});
+    auto backend = make_cpu_backend(options.mmap, options.deterministic, threads);
+    const TensorShard shard{rank, world, &comm};
+    if (llama) return make_llama_rank_model(config, std::move(weights), std::move(backend), shard);
+    return make_qwen3_5_rank_model(config, std::move(weights), std::move(backend), options, shard);
   });
 }
 
