@@ -48,8 +48,8 @@ struct RuntimeOptions {
   // its steps (CPU only; prefill is slower).
   bool deterministic = false;
   // Tensor parallelism: the model split over this many ranks, one thread each with an equal
-  // share of `threads` (the llama family on the CPU only for now; the heads and the MLP width
-  // must divide by it). 1: one whole model.
+  // share of `threads` (the llama and Qwen3.5 families on the CPU only for now; the heads and
+  // the MLP width must divide by it). 1: one whole model.
   int tensor_parallel = 1;
 };
 

@@ -31,8 +31,8 @@ void add_model_options(CLI::App& app, ModelOptions& o, std::vector<std::string>*
                "runs with it (CPU only; slower prefill)");
   app.add_option("--tensor-parallel", o.tensor_parallel,
                  "-tp N: split the model over N ranks, one thread each with a share of the "
-                 "threads (Megatron-style tensor parallelism; CPU and the llama family only for "
-                 "now)")
+                 "threads (Megatron-style tensor parallelism; CPU and the llama and Qwen3.5 "
+                 "families only for now)")
       ->capture_default_str();
 }
 

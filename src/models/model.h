@@ -178,8 +178,8 @@ struct LoadOptions {
   // same step and however its prompt is chunked (CPU only; docs/design-notes.md).
   bool deterministic = false;
   // Tensor parallelism: the model split over this many ranks (Megatron-style), each a thread with
-  // its own CPU backend and an equal share of the process's threads (CPU and the llama family only
-  // for now; docs/design-notes.md). 1: one whole model.
+  // its own CPU backend and an equal share of the process's threads (CPU and the llama and
+  // Qwen3.5 families only for now; docs/design-notes.md). 1: one whole model.
   int tensor_parallel = 1;
   // Called as the weights load, with bytes done and the checkpoint's total (the CLI's progress
   // line); on the loading thread.

@@ -147,13 +147,30 @@ TEST(ApiLoad, BadOptionsAreErrorsNamingThem) {
   EXPECT_THROW(hearth::Runtime::load({.model = kModel, .max_batch_tokens = -8}), hearth::Error);
   // A KV budget that cannot hold even 256 positions of the model is refused at load.
   EXPECT_THROW(hearth::Runtime::load({.model = kModel, .kv_budget_bytes = 1024}), hearth::Error);
-  // tensor_parallel reaches the loader, which splits the llama family only (this is a Qwen3.5).
+  // tensor_parallel reaches the loader, which refuses a split of 6 attention heads over 4 ranks.
   try {
-    hearth::Runtime::load({.model = kModel, .tensor_parallel = 2});
-    FAIL() << "a Qwen3.5 model was split";
+    hearth::Runtime::load({.model = kModel, .tensor_parallel = 4});
+    FAIL() << "6 heads were split over 4 ranks";
   } catch (const hearth::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("llama family only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("num_attention_heads (6)"), std::string::npos) << e.what();
   }
+}
+
+// The default model (a Qwen3.5 hybrid) split over 2 ranks through the library: the same greedy
+// text as the whole model, and the second request's prompt restored from the first's
+// checkpointed prefix in the prompt cache.
+TEST(ApiLoad, TensorParallelHybridGivesTheSameTextAndHitsThePromptCache) {
+  const std::string first =
+      "<|im_start|>user\nTell me about the sea and the ships.<|im_end|>\n<|im_start|>assistant\n";
+  const std::string second =
+      first + "Ships.<|im_end|>\n<|im_start|>user\nAnd the mountains?<|im_end|>\n";
+  auto whole = hearth::Runtime::load({.model = kModel, .threads = 2});
+  auto split = hearth::Runtime::load({.model = kModel, .threads = 2, .tensor_parallel = 2});
+  const auto a = split->complete(greedy(first, 6));
+  EXPECT_EQ(a.text, whole->complete(greedy(first, 6)).text);
+  const auto b = split->complete(greedy(second, 6));
+  EXPECT_EQ(b.cached_prompt_tokens, a.prompt_tokens);
+  EXPECT_EQ(b.text, whole->complete(greedy(second, 6)).text);
 }
 
 }  // namespace
