@@ -259,10 +259,11 @@ TEST(TensorParallelQwen35Load, ShapesThatDoNotDivideAreRefusedByName) {
 // out_proj, o_proj and down_proj columns are whole groups. g32: down_proj's 96 inputs over 2
 // ranks would cut a group and are refused by name; with it (and the shared expert's, 32 inputs)
 // kept in float, the rest splits over 2 and 4 ranks. 8-bit codes, whose products have no
-// int8-activation path, so a rank's shorter rows round as the whole rows do and the split model
-// meets the fixture tolerance. (4-bit products on CPUs with the int8 kernels quantize each row's
-// activations with one scale, and a rank's part of a row gets its own: the Gated DeltaNet's
-// gated norm amplifies that rounding well past the tolerance, as it does any other.)
+// int8-activation path, so a rank's shorter rows take the kernel the whole rows take and the
+// split model meets the fixture tolerance. (4-bit products on CPUs with the int8 kernels round
+// the activations to int8 where whole 64-input pairs allow it, and a rank's shorter rows may take
+// the f32 kernel instead: the Gated DeltaNet's gated norm amplifies that difference well past the
+// tolerance; design-notes.md.)
 TEST(TensorParallelQwen35Load, AffineWeightsShardAlongTheirGroups) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("hearth_tp35_q_" + std::to_string(getpid()));
