@@ -334,7 +334,10 @@ class Loader {
       w_.lm_head = w_.embed;
     else
       prep(w_.lm_head);
-    for (auto& [name, t] : w_.mtp) prep(t);
+    // The MTP head is not run yet: only rank 0 of a tensor-parallel model prepares it (a
+    // backend that copies weights would otherwise hold it once per rank).
+    if (sh_.rank == 0)
+      for (auto& [name, t] : w_.mtp) prep(t);
     for (auto& L : w_.layers) {
       for (Tensor* t : {&L.attn_norm,
                         &L.ffn_norm,
