@@ -90,7 +90,7 @@ class LlamaModel final : public StepModel {
   void load_weights();
   Linear take_linear(const std::string& name, int64_t out, int64_t in, bool bias);
   Linear prepared(Linear l);
-  Linear rows_of(const Linear& l, ShardRange rows);
+  Linear rows_of(const std::string& name, const Linear& l, ShardRange rows);
   Linear columns_of(const std::string& name, const Linear& l, ShardRange cols, bool keep_bias);
   Tensor take_norm(const std::string& name, int64_t n);
   Tensor gathered_k_gain(const std::string& name);
@@ -164,7 +164,6 @@ Linear LlamaModel::take_linear(const std::string& name, int64_t out, int64_t in,
       l.w.dtype != DType::BF16)
     fail("tensor {}.weight has dtype {}; linear weights must be F32, F16 or BF16", name,
          dtype_name(l.w.dtype));
-  if (shard_.world > 1) refuse_unshardable(name + ".weight", l.w);
   return l;
 }
 
@@ -175,8 +174,9 @@ Linear LlamaModel::prepared(Linear l) {
 }
 
 // Column-parallel: this rank's output rows, views of the checkpoint's (bias rows with them).
-Linear LlamaModel::rows_of(const Linear& l, ShardRange rows) {
+Linear LlamaModel::rows_of(const std::string& name, const Linear& l, ShardRange rows) {
   if (rows.begin == 0 && rows.end == l.w.dim(0)) return prepared(l);
+  refuse_row_cut(name + ".weight", l.w);
   return prepared({l.w.slice_rows(rows.begin, rows.end),
                    l.bias.empty() ? Tensor() : l.bias.slice_rows(rows.begin, rows.end)});
 }
@@ -205,7 +205,7 @@ void LlamaModel::load_weights() {
   auto vocab_rows = [&](const std::string& name) {
     Tensor t = weights_.take(name, {d_.n_vocab, H}, "vocab_size, hidden_size");
     if (shard_.world > 1) {
-      refuse_unshardable(name, t);
+      refuse_row_cut(name, t);
       t = t.slice_rows(vocab_.begin, vocab_.end);
     }
     return backend_->prepare_weight(t);
@@ -242,13 +242,17 @@ void LlamaModel::load_weights() {
              qkv.bias.empty() ? Tensor() : qkv.bias.slice_rows(nq + nkv, nq + 2 * nkv)};
     } else if (d_.fused_qkv) {  // this rank's rows of each part
       const Linear qkv = take_linear(p + "self_attn.qkv_proj", nq + 2 * nkv, H, d_.qkv_bias);
-      L.q = rows_of(qkv, q_rows);
-      L.k = rows_of(qkv, {nq + kv_rows.begin, nq + kv_rows.end});
-      L.v = rows_of(qkv, {nq + nkv + kv_rows.begin, nq + nkv + kv_rows.end});
+      L.q = rows_of(p + "self_attn.qkv_proj", qkv, q_rows);
+      L.k = rows_of(p + "self_attn.qkv_proj", qkv, {nq + kv_rows.begin, nq + kv_rows.end});
+      L.v = rows_of(p + "self_attn.qkv_proj", qkv,
+                    {nq + nkv + kv_rows.begin, nq + nkv + kv_rows.end});
     } else {
-      L.q = rows_of(take_linear(p + "self_attn.q_proj", nq, H, d_.qkv_bias), q_rows);
-      L.k = rows_of(take_linear(p + "self_attn.k_proj", nkv, H, d_.qkv_bias), kv_rows);
-      L.v = rows_of(take_linear(p + "self_attn.v_proj", nkv, H, d_.qkv_bias), kv_rows);
+      L.q = rows_of(p + "self_attn.q_proj", take_linear(p + "self_attn.q_proj", nq, H, d_.qkv_bias),
+                    q_rows);
+      L.k = rows_of(p + "self_attn.k_proj",
+                    take_linear(p + "self_attn.k_proj", nkv, H, d_.qkv_bias), kv_rows);
+      L.v = rows_of(p + "self_attn.v_proj",
+                    take_linear(p + "self_attn.v_proj", nkv, H, d_.qkv_bias), kv_rows);
     }
     L.o = columns_of(p + "self_attn.o_proj.weight",
                      take_linear(p + "self_attn.o_proj", H, nq, d_.o_bias), q_rows, bias_rank);
@@ -260,11 +264,13 @@ void LlamaModel::load_weights() {
               gu.bias.empty() ? Tensor() : gu.bias.slice_rows(d_.n_ff, 2 * d_.n_ff)};
     } else if (d_.fused_gate_up) {
       const Linear gu = take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias);
-      L.gate = rows_of(gu, ff_);
-      L.up = rows_of(gu, {d_.n_ff + ff_.begin, d_.n_ff + ff_.end});
+      L.gate = rows_of(p + "mlp.gate_up_proj", gu, ff_);
+      L.up = rows_of(p + "mlp.gate_up_proj", gu, {d_.n_ff + ff_.begin, d_.n_ff + ff_.end});
     } else {
-      L.gate = rows_of(take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias), ff_);
-      L.up = rows_of(take_linear(p + "mlp.up_proj", d_.n_ff, H, d_.mlp_bias), ff_);
+      L.gate = rows_of(p + "mlp.gate_proj",
+                       take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias), ff_);
+      L.up =
+          rows_of(p + "mlp.up_proj", take_linear(p + "mlp.up_proj", d_.n_ff, H, d_.mlp_bias), ff_);
     }
     L.down = columns_of(p + "mlp.down_proj.weight",
                         take_linear(p + "mlp.down_proj", H, d_.n_ff, d_.mlp_bias), ff_, bias_rank);

@@ -119,7 +119,7 @@ class Loader {
   // Column-parallel: this rank's rows `r` of the checkpoint's tensor `name`, a view.
   Tensor rows(const std::string& name, const Tensor& t, ShardRange r) {
     if (t.empty() || (r.begin == 0 && r.end == t.dim(0))) return t;
-    refuse_unshardable(name, t);
+    refuse_row_cut(name, t);
     return t.slice_rows(r.begin, r.end);
   }
   Linear rows(const std::string& name, const Linear& l, ShardRange r) {
@@ -137,7 +137,7 @@ class Loader {
     const ShardRange kv_rows{sh_.kv_heads.begin * D, sh_.kv_heads.end * D};
     if (d_.attn_output_gate) {
       const Linear qg = linear(p + "q_proj", 2 * nq, H, bias);
-      if (sh_.world > 1) refuse_unshardable(p + "q_proj.weight", qg.w);
+      if (sh_.world > 1) refuse_row_cut(p + "q_proj.weight", qg.w);
       RowRanges query, gate;  // this rank's heads
       for (int64_t h = sh_.q_heads.begin; h < sh_.q_heads.end; ++h) {
         query.emplace_back(2 * h * D, 2 * h * D + D);
@@ -180,7 +180,7 @@ class Loader {
       // (h % g)-th of key head h / g's group. Re-laid as [q | k | v | z] of this rank's heads.
       const int64_t g = Hv / Hk, group_rows = 2 * Dk + 2 * g * Dv;
       const Tensor qkvz = take(p + "in_proj_qkvz.weight", {2 * Hk * Dk + 2 * Hv * Dv, H}, cfg);
-      if (sh_.world > 1) refuse_unshardable(p + "in_proj_qkvz.weight", qkvz);
+      if (sh_.world > 1) refuse_row_cut(p + "in_proj_qkvz.weight", qkvz);
       RowRanges order;
       for (int part = 0; part < 2; ++part)  // q, k
         for (int64_t k = kh.begin; k < kh.end; ++k)
@@ -195,7 +195,7 @@ class Loader {
       L.in_qkv = all.slice_rows(0, c_local);
       L.in_z = all.slice_rows(c_local, c_local + vh.size() * Dv);
       const Tensor ba = take(p + "in_proj_ba.weight", {2 * Hv, H}, cfg);
-      if (sh_.world > 1) refuse_unshardable(p + "in_proj_ba.weight", ba);
+      if (sh_.world > 1) refuse_row_cut(p + "in_proj_ba.weight", ba);
       RowRanges ba_order;  // per key head [b(g) a(g)]
       for (int part = 0; part < 2; ++part)
         for (int64_t h = vh.begin; h < vh.end; ++h) {
@@ -211,7 +211,7 @@ class Loader {
       if (c_local == C) {
         L.in_qkv = qkv;
       } else {
-        refuse_unshardable(p + "in_proj_qkv.weight", qkv);
+        refuse_row_cut(p + "in_proj_qkv.weight", qkv);
         L.in_qkv = copy_rows(qkv, channels, w_.owned);
         s_.note_copy(L.in_qkv.data, L.in_qkv.nbytes(), qkv.data);
       }

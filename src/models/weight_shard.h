@@ -12,14 +12,18 @@
 
 namespace hearth {
 
-// Fails unless `w` (the checkpoint's tensor `name`) may be cut: dense and affine weights can,
-// trellis-coded ones not yet (their blocks and per-row scales would have to be re-cut).
-void refuse_unshardable(const std::string& name, const Tensor& w);
+// Fails unless the rows of `w` (the checkpoint's tensor `name`) may be cut (column-parallel
+// products, vocabulary shards): every format can, except a trellis matrix stored transposed
+// (coded along its output rows; hearth's quantizer stores only down projections so, and those
+// are row-parallel).
+void refuse_row_cut(const std::string& name, const Tensor& w);
 
 // The columns `cols` of the [rows, in] weight `w` (a row-parallel rank's inputs): `w` itself when
 // they are all of them, else a copy owned by `owned` and noted in `store` (a row's columns are
 // not contiguous). An affine weight is cut by whole quantization groups, whole 32-bit words of
-// codes; a cut inside a group is refused naming `name`, the numbers and `world`.
+// codes; a trellis weight by whole 256-weight blocks (each block decodes alone, and its row's
+// scale stays), or, stored transposed, by its stored rows (a view). A cut inside a group or a
+// block is refused naming `name`, the numbers and `world`.
 Tensor weight_columns(WeightStore& store, std::vector<Buffer>& owned, const std::string& name,
                       const Tensor& w, ShardRange cols, int world);
 

@@ -158,8 +158,10 @@ TEST(QuantizeTrellis, PlanEntriesAndNotices) {
   EXPECT_THAT(refused(s), HasSubstr("only useful with --rotate"));
 }
 
-// A llama model whose every linear fits the 256-weight block; tied embeddings.
-void write_llama(const fs::path& dir) {
+// A llama model whose every linear fits the 256-weight block; tied embeddings; n_head query
+// heads of 64 (4 KV heads).
+void write_llama(const fs::path& dir, int n_head = 4) {
+  const int64_t nq = 64 * int64_t(n_head);
   std::vector<StTensor> t = {bf16_tensor("model.embed_tokens.weight", {320, 256}, 1, 0, 0.5f),
                              bf16_tensor("model.norm.weight", {256}, 2, 1.0f, 0.1f)};
   for (int l = 0; l < 2; ++l) {
@@ -167,10 +169,10 @@ void write_llama(const fs::path& dir) {
     const uint32_t s = 10 * uint32_t(l + 1);
     t.push_back(bf16_tensor(p + "input_layernorm.weight", {256}, s, 1.0f, 0.1f));
     t.push_back(bf16_tensor(p + "post_attention_layernorm.weight", {256}, s + 1, 1.0f, 0.1f));
-    t.push_back(bf16_tensor(p + "self_attn.q_proj.weight", {256, 256}, s + 2));
+    t.push_back(bf16_tensor(p + "self_attn.q_proj.weight", {nq, 256}, s + 2));
     t.push_back(bf16_tensor(p + "self_attn.k_proj.weight", {256, 256}, s + 3));
     t.push_back(bf16_tensor(p + "self_attn.v_proj.weight", {256, 256}, s + 4));
-    t.push_back(bf16_tensor(p + "self_attn.o_proj.weight", {256, 256}, s + 5));
+    t.push_back(bf16_tensor(p + "self_attn.o_proj.weight", {256, nq}, s + 5));
     t.push_back(bf16_tensor(p + "mlp.gate_proj.weight", {512, 256}, s + 6));
     t.push_back(bf16_tensor(p + "mlp.up_proj.weight", {512, 256}, s + 7));
     t.push_back(bf16_tensor(p + "mlp.down_proj.weight", {256, 512}, s + 8));
@@ -178,13 +180,16 @@ void write_llama(const fs::path& dir) {
   fs::create_directories(dir);
   write_bytes(dir / "model.safetensors", make_safetensors(t));
   write_bytes(dir / "config.json", R"({"model_type": "llama", "hidden_size": 256,
-    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "intermediate_size": 512, "num_attention_heads": )" +
+                                       std::to_string(n_head) +
+                                       R"(, "num_key_value_heads": 4,
     "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 320, "rms_norm_eps": 1e-6,
     "max_position_embeddings": 128, "rope_theta": 10000.0, "tie_word_embeddings": true})");
 }
 
-std::vector<float> logits_of(const fs::path& dir, const std::vector<int32_t>& prompt) {
-  auto model = load_model(dir);
+std::vector<float> logits_of(const fs::path& dir, const std::vector<int32_t>& prompt,
+                             const LoadOptions& options = {}) {
+  auto model = load_model(dir, options);
   std::vector<float> logits(prompt.size() * size_t(model->info().n_vocab));
   auto s = model->new_sequence();
   model->forward(*s, prompt, LogitsRows::All, logits.data());
@@ -277,6 +282,34 @@ TEST(QuantizeTrellis, LlamaEndToEndWithAndWithoutRotation) {
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     EXPECT_LT(relative_rms_error(want, got), 0.15);
   }
+}
+
+// Tensor parallelism cuts trellis weights along whole blocks: column-parallel rows (q, k, v,
+// gate, up) are views of the rows, o_proj's inputs whole 256-weight blocks of each row (a copy;
+// the row's scale serves them), down_proj, stored transposed, its stored rows (a view); the
+// vocabulary shards are rows of the affine embedding. Split over 2 ranks the model gives the
+// whole one's logits up to the order of the all-reduced sums; over 4, o_proj's 128 inputs per
+// rank would cut a block, which is refused naming the tensor and the numbers.
+TEST(QuantizeTrellis, TensorParallelSplitsAlongWholeBlocks) {
+  TempDir dir;
+  write_llama(dir / "f", 8);
+  quant::QuantizeOptions o;
+  o.spec = trellis_spec(2);
+  o.n_threads = 2;
+  quant::quantize_checkpoint(dir / "f", dir / "t2", o);
+  const std::vector<int32_t> prompt = {1, 17, 300, 42, 5, 99, 250, 7};
+  const auto whole = logits_of(dir / "t2", prompt);
+  LoadOptions split;
+  split.tensor_parallel = 2;
+  const auto got = logits_of(dir / "t2", prompt, split);
+  double worst = 0;
+  for (size_t i = 0; i < whole.size(); ++i)
+    worst = std::max(worst, double(std::fabs(got[i] - whole[i])));
+  EXPECT_LT(worst, 1e-5 * rms(whole)) << "rms " << rms(whole);
+  split.tensor_parallel = 4;
+  EXPECT_THAT(error_of([&] { load_model(dir / "t2", split); }),
+              HasSubstr("model.layers.0.self_attn.o_proj.weight: its 512 inputs split over 4 "
+                        "ranks give 128 each, not whole trellis blocks of 256"));
 }
 
 }  // namespace
