@@ -22,17 +22,13 @@
 #include "models/qwen3_5.h"
 #include "quant/quantize_checkpoint.h"
 #include "runtime/engine.h"
+#include "tensor_parallel_case.h"
 
 namespace hearth {
 namespace {
 
 using test::FixtureCase;
-
-std::unique_ptr<Model> load_tp(const FixtureCase& c, int tp) {
-  LoadOptions options;
-  options.tensor_parallel = tp;
-  return load_model(c.dir, options);
-}
+using test::load_tp;
 
 // The error check_qwen3_5_tensor_parallel gives for this fixture and size, or "" when it splits.
 std::string split_error(const FixtureCase& c, int tp) {
@@ -48,56 +44,12 @@ std::string split_error(const FixtureCase& c, int tp) {
 // moves its logits by up to ~1.1e-3 of logits_std (qwen3_5_test.cpp, docs/qwen3_5.md).
 double tolerance(const FixtureCase& c) { return c.name == "qwen3_5" ? 2e-3 : 1e-3; }
 
-struct TpCase {
-  FixtureCase fixture;
-  int tp;
-};
-void PrintTo(const TpCase& c, std::ostream* os) { *os << c.fixture.name << "_tp" << c.tp; }
-
-std::vector<TpCase> tp_cases() {
-  std::vector<TpCase> cases;
-  for (const FixtureCase& c : test::fixture_cases(qwen3_5_model_types()))
-    for (int tp : {2, 4}) cases.push_back({c, tp});
-  return cases;
-}
-
-class TensorParallelQwen35 : public ::testing::TestWithParam<TpCase> {
+class TensorParallelQwen35 : public test::TensorParallelCase {
  protected:
-  void SetUp() override {
-    const TpCase& p = GetParam();
-    const std::string why = split_error(p.fixture, p.tp);
-    if (!why.empty()) {
-      try {
-        load_tp(p.fixture, p.tp);
-        ADD_FAILURE() << "load_model accepted a shape that does not split: " << why;
-      } catch (const Error& e) {
-        EXPECT_EQ(std::string(e.what()), why);
-      }
-      GTEST_SKIP() << why;
-    }
-    whole = load_model(p.fixture.dir);
-    split = load_tp(p.fixture, p.tp);
-    prompt = p.fixture.reference["prompt"].get<std::vector<int32_t>>();
-    std = p.fixture.reference["logits_std"].get<double>();
-    n_vocab = size_t(whole->info().n_vocab);
+  std::string split_error(const FixtureCase& c, int tp) const override {
+    return hearth::split_error(c, tp);
   }
-  void expect_close(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_LT(test::max_error_rel_std(got.data(), want, std), tolerance(GetParam().fixture))
-        << GetParam().fixture.name << " tp " << GetParam().tp << ": " << what;
-  }
-  // The last row's logits of `tokens` fed to `state`.
-  std::vector<float> last(Model& m, SequenceState& state, std::span<const int32_t> tokens) {
-    std::vector<float> out(n_vocab, NAN);
-    m.forward(state, tokens, LogitsRows::Last, out.data());
-    return out;
-  }
-
-  std::unique_ptr<Model> whole, split;
-  std::vector<int32_t> prompt;
-  double std = 1.0;
-  size_t n_vocab = 0;
+  double tolerance(const FixtureCase& c) const override { return hearth::tolerance(c); }
 };
 
 TEST_P(TensorParallelQwen35, PrefillAndDecodeMatchTheWholeModel) {
@@ -190,10 +142,12 @@ TEST_P(TensorParallelQwen35, BatchOfTwoMatchesTheWholeModel) {
   EXPECT_NO_THROW(split->forward(*s[0], next, LogitsRows::Last, s0.data()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelQwen35, ::testing::ValuesIn(tp_cases()),
-                         [](const auto& info) {
-                           return info.param.fixture.name + "_tp" + std::to_string(info.param.tp);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, TensorParallelQwen35,
+    ::testing::ValuesIn(test::tp_cases(test::fixture_cases(qwen3_5_model_types()))),
+    [](const auto& info) {
+      return info.param.fixture.name + "_tp" + std::to_string(info.param.tp);
+    });
 
 FixtureCase fixture(const std::string& name) {
   for (const FixtureCase& c : test::fixture_cases({}))

@@ -23,22 +23,19 @@
 #include "models/model.h"
 #include "quant/quantize_checkpoint.h"
 #include "runtime/engine.h"
+#include "tensor_parallel_case.h"
 
 namespace hearth {
 namespace {
 
 using test::FixtureCase;
+using test::load_tp;
+using test::TpCase;
 
 std::vector<FixtureCase> llama_cases() {
   std::vector<std::string> types = llama_model_types();
   types.push_back("gemma3");  // multimodal wrapper whose text model is gemma3_text
   return test::fixture_cases(types);
-}
-
-std::unique_ptr<Model> load_tp(const FixtureCase& c, int tp) {
-  LoadOptions options;
-  options.tensor_parallel = tp;
-  return load_model(c.dir, options);
 }
 
 // The error check_llama_tensor_parallel gives for this fixture and size, or "" when it splits.
@@ -51,51 +48,11 @@ std::string split_error(const FixtureCase& c, int tp) {
   return "";
 }
 
-struct TpCase {
-  FixtureCase fixture;
-  int tp;
-};
-void PrintTo(const TpCase& c, std::ostream* os) { *os << c.fixture.name << "_tp" << c.tp; }
-
-std::vector<TpCase> tp_cases() {
-  std::vector<TpCase> cases;
-  for (const FixtureCase& c : llama_cases())
-    for (int tp : {2, 4}) cases.push_back({c, tp});
-  return cases;
-}
-
-class TensorParallel : public ::testing::TestWithParam<TpCase> {
+class TensorParallel : public test::TensorParallelCase {
  protected:
-  void SetUp() override {
-    const TpCase& p = GetParam();
-    const std::string why = split_error(p.fixture, p.tp);
-    if (!why.empty()) {
-      // The loader refuses it with that error, before reading a weight.
-      try {
-        load_tp(p.fixture, p.tp);
-        ADD_FAILURE() << "load_model accepted a shape that does not split: " << why;
-      } catch (const Error& e) {
-        EXPECT_EQ(std::string(e.what()), why);
-      }
-      GTEST_SKIP() << why;
-    }
-    whole = load_model(p.fixture.dir);
-    split = load_tp(p.fixture, p.tp);
-    prompt = p.fixture.reference["prompt"].get<std::vector<int32_t>>();
-    std = p.fixture.reference["logits_std"].get<double>();
-    n_vocab = size_t(whole->info().n_vocab);
+  std::string split_error(const FixtureCase& c, int tp) const override {
+    return hearth::split_error(c, tp);
   }
-  void expect_close(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_LT(test::max_error_rel_std(got.data(), want, std), 1e-3)
-        << GetParam().fixture.name << " tp " << GetParam().tp << ": " << what;
-  }
-
-  std::unique_ptr<Model> whole, split;
-  std::vector<int32_t> prompt;
-  double std = 1.0;
-  size_t n_vocab = 0;
 };
 
 TEST_P(TensorParallel, PrefillAndDecodeMatchTheWholeModel) {
@@ -179,8 +136,8 @@ TEST_P(TensorParallel, BatchOfTwoMatchesTheWholeModel) {
   EXPECT_NO_THROW(split->forward(*s[0], next, LogitsRows::Last, s0.data()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel, ::testing::ValuesIn(tp_cases()),
-                         [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel,
+                         ::testing::ValuesIn(test::tp_cases(llama_cases())), [](const auto& info) {
                            return info.param.fixture.name + "_tp" + std::to_string(info.param.tp);
                          });
 
