@@ -32,8 +32,7 @@ using test::GenerateParams;
 using test::GenerateResult;
 
 std::vector<FixtureCase> cuda_cases() {
-  std::vector<std::string> types = llama_model_types();
-  types.push_back("gemma3");
+  std::vector<std::string> types = test::llama_fixture_types();
   for (const std::string& t : qwen3_5_model_types()) types.push_back(t);
   return test::fixture_cases(types);
 }

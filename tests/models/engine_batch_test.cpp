@@ -484,8 +484,7 @@ TEST_P(EngineBatch, RunningOutOfMemoryPreemptsRatherThanFails) {
 
 #ifdef HEARTH_HAVE_CUDA
 bool runs_on_cuda(const FixtureCase& c) {
-  std::vector<std::string> types = llama_model_types();
-  types.push_back("gemma3");
+  std::vector<std::string> types = test::llama_fixture_types();
   for (const std::string& t : qwen3_5_model_types()) types.push_back(t);
   return std::find(types.begin(), types.end(), c.model_type) != types.end();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loader/npy.h"
+#include "models/llama.h"
 #include "models/model.h"
 #include "reference_loop.h"
 
@@ -26,6 +27,14 @@ struct FixtureCase {
 inline std::string fixture_root() { return std::string(HEARTH_TEST_DATA) + "/models"; }
 
 inline void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.name; }
+
+// The model_types the llama-family decoder loads, and gemma3 (a multimodal wrapper whose text
+// model is gemma3_text).
+inline std::vector<std::string> llama_fixture_types() {
+  std::vector<std::string> types = llama_model_types();
+  types.push_back("gemma3");
+  return types;
+}
 
 // Cases whose model_type is in `types` (all cases when empty).
 inline std::vector<FixtureCase> fixture_cases(const std::vector<std::string>& types) {

@@ -17,11 +17,7 @@ namespace {
 
 using test::FixtureCase;
 
-std::vector<FixtureCase> llama_cases() {
-  std::vector<std::string> types = llama_model_types();
-  types.push_back("gemma3");  // multimodal wrapper whose text model is gemma3_text
-  return test::fixture_cases(types);
-}
+std::vector<FixtureCase> llama_cases() { return test::fixture_cases(test::llama_fixture_types()); }
 
 std::vector<int32_t> prompt_of(const FixtureCase& c) {
   return c.reference["prompt"].get<std::vector<int32_t>>();

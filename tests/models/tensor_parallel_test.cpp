@@ -32,11 +32,7 @@ using test::FixtureCase;
 using test::load_tp;
 using test::TpCase;
 
-std::vector<FixtureCase> llama_cases() {
-  std::vector<std::string> types = llama_model_types();
-  types.push_back("gemma3");  // multimodal wrapper whose text model is gemma3_text
-  return test::fixture_cases(types);
-}
+std::vector<FixtureCase> llama_cases() { return test::fixture_cases(test::llama_fixture_types()); }
 
 // The error check_llama_tensor_parallel gives for this fixture and size, or "" when it splits.
 std::string split_error(const FixtureCase& c, int tp) {
