@@ -360,9 +360,13 @@ class Backend {
   // the step wrote to host memory (to_host_f32, a linear whose output is host memory) is
   // complete when to_host_f32 / end_step returns.
   virtual void begin_step(int64_t n_tokens) { (void)n_tokens; }
-  // begin_step for a step of several sequences, whose caches differ from step to step (the CUDA
-  // backend runs it as it comes rather than recording it).
-  virtual void begin_batch_step(int64_t n_tokens) { begin_step(n_tokens); }
+  // begin_step for a step of n_tokens rows of n_sequences sequences, whose caches reach the ops
+  // as tables (the CUDA backend records the step when every sequence has one token, one graph
+  // per sequence count). The sequences' caches hold their rows already (reserved before).
+  virtual void begin_batch_step(int64_t n_tokens, int64_t n_sequences) {
+    (void)n_sequences;
+    begin_step(n_tokens);
+  }
   virtual void end_step() {}
 };
 

@@ -543,13 +543,14 @@ void LlamaModel::forward_batch(std::span<const BatchItem> items) {
   const auto parts = batch_rows<LlamaSequence>(items, d_.n_vocab, tokens);
   const int64_t n = int64_t(tokens.size());
   reserve_scratch(n);
-  backend_->begin_batch_step(n);
+  // The caches' new blocks come first: an allocation would end a recorded step early.
+  for (const SequenceRows& p : parts) p.seq->kv.reserve_batch(p.rows);
+  backend_->begin_batch_step(n, int64_t(parts.size()));
   for (size_t r = 0; r < d_.ropes.size(); ++r)
     if (inv_freq_[r].empty()) inv_freq_[r] = d_.ropes[r].inv_freq(0, &attention_factor_[r]);
   const int64_t H = d_.n_embd;
   const Tensor x = x_.view(act_, {n, H});
   embed_tokens(x, tokens);
-  for (const SequenceRows& p : parts) p.seq->kv.reserve_batch(p.rows);
   for (int il = 0; il < int(d_.n_layer); ++il) {
     attention_block(il, parts, n);
     ffn_block(il, n);

@@ -416,7 +416,7 @@ void Qwen35Model::layers(std::span<const SequenceRows> parts, int64_t n) {
 }
 
 // The rows of several sequences through the layers together: each product (and each MoE
-// expert) reads its weights once for all of them. CPU only for now, as in the llama family.
+// expert) reads its weights once for all of them.
 void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
   check_batch(items);
   if (items.size() < 2) return Model::forward_batch(items);
@@ -424,10 +424,11 @@ void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
   const auto parts = batch_rows<Qwen35Sequence>(items, d_.n_vocab, tokens);
   const int64_t n = int64_t(tokens.size());
   reserve_scratch(n);
-  backend_->begin_batch_step(n);
+  // The caches' new blocks come first: an allocation would end a recorded step early.
+  for (const SequenceRows& p : parts) p.seq->kv().reserve_batch(p.rows);
+  backend_->begin_batch_step(n, int64_t(parts.size()));
   const Tensor x = x_.view(act_, {n, d_.n_embd});
   embed_tokens(x, tokens);
-  for (const SequenceRows& p : parts) p.seq->kv().reserve_batch(p.rows);
   layers(parts, n);
   for (const SequenceRows& p : parts) p.seq->kv().commit_batch();
   finish_with_item_logits(*backend_, x, o_, h_, act_, items, head_);

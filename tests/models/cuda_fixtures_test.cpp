@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -24,6 +25,12 @@
 #include "backend/cuda/cuda_backend.h"
 
 namespace hearth {
+
+// Test-only hooks of the CUDA backend (cuda_backend.cpp).
+void cuda_backend_set_graphs(Backend& b, bool on);
+int64_t cuda_backend_graphs_replayed(const Backend& b);
+int64_t cuda_backend_graphs_captured(const Backend& b);
+
 namespace {
 
 using test::FixtureCase;
@@ -239,6 +246,82 @@ TEST_P(CudaFixtures, EnginePicksAheadAndCachesConsistentStates) {
   ASSERT_EQ(turn.logprobs.size(), 1u);
   ASSERT_EQ(alone.logprobs.size(), 1u);
   EXPECT_NEAR(turn.logprobs[0].logprob, alone.logprobs[0].logprob, 0.05) << c.name;
+}
+
+// Decode steps of several sequences are recorded and replayed as CUDA graphs, one per sequence
+// count and kind of output: their logits and picks equal those of the same steps run as they
+// come, bit for bit, while members leave and rejoin the batch (its size changes, so does which
+// cache each row names) and the caches grow past a 64-position block.
+TEST_P(CudaFixtures, BatchDecodeGraphsEqualEagerSteps) {
+  const FixtureCase& c = GetParam();
+  LoadOptions o;
+  o.device = "cuda";
+  auto owned = make_cuda_backend(0);
+  Backend& be = *owned;
+  auto model = load_model(c.dir, std::move(owned), o);
+  const auto prompt = c.reference["prompt"].get<std::vector<int32_t>>();
+  const int64_t V = model->info().n_vocab;
+  struct Outputs {
+    std::vector<float> logits;
+    std::vector<int32_t> tokens;
+  };
+  auto run = [&](bool graphs) {
+    cuda_backend_set_graphs(be, graphs);
+    Outputs out;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<int32_t> next;
+    for (size_t s = 0; s < 4; ++s) {  // 56-65 positions: the decode steps cross position 64
+      std::vector<int32_t> p;
+      for (size_t i = 0; i < 56 + 3 * s; ++i) p.push_back(prompt[(i + s) % prompt.size()]);
+      seqs.push_back(model->new_sequence());
+      model->forward(*seqs.back(), p, LogitsRows::None, nullptr);
+      next.push_back(prompt[s % prompt.size()]);
+    }
+    for (int step = 0; step < 15; ++step) {
+      std::vector<size_t> members = {0, 1, 2, 3};
+      if (step >= 6 && step < 10) members = {0, 2, 3};  // sequence 1 sits out, then rejoins
+      const int kind = step % 3;  // host logits, greedy picks, sampled picks
+      const size_t m = members.size();
+      std::vector<float> logits(m * size_t(V));
+      std::vector<TokenPick> picks(m);
+      std::vector<int32_t> tokens(m, -1);
+      std::vector<Model::BatchItem> items(m);
+      for (size_t i = 0; i < m; ++i) {
+        Model::BatchItem& it = items[i];
+        it.state = seqs[members[i]].get();
+        it.tokens = std::span<const int32_t>(&next[members[i]], 1);
+        if (kind == 0) {
+          it.logits = logits.data() + i * size_t(V);
+        } else {
+          if (kind == 2) picks[i] = TokenPick{0.9f, 20, 0.95f, 0.05f, 0.1 + 0.2 * double(i)};
+          it.pick = &picks[i];
+          it.token = &tokens[i];
+        }
+      }
+      model->forward_batch(items);
+      for (size_t i = 0; i < m; ++i) {
+        const float* row = logits.data() + i * size_t(V);
+        next[members[i]] = kind == 0 ? int32_t(std::max_element(row, row + V) - row) : tokens[i];
+        out.tokens.push_back(next[members[i]]);
+      }
+      if (kind == 0) out.logits.insert(out.logits.end(), logits.begin(), logits.end());
+    }
+    return out;
+  };
+  const Outputs eager = run(false);
+  const int64_t replayed = cuda_backend_graphs_replayed(be),
+                captured = cuda_backend_graphs_captured(be);
+  const Outputs graphed = run(true);
+  const int64_t replays = cuda_backend_graphs_replayed(be) - replayed,
+                captures = cuda_backend_graphs_captured(be) - captured;
+  EXPECT_GE(replays, 8) << c.name << ": recorded steps";
+  EXPECT_GT(replays, captures) << c.name << ": some steps replay a graph captured before";
+  EXPECT_EQ(graphed.tokens, eager.tokens) << c.name;
+  ASSERT_EQ(graphed.logits.size(), eager.logits.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < eager.logits.size(); ++i)
+    differ += std::memcmp(&graphed.logits[i], &eager.logits[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << c.name << ": logits that differ from the eager steps' bits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtures, ::testing::ValuesIn(cuda_cases()),

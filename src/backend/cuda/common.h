@@ -138,10 +138,15 @@ struct Ctx {
 
 // linear.cu
 void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias);
+// Makes linear's cuBLASLt plan for these operands now (host work), so that a launch inside a
+// graph capture only looks it up.
+void linear_prepare(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w);
 void linear_plans_clear();
-// x += (in · wᵀ) * scale for prefill shapes through the GEMM's own accumulate (beta = 1);
-// false when cuBLASLt does not take the shape (the caller composes it instead).
-bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale);
+// Whether linear_accumulate takes these operands (more than 8 rows, bf16, a cuBLASLt plan: made
+// now, so the launch may be captured); otherwise the caller composes the product and the add.
+bool linear_accumulate_fits(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w);
+// x += (in · wᵀ) * scale through the GEMM's own accumulate (beta = 1).
+void linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale);
 // One grouped cuBLAS call for `count` products Y_g[rows[g], out] = X_g[rows[g], in] · W_gᵀ,
 // bf16 in and out, f32 accumulation. ptrs: a device array of 3·count addresses, W_0.. then
 // X_0.. then Y_0..; rows: host. False when cuBLAS does not take it (the caller loops instead).
@@ -290,8 +295,12 @@ void pick_token_init(const Ctx& ctx);
 void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only);
 // pick_token on each row of logits [rows, n] (contiguous), with row r's settings dyn[r], into
 // out[r]: every kernel of the chain serves all rows at once. greedy_only: every row is greedy.
-// Not for graph capture (its scratch grows with the rows).
-void pick_tokens(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only);
+// scratch: pick_rows_scratch(ctx, rows or more), taken outside any graph capture.
+void pick_tokens(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only,
+                 void* scratch);
+// The scratch of `rows` rows of pick_tokens for ctx's stream, zeroed; grown (after a stream
+// synchronisation: picks in flight may read the old one) when it holds fewer rows.
+void* pick_rows_scratch(const Ctx& ctx, int64_t rows);
 // gated_delta.cu
 void gated_delta_init();
 void conv1d_causal_silu(Ctx& ctx, const Ten& y, const Ten& x, const Ten& state, const Ten& w);

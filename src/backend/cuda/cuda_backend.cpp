@@ -69,7 +69,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options)
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(ctx_.stream);
-  for (GraphSlot& g : graphs_)
+  for (auto& [slot, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
   weights_.clear();
   moe_tables_.clear();
@@ -149,10 +149,10 @@ void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const Linea
     return submit<&cuda::gemv_residual>(Ten(x), scale, Ten(in), w, Ten(proj.bias),
                                         int32_t(proj.y.dtype));
   if (same && proj.w.is_packed() && packed_residual(x, in, proj, scale)) return;
-  // Prefill: the add rides in the GEMM (not recorded: graphs hold decode steps only).
-  if (same && proj.bias.empty() && !recording_ && !proj.w.is_packed() &&
-      cuda::linear_accumulate(ctx_, Ten(x), Ten(in), Ten(proj.w), scale))
-    return;
+  // More rows (prefill, steps of several sequences): the add rides in the GEMM.
+  if (same && proj.bias.empty() && !proj.w.is_packed() &&
+      cuda::linear_accumulate_fits(ctx_, Ten(x), Ten(in), Ten(proj.w)))
+    return submit<&cuda::linear_accumulate>(Ten(x), Ten(in), Ten(proj.w), scale);
   Backend::linear_residual(x, in, proj, scale);
 }
 

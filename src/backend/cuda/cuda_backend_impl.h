@@ -10,8 +10,9 @@
 //   copy of a host output (logits) at its end.
 // - Host-side inputs (token ids, positions, rope frequencies, the cache's first position, MoE
 //   rows) are copied into a pinned "dyn" area and kernels read them from its device mirror. In a
-//   recorded step (begin_step(1) ... end_step) ops are not launched but appended as records
-//   (launcher + its plain-data arguments). At the end, if the records equal those of the last
+//   recorded step (begin_step(1..8) ... end_step, or begin_batch_step of one token per
+//   sequence) ops are not launched but appended as records (launcher + its plain-data
+//   arguments). At the end, if the records equal those of the last
 //   captured graph, only the dyn values changed: the graph is replayed after a copy of the
 //   step's dyn values to the device. Otherwise the records are captured into a new graph. A
 //   recorded step's values go to one of kDynAreas pinned areas in turn, so the host can record
@@ -44,13 +45,15 @@
 namespace hearth::cuda {
 
 constexpr int64_t kDynInts = 1 << 20;       // 4 MiB pinned, mirrored on the device
-constexpr int64_t kGraphDynInts = 1 << 16;  // [0, this): a recorded step's values
+constexpr int64_t kGraphDynInts = 1 << 18;  // [0, this): a recorded step's values
 constexpr int kDynAreas = 3;                // host areas of recorded steps' values, in turn
 constexpr int kAheadSlots = 8;              // tokens picked ahead and not yet taken, at most
 constexpr size_t kLtWorkspace = 32u << 20;
 constexpr size_t kUploadChunk = 64u << 20;
 constexpr size_t kDequantBytes = 256u << 20;  // prefill's dequantized rows of a packed weight
 constexpr int kBatchGemvRows = 1;             // bf16 GEMV rows in a step of several sequences
+constexpr int64_t kBatchGraphRows = 512;      // decode steps of up to this many sequences: graphs
+constexpr size_t kBatchGraphs = 48;           // graphs of such steps kept (least recently used go)
 
 // Zero-padded copies of the parameter structs, so records compare bytewise.
 inline AttentionParams packed(const AttentionParams& p) {
@@ -175,9 +178,11 @@ class CudaBackend final : public Backend {
                               const GatedDeltaParams& p, const Tensor& norm_w, const Tensor& z,
                               float eps, const GatedDeltaScratch& scratch) override;
   void pick_tokens(int32_t* dst, const Tensor& logits, const TokenPick* picks) override;
-  // Runs as it comes: the step's records would name other caches every step, so a graph of it
-  // would be captured anew each time.
-  void begin_batch_step(int64_t n_tokens) override;
+  // A step of one token for each of several sequences is recorded and replayed as a graph of its
+  // own for that many rows: the rows' caches and states reach the kernels through tables in the
+  // dyn area, so the records repeat while the sequences change. Steps with prompt chunks run as
+  // they come.
+  void begin_batch_step(int64_t n_tokens, int64_t n_sequences) override;
 
   void glu(const Tensor& y, const Tensor& gate, const Tensor& up, Activation act) override;
   void add(const Tensor& y, const Tensor& a, const Tensor& b, float b_scale) override;
@@ -232,8 +237,9 @@ class CudaBackend final : public Backend {
 
   void begin_step(int64_t n_tokens) override;
   void end_step() override;
-  // begin_step's work; a step that is not recordable runs as it comes.
-  void open_step(int64_t n_tokens, bool recordable);
+  // begin_step's work; a step that is not recordable runs as it comes. `slot` names the graph
+  // the step's records are compared with (a pick adds its kind later).
+  void open_step(bool recordable, int64_t slot);
 
   // Picking ahead (cuda_backend_io.cpp): the pick's token is copied to a pinned slot of its own
   // after the step, and the next step's embedding reads it from device memory.
@@ -345,8 +351,8 @@ class CudaBackend final : public Backend {
   void copy_graph_dyn();
   // The graph slot's kind for a pick: greedy or sampled, and whether the step's input is the
   // previous pick (embedding_of_pick), so each keeps its own graph.
-  size_t pick_slot_offset(bool greedy) const {
-    return size_t((greedy ? 1 : 2) + (picked_input_ ? 2 : 0)) * kGraphTokens;
+  int64_t pick_slot_offset(bool greedy) const {
+    return int64_t((greedy ? 1 : 2) + (picked_input_ ? 2 : 0)) * kGraphTokens;
   }
 
   // --- packed weights (cuda_backend_packed.cpp) ---
@@ -422,18 +428,27 @@ class CudaBackend final : public Backend {
   int decode_blocks_ = 0;   // the one-kernel step's grid: the SM count or options_.decode_blocks
   std::vector<Record> recs_;
   std::vector<uint8_t> blob_;
-  // One captured graph per step size 1..kGraphTokens, with the records it was captured from.
+  // Captured graphs with the records each was captured from, by slot.
   struct GraphSlot {
     cudaGraphExec_t exec = nullptr;
     std::vector<Record> recs;
     std::vector<uint8_t> blob;
     int64_t cursor = 0;
+    int64_t last_used = 0;  // the step count when it last ran (batch slots are evicted by it)
   };
   static constexpr int64_t kGraphTokens = 8;
-  // Slots: n (logits to the host), n + kGraphTokens (greedy pick), n + 2·kGraphTokens (sampled),
-  // n + 3·kGraphTokens and n + 4·kGraphTokens (the same with the previous pick as input).
-  std::array<GraphSlot, 5 * kGraphTokens + 1> graphs_;
-  size_t slot_ = 0;
+  // Slots of one sequence's steps of n = 1..kGraphTokens tokens: n (logits to the host),
+  // n + kGraphTokens (greedy pick), n + 2·kGraphTokens (sampled), n + 3·kGraphTokens and
+  // n + 4·kGraphTokens (the same with the previous pick as input). Steps of n sequences:
+  // kBatchSlots + 4·n, plus 1 (greedy picks) or 2 (sampled).
+  static constexpr int64_t kBatchSlots = 8 * kGraphTokens;
+  static bool is_batch_slot(int64_t slot) { return slot >= kBatchSlots; }
+  std::map<int64_t, GraphSlot> graphs_;
+  int64_t slot_ = 0;
+  int64_t steps_recorded_ = 0;
+  // Drops the least recently used batch graph while more than kBatchGraphs are kept (no step
+  // in flight: called before a capture).
+  void evict_batch_graphs();
   bool picked_input_ = false;  // this recorded step embeds the previous pick
   // Host areas of recorded steps' values (kDynAreas · kGraphDynInts ints, pinned), the one in
   // use, and for each the event after its copy to the device.
@@ -473,6 +488,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> state_table_;
   std::vector<PickDyn> pick_dyns_;
   size_t picks_dev_bytes_ = 0;
+  int64_t pick_rows_ = 0;  // rows of pick_tokens' scratch asked for so far
   // Packed weights: the transposed-trellis products' partial sums, and prefill's bf16 rows.
   void* packed_partials_ = nullptr;
   size_t packed_partials_bytes_ = 0;

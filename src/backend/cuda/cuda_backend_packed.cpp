@@ -53,6 +53,7 @@ Tensor CudaBackend::prepare_packed(const Tensor& host) {
 void CudaBackend::submit_linear(const Ten& y, const Tensor& x, const Tensor& w,
                                 const Tensor& bias) {
   if (w.is_packed()) return linear_packed(y, x, w, bias);
+  if (recording_) cuda::linear_prepare(ctx_, y, Ten(x), Ten(w));
   submit<&cuda::linear>(y, Ten(x), Ten(w), Ten(bias));
 }
 

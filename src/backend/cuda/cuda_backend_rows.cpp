@@ -10,8 +10,11 @@
 
 namespace hearth::cuda {
 
-void CudaBackend::begin_batch_step(int64_t n_tokens) {
-  open_step(n_tokens, /*recordable=*/false);
+void CudaBackend::begin_batch_step(int64_t n_tokens, int64_t n_sequences) {
+  // One token per sequence (a decode step): recorded, a graph per sequence count. Steps with
+  // prompt chunks differ in their chunks' lengths every time and run as they come.
+  const bool decode = n_tokens == n_sequences && n_tokens >= 1 && n_tokens <= kBatchGraphRows;
+  open_step(graphs_enabled_ && decode, kBatchSlots + 4 * n_tokens);
   // The GEMV's cost grows with its rows (each weight is multiplied by every row's input from
   // L1), while cuBLASLt's tensor-core GEMM reads the matrix once at any row count: past
   // kBatchGemvRows rows of different sequences the GEMM is faster (bench_cuda_linear).
@@ -20,12 +23,6 @@ void CudaBackend::begin_batch_step(int64_t n_tokens) {
 
 const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, KvDev* kv) {
   if (n < 1) return nullptr;
-  // Every row's block table, back to back (row r's from entry at[r]).
-  std::vector<void*>& blocks = block_table_;
-  blocks.clear();
-  std::vector<SeqKv>& table = seq_table_;
-  table.resize(static_cast<size_t>(n));
-  std::vector<int64_t> at(static_cast<size_t>(n));
   int64_t most = 0;
   for (int64_t r = 0; r < n; ++r) {
     const KvView& v = kvs[r];
@@ -33,19 +30,28 @@ const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, KvDev* kv
         v.v_offset != kvs[0].v_offset || v.row_bytes != kvs[0].row_bytes || v.row_bytes % 16 != 0 ||
         v.k_offset % 16 != 0 || v.v_offset % 16 != 0)
       return nullptr;
-    const int64_t count = (v.end + kKvBlock - 1) / kKvBlock;
-    at[size_t(r)] = int64_t(blocks.size());
-    blocks.insert(blocks.end(), v.blocks, v.blocks + count);
-    most = std::max(most, count);
+    most = std::max(most, (v.end + kKvBlock - 1) / kKvBlock);
+  }
+  // Every row's block table in a slot of `stride` entries (the longest table's, a power of two
+  // of at least four, padded with nulls): the step's layout in the dyn area, and so its graph,
+  // changes only when the longest cache doubles.
+  const int64_t stride = int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(most, 4))));
+  std::vector<void*>& blocks = block_table_;
+  blocks.assign(size_t(n * stride), nullptr);
+  for (int64_t r = 0; r < n; ++r) {
+    const KvView& v = kvs[r];
+    std::copy_n(v.blocks, (v.end + kKvBlock - 1) / kKvBlock, blocks.begin() + r * stride);
   }
   // Tag 9: the rows' block tables, the same for each layer of their group (uploaded once).
   void* const* dev_blocks =
       reinterpret_cast<void* const*>(upload_ints(blocks.data(), int64_t(blocks.size()) * 2, 9));
+  std::vector<SeqKv>& table = seq_table_;
+  table.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r)
-    table[size_t(r)] = SeqKv{dev_blocks + at[size_t(r)], int32_t(kvs[r].first), 0};
+    table[size_t(r)] = SeqKv{dev_blocks + r * stride, int32_t(kvs[r].first), 0};
   kv->k_off = kvs[0].k_offset / 2;  // bf16 elements
   kv->v_off = kvs[0].v_offset / 2;
-  kv->span = int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(most, 4)))) * kKvBlock;
+  kv->span = stride * kKvBlock;
   // Tag 7: the rows' SeqKv (qk_norm_rope_store_rows and attention_rows of every layer of the
   // group upload the same table, which then lands once).
   return reinterpret_cast<const SeqKv*>(upload_ints(table.data(), n * 4, 7));
@@ -129,6 +135,13 @@ void CudaBackend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPic
   if (out_.p) deliver_or_queue_output();
   const size_t bytes = size_t(m) * 4;
   if (bytes > picks_dev_bytes_) regrow_device(&picks_dev_, picks_dev_bytes_, bytes);
+  // The rows' scratch grows here, on the host, never inside a capture; its address is part of
+  // the record, so a graph never replays with a freed one.
+  if (m > pick_rows_) {
+    stop_recording();
+    pick_rows_ = m;
+  }
+  void* scratch = cuda::pick_rows_scratch(ctx_, m);
   // All rows through the device picker at once (the kernels of pick_token, a grid row per
   // logits row), into their own slots; then one copy of all the ids.
   auto* ids = static_cast<int32_t*>(picks_dev_);
@@ -143,7 +156,8 @@ void CudaBackend::pick_tokens(int32_t* dst, const Tensor& logits, const TokenPic
   static_assert(sizeof(PickDyn) % 8 == 0, "PickDyn rows stay 8-byte aligned");
   const auto* d_dyn = reinterpret_cast<const PickDyn*>(
       upload_ints(dyns.data(), m * int64_t(sizeof(PickDyn) / 4), 6));
-  submit<&cuda::pick_tokens>(ids, Ten(logits), d_dyn, greedy);
+  submit<&cuda::pick_tokens>(ids, Ten(logits), d_dyn, greedy, scratch);
+  if (recording_) slot_ += greedy ? 1 : 2;
   Ten t;
   t.p = picks_dev_;
   t.dtype = kF32;  // 4-byte opaque values

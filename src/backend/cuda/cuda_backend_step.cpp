@@ -7,19 +7,21 @@
 
 namespace hearth::cuda {
 
-void CudaBackend::begin_step(int64_t n_tokens) { open_step(n_tokens, graphs_enabled_); }
+void CudaBackend::begin_step(int64_t n_tokens) {
+  // Decode-sized steps (1 to kGraphTokens rows: one token, or a few being verified) are
+  // recorded; each size keeps its own graph.
+  open_step(graphs_enabled_ && n_tokens >= 1 && n_tokens <= kGraphTokens, n_tokens);
+}
 
-void CudaBackend::open_step(int64_t n_tokens, bool recordable) {
+void CudaBackend::open_step(bool recordable, int64_t slot) {
   bind();
   ctx_.gemv_max_rows = 8;
   recs_.clear();
   blob_.clear();
   dedup_.clear();
   graph_cursor_ = 0;
-  // Decode-sized steps (1 to kGraphTokens rows: one token, or a few being verified) are
-  // recorded; each size keeps its own graph.
-  recording_ = n_tokens >= 1 && n_tokens <= kGraphTokens && recordable;
-  slot_ = recording_ ? size_t(n_tokens) : 0;
+  recording_ = recordable;
+  slot_ = recording_ ? slot : 0;
   picked_input_ = false;
   // The copy of this area kDynAreas recorded steps ago may not have run yet (it waits for the
   // steps queued before it); with one step picked ahead it has.
@@ -28,10 +30,11 @@ void CudaBackend::open_step(int64_t n_tokens, bool recordable) {
 
 void CudaBackend::end_step() {
   bind();
-  ctx_.gemv_max_rows = 8;  // ops outside a step, as in a step of one sequence
+  // The capture launches the records, which read the step's GEMV row limit from ctx_.
   if (recording_) finish_recording();
   if (out_.p) deliver_now();
   recording_ = false;
+  ctx_.gemv_max_rows = 8;  // ops outside a step, as in a step of one sequence
 }
 
 const int32_t* CudaBackend::upload_ints(const void* src, int64_t n, int tag) {
@@ -88,14 +91,16 @@ void CudaBackend::copy_graph_dyn() {
 }
 
 void CudaBackend::invalidate_graph() {
-  for (GraphSlot& g : graphs_) {
+  for (auto& [slot, g] : graphs_) {
     g.recs.clear();
     g.blob.clear();
   }
 }
 
 bool CudaBackend::records_match() const {
-  const GraphSlot& g = graphs_[slot_];
+  const auto it = graphs_.find(slot_);
+  if (it == graphs_.end()) return false;
+  const GraphSlot& g = it->second;
   if (!g.exec || g.recs.size() != recs_.size() || g.cursor != graph_cursor_ ||
       g.blob.size() != blob_.size())
     return false;
@@ -115,7 +120,9 @@ void CudaBackend::finish_recording() {
       capture();
     }
     copy_graph_dyn();
-    HEARTH_CUDA_CHECK(cudaGraphLaunch(graphs_[slot_].exec, ctx_.stream));
+    GraphSlot& g = graphs_[slot_];
+    g.last_used = ++steps_recorded_;
+    HEARTH_CUDA_CHECK(cudaGraphLaunch(g.exec, ctx_.stream));
     ++graphs_replayed_;
   }
   recs_.clear();
@@ -145,6 +152,7 @@ void CudaBackend::capture() {
     throw;
   }
   HEARTH_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
+  if (is_batch_slot(slot_) && !graphs_.count(slot_)) evict_batch_graphs();
   GraphSlot& slot = graphs_[slot_];
   bool updated = false;
   if (slot.exec) {
@@ -167,6 +175,21 @@ void CudaBackend::capture() {
   slot.blob = blob_;
   slot.cursor = graph_cursor_;
   ++graphs_captured_;
+}
+
+void CudaBackend::evict_batch_graphs() {
+  size_t kept = 0;
+  for (const auto& [slot, g] : graphs_) kept += is_batch_slot(slot);
+  while (kept >= kBatchGraphs) {
+    auto oldest = graphs_.end();
+    for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+      if (is_batch_slot(it->first) &&
+          (oldest == graphs_.end() || it->second.last_used < oldest->second.last_used))
+        oldest = it;
+    if (oldest->second.exec) cudaGraphExecDestroy(oldest->second.exec);
+    graphs_.erase(oldest);
+    --kept;
+  }
 }
 
 }  // namespace hearth::cuda

@@ -141,19 +141,26 @@ void linear_plans_clear() {
   plans().clear();
 }
 
-bool linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale) {
-  const int64_t n = in.rows(), k = in.cols(), out = w.d[0];
-  if (n <= 8 || in.dtype != kBF16 || w.dtype != kBF16 || x.dtype != kBF16) return false;
+namespace {
+const Plan& accumulate_plan(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w) {
   const int align = std::min({alignment_of(x.p), alignment_of(in.p), alignment_of(w.p)});
-  const Plan& p = plan_for(ctx, n, out, k, x.dtype, align, out, false);
-  if (!p.ok) return false;
+  return plan_for(ctx, in.rows(), w.d[0], in.cols(), x.dtype, align, w.d[0], false);
+}
+}  // namespace
+
+bool linear_accumulate_fits(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w) {
+  if (in.rows() <= 8 || in.dtype != kBF16 || w.dtype != kBF16 || x.dtype != kBF16) return false;
+  return accumulate_plan(ctx, x, in, w).ok;
+}
+
+void linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale) {
+  const Plan& p = accumulate_plan(ctx, x, in, w);
   // D = scale · (W·in) + 1 · C with C = D = x: the residual add rides in the GEMM's epilogue.
   // The product is added before rounding to bf16 (the composed form rounds it first).
   const float beta = 1.0f;
   HEARTH_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, p.op, &scale, w.p, p.a, in.p, p.b, &beta, x.p, p.c,
                                      x.p, p.c, &p.algo, ctx.lt_workspace, ctx.lt_workspace_bytes,
                                      ctx.stream));
-  return true;
 }
 
 bool linear_grouped(Ctx& ctx, const void* const* ptrs, const int* rows, int count, int64_t out,
@@ -188,6 +195,15 @@ bool linear_grouped(Ctx& ctx, const void* const* ptrs, const int* rows, int coun
   HEARTH_CUBLAS_CHECK(st);
   return true;
 #endif
+}
+
+void linear_prepare(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w) {
+  const int64_t n = x.rows();
+  if (n <= ctx.gemv_max_rows || x.dtype != kBF16 || w.dtype != kBF16 ||
+      (y.dtype != kBF16 && y.dtype != kF32))
+    return;
+  const int align = std::min({alignment_of(x.p), alignment_of(w.p), alignment_of(y.p)});
+  plan_for(ctx, n, w.d[0], x.cols(), y.dtype, align, w.d[0], false);
 }
 
 void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias) {

@@ -709,7 +709,10 @@ void pick_token(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, b
   launch_picks(ctx, a, logits.numel(), 1, greedy_only);
 }
 
-void pick_tokens(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only) {
+void* pick_rows_scratch(const Ctx& ctx, int64_t rows) { return row_scratch_for(ctx, rows); }
+
+void pick_tokens(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, bool greedy_only,
+                 void* scratch) {
   const int64_t rows = logits.d[0];
   if (rows < 1) return;
   Args a{};
@@ -717,7 +720,7 @@ void pick_tokens(Ctx& ctx, int32_t* out, const Ten& logits, const PickDyn* dyn, 
   a.row_stride = logits.d[1];
   a.dyn = dyn;
   a.out = out;
-  a.s = row_scratch_for(ctx, rows);
+  a.s = static_cast<Scratch*>(scratch);
   launch_picks(ctx, a, logits.d[1], rows, greedy_only);
 }
 
