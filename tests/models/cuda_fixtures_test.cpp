@@ -280,7 +280,7 @@ TEST_P(CudaFixtures, BatchDecodeGraphsEqualEagerSteps) {
     for (int step = 0; step < 15; ++step) {
       std::vector<size_t> members = {0, 1, 2, 3};
       if (step >= 6 && step < 10) members = {0, 2, 3};  // sequence 1 sits out, then rejoins
-      const int kind = step % 3;  // host logits, greedy picks, sampled picks
+      const int kind = step % 3;                        // host logits, greedy picks, sampled picks
       const size_t m = members.size();
       std::vector<float> logits(m * size_t(V));
       std::vector<TokenPick> picks(m);
