@@ -94,6 +94,15 @@ void expect_one_line_error(const std::string& args, const std::string& needle) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
+// -d: the tests run on sequences already holding D tokens (rows "@ dD"), alone and batched.
+TEST(Cli, BenchAtDepth) {
+  auto r = run("bench -m " + kModel + " -p 8 -n 4 -r 1 -d 0,20 --parallel 1,2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* row : {"pp8 |", "tg4 |", "tg4 x2 |", "pp8 @ d20", "tg4 @ d20", "tg4 x2 @ d20"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  expect_one_line_error("bench -m " + kModel + " -d -3", "-d/--depth must be >= 0, got -3");
+}
+
 // perplexity --kl-base: the bundled model against its own saved distributions, then a run on
 // another context length, which the base file refuses.
 TEST(Cli, PerplexityKlBaseOfTheSameModelIsZero) {
