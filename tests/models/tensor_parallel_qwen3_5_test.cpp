@@ -77,7 +77,9 @@ TEST_P(TensorParallelQwen35, PrefillAndDecodeMatchTheWholeModel) {
   auto c = whole->new_sequence(), d = split->new_sequence();
   whole->forward(*c, prompt, LogitsRows::Hidden, hw.data());
   split->forward(*d, prompt, LogitsRows::Hidden, hs.data());
-  EXPECT_LT(test::max_error_rel_std(hs.data(), hw, 1.0), 1e-4) << "hidden states";
+  // Normalised rows (entries about 1): the ranks' partial sums add in another order, which
+  // moves an entry by up to 1.04e-4 on a 16-core AMX host; a wrong split moves it by ~1.
+  EXPECT_LT(test::max_error_rel_std(hs.data(), hw, 1.0), 1e-3) << "hidden states";
 }
 
 // A state cut back to a checkpoint kept on the way (each rank's recurrent and conv states hold

@@ -76,7 +76,9 @@ TEST_P(TensorParallel, PrefillAndDecodeMatchTheWholeModel) {
   auto c = whole->new_sequence(), d = split->new_sequence();
   whole->forward(*c, prompt, LogitsRows::Hidden, hw.data());
   split->forward(*d, prompt, LogitsRows::Hidden, hs.data());
-  EXPECT_LT(test::max_error_rel_std(hs.data(), hw, 1.0), 1e-4) << "hidden states";
+  // Normalised rows (entries about 1): the ranks' partial sums add in another order, which
+  // moves an entry by up to 1.04e-4 on a 16-core AMX host; a wrong split moves it by ~1.
+  EXPECT_LT(test::max_error_rel_std(hs.data(), hw, 1.0), 1e-3) << "hidden states";
   // Going back and sharing keep every rank's state in step.
   ASSERT_TRUE(d->truncate(2));
   auto e = d->share();
