@@ -3,14 +3,15 @@
 // projections, the all-attention qwen3_moe) split over 2 and 4 ranks gives the whole model's
 // logits within the fixture's tolerance — prefill, decode steps, a state cut back to a kept
 // checkpoint and shared, two sequences stepped together — and the engine's prompt cache hits a
-// hybrid model's checkpointed prefix at 2 ranks. Shapes that do not divide are refused by name
-// before a weight is read.
+// hybrid model's checkpointed prefix at 2 ranks; experts that do not divide among the ranks split
+// unevenly. Shapes that do not divide are refused by name before a weight is read.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 
@@ -18,6 +19,8 @@
 #include "core/error.h"
 #include "fixture.h"
 #include "loader/config.h"
+#include "loader/safetensors_writer.h"
+#include "loader/weight_store.h"
 #include "models/model.h"
 #include "models/qwen3_5.h"
 #include "quant/quantize_checkpoint.h"
@@ -264,6 +267,73 @@ TEST(TensorParallelQwen35Load, AffineWeightsShardAlongTheirGroups) {
           << name << " tp " << tp;
     }
   }
+  fs::remove_all(dir);
+}
+
+// Experts that do not divide among the ranks: Qwen3-Next's fixture cut to 6 of its 8 experts
+// (the router's first 6 rows, experts 6 and 7 left out) over 4 ranks holds 2, 2, 1 and 1 experts
+// a rank, and still gives the whole model's logits (prefill and decode): each token's routed
+// experts are summed on whichever rank holds them.
+TEST(TensorParallelQwen35Load, UnevenExpertsSplitGiveTheWholeModelsLogits) {
+  namespace fs = std::filesystem;
+  const FixtureCase c = fixture("qwen3_next");
+  const fs::path dir = fs::temp_directory_path() / ("hearth_tp35_e6_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nlohmann::json config = ModelConfig::load(c.dir).raw();
+  ASSERT_EQ(config["num_experts"], 8);
+  config["num_experts"] = 6;
+  std::ofstream(dir / "config.json") << config.dump();
+  const WeightStore store = WeightStore::open(c.dir);
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::pair<const TensorInfo*, size_t>> data;  // each tensor and the bytes written
+  for (const std::string& name : store.names()) {
+    if (name.find(".mlp.experts.6.") != std::string::npos ||
+        name.find(".mlp.experts.7.") != std::string::npos)
+      continue;
+    const TensorInfo* t = store.find(name);
+    std::vector<int64_t> shape = t->shape;
+    size_t bytes = t->nbytes;
+    if (name.ends_with(".mlp.gate.weight")) {  // the router, [experts, hidden]
+      ASSERT_EQ(shape[0], 8) << name;
+      shape[0] = 6;
+      bytes = bytes / 8 * 6;
+    }
+    entries.push_back({name, t->dtype, shape});
+    data.emplace_back(t, bytes);
+  }
+  {
+    SafetensorsWriter writer(dir, entries);
+    for (size_t i = 0; i < entries.size(); ++i)
+      writer.write(entries[i].name, data[i].first->data, data[i].second);
+    writer.finish();
+  }
+  const Qwen35Descriptor d = qwen3_5_descriptor_from_config(ModelConfig::load(dir));
+  std::vector<int64_t> held;
+  for (int r = 0; r < 4; ++r) held.push_back(qwen3_5_shard(d, r, 4).experts.size());
+  EXPECT_EQ(*std::min_element(held.begin(), held.end()), 1);
+  EXPECT_EQ(*std::max_element(held.begin(), held.end()), 2);
+  auto whole = load_model(dir);
+  auto split = load_tp({c.name, c.model_type, dir.string(), c.reference}, 4);
+  const auto prompt = c.reference["prompt"].get<std::vector<int32_t>>();
+  const size_t V = size_t(whole->info().n_vocab);
+  std::vector<float> want(prompt.size() * V), got(want.size(), NAN);
+  auto a = whole->new_sequence(), b = split->new_sequence();
+  whole->forward(*a, prompt, LogitsRows::All, want.data());
+  split->forward(*b, prompt, LogitsRows::All, got.data());
+  const double std = c.reference["logits_std"].get<double>();
+  EXPECT_LT(test::max_error_rel_std(got.data(), want, std), tolerance(c)) << "prefill";
+  for (int step = 0; step < 3; ++step) {
+    const int32_t t =
+        int32_t(std::max_element(want.end() - long(V), want.end()) - (want.end() - long(V)));
+    want.assign(V, 0.0f);
+    got.assign(V, NAN);
+    whole->forward(*a, std::span<const int32_t>(&t, 1), LogitsRows::Last, want.data());
+    split->forward(*b, std::span<const int32_t>(&t, 1), LogitsRows::Last, got.data());
+    EXPECT_LT(test::max_error_rel_std(got.data(), want, std), tolerance(c)) << "decode " << step;
+  }
+  split.reset();
+  whole.reset();
   fs::remove_all(dir);
 }
 
