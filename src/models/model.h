@@ -63,9 +63,14 @@ class SequenceState {
   // Asks the state to remember the current position so truncate() can return to it later
   // (recurrent layers snapshot their state; attention KV needs nothing). Cheap to call.
   virtual void keep_checkpoint() {}
-  // True when truncate() needs checkpoints (recurrent layers): a chunked prefill then ends its
-  // chunks on checkpoint boundaries so a later prompt can resume there.
+  // True when truncate() needs checkpoints (recurrent layers): a chunked prefill then keeps them
+  // on checkpoint boundaries so a later prompt can resume there.
   virtual bool needs_checkpoints() const { return false; }
+  // Asks for checkpoints inside the next forward: at each position p (n_past() < p < n_past() +
+  // its tokens, increasing), as keep_checkpoint() would keep one had a forward ended at p. The
+  // model keeps them as its layers pass p, so a prompt need not be cut into steps at each
+  // checkpoint. States that need no checkpoints ignore it.
+  virtual void keep_checkpoints_within(std::span<const int64_t> positions) { (void)positions; }
   // The memory held (a part shared with other states counts for its share).
   virtual size_t bytes() const = 0;
   // bytes() once n_more more positions are stored: what a step of n_more tokens will need.

@@ -121,6 +121,16 @@ class Qwen35Sequence final : public SequenceState {
   bool needs_checkpoints() const override { return !conv_.empty(); }
   size_t kept_snapshots() const { return kept_.size(); }
 
+  // Checkpoints inside the next forward (SequenceState::keep_checkpoints_within): the model runs
+  // a prompt chunk's linear layers in segments ending at each planned position, snapshots each
+  // layer's states there (snapshot_layer), and keep_planned() keeps the snapshots once every
+  // layer has run.
+  void keep_checkpoints_within(std::span<const int64_t> positions) override;
+  const std::vector<int64_t>& planned_checkpoints() const { return planned_; }
+  // Linear layer `lin`'s conv and recurrent states, now at planned position k, into its snapshot.
+  void snapshot_layer(size_t k, int lin);
+  void keep_planned(size_t max_kept = 8);
+
   KvCache& kv() { return kv_; }
   int kv_index(int layer) const { return kv_index_[size_t(layer)]; }
   int lin_index(int layer) const { return lin_index_[size_t(layer)]; }
@@ -137,6 +147,8 @@ class Qwen35Sequence final : public SequenceState {
   std::vector<DeviceBuffer> conv_, rec_;
   std::vector<Tensor> conv_views_, rec_views_;
   std::vector<std::shared_ptr<const RecurrentSnapshot>> kept_;  // shared with share()'s copies
+  std::vector<int64_t> planned_;                                 // keep_checkpoints_within
+  std::vector<std::unique_ptr<RecurrentSnapshot>> building_;     // their snapshots, by layer
 };
 
 }  // namespace hearth

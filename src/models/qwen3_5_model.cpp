@@ -300,17 +300,34 @@ void Qwen35Model::linear_block(int il, std::span<const SequenceRows> parts, int6
     while (j < parts.size() && parts[j].rows == 1) ++j;
     if (j - i < 2) j = i + 1;
     const int64_t f = parts[i].first, e = parts[j - 1].first + parts[j - 1].rows;
-    const Backend::GatedDeltaScratch scratch{conv.slice_rows(f, e), g.slice_rows(f, e),
-                                             beta.slice_rows(f, e), core.slice_rows(f, e)};
-    gp.chunked = chunked_prefill_ && e - f > 1 && j - i == 1;
     if (j - i == 1) {
       Qwen35Sequence& seq = *parts[i].seq;
       const int li = seq.lin_index(il);
-      be.gated_delta_mixer(normed.slice_rows(f, e), qkv.slice_rows(f, e), seq.conv_state(li),
-                           L.conv_w, a.slice_rows(f, e), b.slice_rows(f, e), L.a_log, L.dt_bias,
-                           seq.recurrent_state(li), gp, L.lin_norm, z.slice_rows(f, e), d_.norm_eps,
-                           scratch);
+      // Rows [s, t) of the chunk, carrying the sequence's conv and recurrent states on.
+      auto mix = [&](int64_t s, int64_t t) {
+        gp.chunked = chunked_prefill_ && t - s > 1;
+        const Backend::GatedDeltaScratch part{conv.slice_rows(s, t), g.slice_rows(s, t),
+                                              beta.slice_rows(s, t), core.slice_rows(s, t)};
+        be.gated_delta_mixer(normed.slice_rows(s, t), qkv.slice_rows(s, t), seq.conv_state(li),
+                             L.conv_w, a.slice_rows(s, t), b.slice_rows(s, t), L.a_log,
+                             L.dt_bias, seq.recurrent_state(li), gp, L.lin_norm,
+                             z.slice_rows(s, t), d_.norm_eps, part);
+      };
+      // Checkpoints inside the chunk: the states as they stand after each planned position.
+      int64_t from = f;
+      const std::vector<int64_t>& planned = seq.planned_checkpoints();
+      for (size_t k = 0; k < planned.size(); ++k) {
+        const int64_t at = f + planned[k] - seq.n_past();
+        if (at <= from || at >= e) continue;
+        mix(from, at);
+        seq.snapshot_layer(k, li);
+        from = at;
+      }
+      mix(from, e);
     } else {
+      gp.chunked = false;
+      const Backend::GatedDeltaScratch scratch{conv.slice_rows(f, e), g.slice_rows(f, e),
+                                               beta.slice_rows(f, e), core.slice_rows(f, e)};
       row_conv_states_.clear();
       row_states_.clear();
       for (size_t r = i; r < j; ++r) {
@@ -402,6 +419,7 @@ void Qwen35Model::run(SequenceState& state, std::span<const int32_t> tokens, Log
     layers(one, n);
   }
   seq.kv().commit_batch();
+  seq.keep_planned();
   finish_with_logits(be, x, h, rows, head_, logits, pick, token);
 }
 
@@ -430,7 +448,10 @@ void Qwen35Model::forward_batch(std::span<const BatchItem> items) {
   const Tensor x = x_.view(act_, {n, d_.n_embd});
   embed_tokens(x, tokens);
   layers(parts, n);
-  for (const SequenceRows& p : parts) p.seq->kv().commit_batch();
+  for (const SequenceRows& p : parts) {
+    p.seq->kv().commit_batch();
+    p.seq->keep_planned();
+  }
   finish_with_item_logits(*backend_, x, o_, h_, act_, items, head_);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
 #include "models/qwen3_5.h"
 
 namespace hearth {
@@ -115,6 +116,48 @@ void Qwen35Sequence::keep_snapshot(size_t max_kept) {
   std::erase_if(kept_, [n](const auto& s) { return s->n_past == n; });
   kept_.push_back(snapshot());
   while (kept_.size() > std::max<size_t>(max_kept, 1)) kept_.erase(kept_.begin());
+}
+
+void Qwen35Sequence::keep_checkpoints_within(std::span<const int64_t> positions) {
+  planned_.clear();
+  building_.clear();
+  if (conv_.empty()) return;  // no recurrent layers: the KV alone goes back anywhere
+  for (int64_t p : positions) {
+    if (p <= n_past() || (!planned_.empty() && p <= planned_.back()))
+      fail("checkpoint positions must increase past the sequence's {} positions (got {})",
+           n_past(), p);
+    planned_.push_back(p);
+    auto s = std::make_unique<RecurrentSnapshot>();
+    s->n_past = p;
+    s->conv.resize(conv_.size());
+    s->recurrent.resize(rec_.size());
+    building_.push_back(std::move(s));
+  }
+}
+
+void Qwen35Sequence::snapshot_layer(size_t k, int lin) {
+  RecurrentSnapshot& s = *building_.at(k);
+  s.conv.at(size_t(lin)) = copy_buffer(*backend_, conv_[size_t(lin)]);
+  s.recurrent.at(size_t(lin)) = copy_buffer(*backend_, rec_[size_t(lin)]);
+}
+
+void Qwen35Sequence::keep_planned(size_t max_kept) {
+  for (auto& s : building_) {
+    // Complete only when every linear layer passed its position (a forward that stopped early
+    // leaves it unkept).
+    const bool complete =
+        s->n_past <= n_past() &&
+        std::all_of(s->conv.begin(), s->conv.end(), [](const auto& b) { return bool(b.data()); });
+    if (!complete) continue;
+    const int64_t n = s->n_past;
+    std::erase_if(kept_, [n](const auto& k) { return k->n_past == n; });
+    kept_.push_back(std::move(s));
+  }
+  std::sort(kept_.begin(), kept_.end(),
+            [](const auto& a, const auto& b) { return a->n_past < b->n_past; });
+  while (kept_.size() > std::max<size_t>(max_kept, 1)) kept_.erase(kept_.begin());
+  planned_.clear();
+  building_.clear();
 }
 
 bool Qwen35Sequence::truncate(int64_t n) {

@@ -31,6 +31,9 @@ class TensorParallelSequence final : public SequenceState {
   void keep_checkpoint() override {
     for (auto& s : ranks_) s->keep_checkpoint();
   }
+  void keep_checkpoints_within(std::span<const int64_t> positions) override {
+    for (auto& s : ranks_) s->keep_checkpoints_within(positions);
+  }
   bool needs_checkpoints() const override { return ranks_[0]->needs_checkpoints(); }
   size_t bytes() const override {
     size_t total = 0;

@@ -602,6 +602,7 @@ void Engine::step() {
     const bool decode = plan[i].input >= 0;
     Model::BatchItem item{&r->state(), decode ? std::span<const int32_t>(&plan[i].input, 1)
                                               : r->prompt_chunk(plan[i].n)};
+    if (!decode) r->plan_checkpoints(plan[i].n);
     if (decode || r->chunk_wants_logits(plan[i].n)) {
       if (r->picks_on_backend()) {
         picks[i] = r->next_pick();

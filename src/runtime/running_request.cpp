@@ -82,6 +82,7 @@ void RunningRequest::take_state() {
 void RunningRequest::preempt() {
   state_.reset();
   checkpoints_.clear();
+  planned_.clear();
   // The last generated token is the next step's input: it is not recomputed.
   prefill_target_ = result_.tokens.empty() ? n_prompt() : int64_t(history_.size()) - 1;
   prompt_pos_ = 0;
@@ -90,15 +91,25 @@ void RunningRequest::preempt() {
 void RunningRequest::resume() { take_state(); }
 
 std::span<const int32_t> RunningRequest::prompt_chunk(int64_t max) const {
-  const int64_t interval = std::max<int64_t>(ctx_.checkpoint_interval, 1);
-  const int64_t next_cp =
-      state_->needs_checkpoints() ? (prompt_pos_ / interval + 1) * interval : prefill_target_;
-  const int64_t end = std::min({prefill_target_, prompt_pos_ + std::max<int64_t>(max, 1), next_cp});
+  const int64_t end = std::min(prefill_target_, prompt_pos_ + std::max<int64_t>(max, 1));
   return std::span<const int32_t>(history_).subspan(size_t(prompt_pos_), size_t(end - prompt_pos_));
+}
+
+void RunningRequest::plan_checkpoints(int64_t n) {
+  planned_.clear();
+  if (!state_->needs_checkpoints()) return;
+  const int64_t interval = std::max<int64_t>(ctx_.checkpoint_interval, 1);
+  for (int64_t p = (prompt_pos_ / interval + 1) * interval; p < prompt_pos_ + n; p += interval)
+    planned_.push_back(p);
+  state_->keep_checkpoints_within(planned_);
 }
 
 void RunningRequest::prompt_chunk_ran(int64_t n, std::span<float> logits,
                                       std::optional<int32_t> picked) {
+  // The checkpoints the chunk kept inside it (plan_checkpoints), then the one at its end.
+  for (int64_t p : planned_)
+    if (p < prompt_pos_ + n) checkpoints_.push_back(p);
+  planned_.clear();
   prompt_pos_ += n;
   const bool last = prompt_pos_ == prefill_target_;
   if (callbacks_.on_prefill && result_.tokens.empty())

@@ -48,11 +48,13 @@ class RunningRequest {
   SequenceState& state() { return *state_; }
 
   // Prefill: the tokens to run before decoding (the prompt; after a preemption, the prompt and
-  // the tokens generated but the last), and the next chunk of at most `max` of them (ending on a
-  // checkpoint boundary where the state needs checkpoints, so a later prompt can resume there).
-  // prompt_chunk_ran() records that the chunk went through the model; when it ended the prompt
-  // of a request that has no token yet, `logits` (the last row's) give the first token, or
-  // `picked` is that token where the backend picked it.
+  // the tokens generated but the last), and the next chunk of at most `max` of them.
+  // plan_checkpoints(n), before a chunk of n runs, asks a state that needs checkpoints to keep
+  // them at the checkpoint boundaries inside it (every checkpoint_interval positions), so a later
+  // prompt can resume there. prompt_chunk_ran() records that the chunk went through the model
+  // (and its checkpoints, with one at its end where it ends on a boundary or the prompt); when
+  // it ended the prompt of a request that has no token yet, `logits` (the last row's) give the
+  // first token, or `picked` is that token where the backend picked it.
   bool prefilling() const { return prompt_pos_ < prefill_target_; }
   std::span<const int32_t> prompt() const { return request_.prompt; }
   // In its first prefill, whose end puts the prompt's state into the prompt cache.
@@ -64,6 +66,7 @@ class RunningRequest {
     return std::max<int64_t>(0, request_.max_tokens - int64_t(result_.tokens.size()));
   }
   std::span<const int32_t> prompt_chunk(int64_t max) const;
+  void plan_checkpoints(int64_t n);
   // Whether a chunk of n tokens needs its last row's logits.
   bool chunk_wants_logits(int64_t n) const { return n == prompt_left() && result_.tokens.empty(); }
   void prompt_chunk_ran(int64_t n, std::span<float> logits,
@@ -119,6 +122,7 @@ class RunningRequest {
   double submitted_at_ms_, started_at_ms_, first_token_ms_ = 0;
   std::unique_ptr<SequenceState> state_;
   std::vector<int64_t> checkpoints_;  // positions the state can go back to (prompt cache)
+  std::vector<int64_t> planned_;      // checkpoints asked of the chunk about to run
   int64_t prompt_pos_ = 0;            // tokens of history_ the state holds
   int64_t prefill_target_ = 0;        // tokens of history_ to run before decoding
   std::vector<int32_t> history_;      // prompt + generated tokens

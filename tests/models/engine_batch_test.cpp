@@ -424,6 +424,37 @@ TEST_P(EngineBatch, PrefixSharingGivesTheLoneTokens) {
   check_prefix_sharing(c, "cpu", tol, tol);
 }
 
+// A recurrent state's prompt runs in chunks of the step's size and keeps its checkpoints inside
+// them (checkpoint_interval 32 here): a 150-token prompt is one chunk, and a later prompt that
+// shares its first 100 tokens resumes from the checkpoint at 96 kept inside that chunk, with the
+// tokens it gets from a fresh engine.
+TEST_P(EngineBatch, CheckpointsInsideAChunkServeLaterPrompts) {
+  const FixtureCase& c = GetParam();
+  if (!load_model(c.dir)->new_sequence()->needs_checkpoints())
+    GTEST_SKIP() << c.name << ": attention-only states go back anywhere";
+  auto fresh = make_engine(c);
+  const int64_t n_vocab = fresh->info().n_vocab;
+  EngineOptions o;
+  o.model_dir = c.dir;
+  o.cache_bytes = size_t(64) << 20;
+  o.prefill_chunk = 256;
+  o.max_step_tokens = 256;
+  o.checkpoint_interval = 32;
+  Engine engine(load_model(c.dir), nullptr, ModelConfig::load(c.dir), o);
+  GenerationRequest first = request(c, 30, n_vocab);
+  for (int64_t k = int64_t(first.prompt.size()); k < 150; ++k)
+    first.prompt.push_back(int32_t((k * 13 + 5) % n_vocab));
+  int chunks = 0;
+  engine.generate(first, {}, [&](int64_t, int64_t) { ++chunks; });
+  EXPECT_EQ(chunks, 1) << c.name << ": the prompt ran in one chunk";
+  GenerationRequest second = request(c, 5, n_vocab);
+  second.prompt.assign(first.prompt.begin(), first.prompt.begin() + 100);
+  for (int k = 0; k < 20; ++k) second.prompt.push_back(int32_t((k * 29 + 11) % n_vocab));
+  const GenerationResult resumed = engine.generate(second);
+  EXPECT_EQ(resumed.usage.cached_tokens, 96) << c.name;
+  expect_same_tokens(fresh->generate(second), resumed, cpu_tol(c), c.name + ", resumed at 96");
+}
+
 // A model whose forward_batch runs out of device memory once, at its `fail_at`-th call, after
 // running the first half of the step's items (their states advanced, as a step cut short leaves
 // them).
