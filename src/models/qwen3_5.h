@@ -147,8 +147,8 @@ class Qwen35Sequence final : public SequenceState {
   std::vector<DeviceBuffer> conv_, rec_;
   std::vector<Tensor> conv_views_, rec_views_;
   std::vector<std::shared_ptr<const RecurrentSnapshot>> kept_;  // shared with share()'s copies
-  std::vector<int64_t> planned_;                                 // keep_checkpoints_within
-  std::vector<std::unique_ptr<RecurrentSnapshot>> building_;     // their snapshots, by layer
+  std::vector<int64_t> planned_;                                // keep_checkpoints_within
+  std::vector<std::unique_ptr<RecurrentSnapshot>> building_;    // their snapshots, by layer
 };
 
 }  // namespace hearth

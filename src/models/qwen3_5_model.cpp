@@ -309,9 +309,9 @@ void Qwen35Model::linear_block(int il, std::span<const SequenceRows> parts, int6
         const Backend::GatedDeltaScratch part{conv.slice_rows(s, t), g.slice_rows(s, t),
                                               beta.slice_rows(s, t), core.slice_rows(s, t)};
         be.gated_delta_mixer(normed.slice_rows(s, t), qkv.slice_rows(s, t), seq.conv_state(li),
-                             L.conv_w, a.slice_rows(s, t), b.slice_rows(s, t), L.a_log,
-                             L.dt_bias, seq.recurrent_state(li), gp, L.lin_norm,
-                             z.slice_rows(s, t), d_.norm_eps, part);
+                             L.conv_w, a.slice_rows(s, t), b.slice_rows(s, t), L.a_log, L.dt_bias,
+                             seq.recurrent_state(li), gp, L.lin_norm, z.slice_rows(s, t),
+                             d_.norm_eps, part);
       };
       // Checkpoints inside the chunk: the states as they stand after each planned position.
       int64_t from = f;

@@ -124,8 +124,8 @@ void Qwen35Sequence::keep_checkpoints_within(std::span<const int64_t> positions)
   if (conv_.empty()) return;  // no recurrent layers: the KV alone goes back anywhere
   for (int64_t p : positions) {
     if (p <= n_past() || (!planned_.empty() && p <= planned_.back()))
-      fail("checkpoint positions must increase past the sequence's {} positions (got {})",
-           n_past(), p);
+      fail("checkpoint positions must increase past the sequence's {} positions (got {})", n_past(),
+           p);
     planned_.push_back(p);
     auto s = std::make_unique<RecurrentSnapshot>();
     s->n_past = p;
