@@ -142,6 +142,7 @@ void Qwen35Sequence::snapshot_layer(size_t k, int lin) {
 }
 
 void Qwen35Sequence::keep_planned(size_t max_kept) {
+  if (building_.empty()) return;  // every decode step: nothing planned
   for (auto& s : building_) {
     // Complete only when every linear layer passed its position (a forward that stopped early
     // leaves it unkept).

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <span>
 #include <string>
@@ -15,6 +18,7 @@
 #include "core/error.h"
 #include "fixture.h"
 #include "models/model.h"
+#include "runtime/engine.h"
 
 namespace hearth::test {
 
@@ -81,5 +85,46 @@ class TensorParallelCase : public ::testing::TestWithParam<TpCase> {
   double std = 1.0;
   size_t n_vocab = 0;
 };
+
+// The engine over a split model, unchanged: requests 0..n-1 (`request(i)`) run alone on
+// `whole`, then twice all together on `split` (the second pass through the prompt cache); each
+// gets the lone tokens, compared up to a tie between the two best (top-2 logprobs within `tol`)
+// that rounding may break either way. Adds the tokens compared to *compared.
+inline void expect_split_engine_gives_lone_tokens(
+    Engine& whole, Engine& split, int n, const std::function<GenerationRequest(int)>& request,
+    double tol, const std::string& name, size_t* compared) {
+  std::vector<GenerationResult> alone;
+  for (int i = 0; i < n; ++i) alone.push_back(whole.generate(request(i)));
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass reuses the cached prompts
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<GenerationResult> got(static_cast<size_t>(n));
+    int done = 0;
+    for (int i = 0; i < n; ++i) {
+      GenerationCallbacks cb;
+      cb.on_done = [&, i](const GenerationResult& r) {
+        std::lock_guard lock(mu);
+        got[size_t(i)] = r;
+        ++done;
+        cv.notify_all();
+      };
+      split.submit(request(i), cb);
+    }
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done == n; });
+    for (int i = 0; i < n; ++i) {
+      const GenerationResult &a = alone[size_t(i)], &b = got[size_t(i)];
+      ASSERT_EQ(b.finish_reason, "length") << name << " request " << i << ": " << b.error;
+      ASSERT_EQ(b.tokens.size(), a.tokens.size());
+      for (size_t k = 0; k < a.tokens.size(); ++k) {
+        const auto& top = a.logprobs[k].top;
+        if (top.size() == 2 && top[0].second - top[1].second < tol) break;  // a tie
+        ASSERT_EQ(b.tokens[k], a.tokens[k])
+            << name << " pass " << pass << " request " << i << " token " << k;
+        ++*compared;
+      }
+    }
+  }
+}
 
 }  // namespace hearth::test

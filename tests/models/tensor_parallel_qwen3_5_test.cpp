@@ -9,10 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <string>
 
 #include "backend/cpu/affine_matvec.h"
@@ -376,40 +374,8 @@ TEST(TensorParallelQwen35Engine, CachedHybridPrefixesGetTheWholeModelsTokens) {
     r.logprobs = 2;
     return r;
   };
-  constexpr int kRequests = 4;
   size_t compared = 0;
-  std::vector<GenerationResult> alone;
-  for (int i = 0; i < kRequests; ++i) alone.push_back(whole->generate(request(i)));
-  for (int pass = 0; pass < 2; ++pass) {  // the second pass reuses the cached prompts
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<GenerationResult> got(kRequests);
-    int done = 0;
-    for (int i = 0; i < kRequests; ++i) {
-      GenerationCallbacks cb;
-      cb.on_done = [&, i](const GenerationResult& r) {
-        std::lock_guard lock(mu);
-        got[size_t(i)] = r;
-        ++done;
-        cv.notify_all();
-      };
-      split->submit(request(i), cb);
-    }
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return done == kRequests; });
-    for (int i = 0; i < kRequests; ++i) {
-      const GenerationResult &a = alone[size_t(i)], &b = got[size_t(i)];
-      ASSERT_EQ(b.finish_reason, "length") << "request " << i << ": " << b.error;
-      ASSERT_EQ(b.tokens.size(), a.tokens.size());
-      for (size_t k = 0; k < a.tokens.size(); ++k) {
-        const auto& top = a.logprobs[k].top;
-        if (top.size() == 2 && top[0].second - top[1].second < tol) break;  // a tie
-        ASSERT_EQ(b.tokens[k], a.tokens[k])
-            << "pass " << pass << " request " << i << " token " << k;
-        ++compared;
-      }
-    }
-  }
+  test::expect_split_engine_gives_lone_tokens(*whole, *split, 4, request, tol, c.name, &compared);
   EXPECT_GT(split->cache_stats().hits, 0u);
   EXPECT_GT(compared, size_t(16)) << "too many ties to compare";
 }
