@@ -72,15 +72,7 @@ TEST_P(TensorParallelQwen35, PrefillAndDecodeMatchTheWholeModel) {
     expect_close(last(*split, *b, std::span<const int32_t>(&t, 1)), one,
                  "decode step " + std::to_string(step));
   }
-  // The final hidden states are every rank's replicated residual stream.
-  const size_t H = size_t(whole->info().n_embd);
-  std::vector<float> hw(prompt.size() * H), hs(hw.size(), NAN);
-  auto c = whole->new_sequence(), d = split->new_sequence();
-  whole->forward(*c, prompt, LogitsRows::Hidden, hw.data());
-  split->forward(*d, prompt, LogitsRows::Hidden, hs.data());
-  // Normalised rows (entries about 1): the ranks' partial sums add in another order, which
-  // moves an entry by up to 1.04e-4 on a 16-core AMX host; a wrong split moves it by ~1.
-  EXPECT_LT(test::max_error_rel_std(hs.data(), hw, 1.0), 1e-3) << "hidden states";
+  expect_hidden_states_match();
 }
 
 // A state cut back to a checkpoint kept on the way (each rank's recurrent and conv states hold
@@ -108,42 +100,8 @@ TEST_P(TensorParallelQwen35, CheckpointTruncateAndShareMatchTheWholeModel) {
                "after truncate to a checkpoint and share");
 }
 
-// Two sequences stepped together (forward_batch): a prompt chunk and a decode token, logits for
-// both; then a step where both ask for a greedy pick; bad input is refused before any rank runs.
-TEST_P(TensorParallelQwen35, BatchOfTwoMatchesTheWholeModel) {
-  const size_t half = prompt.size() / 2;
-  std::vector<std::unique_ptr<SequenceState>> w, s;
-  for (Model* m : {whole.get(), split.get()}) {
-    auto& v = m == whole.get() ? w : s;
-    v.push_back(m->new_sequence());
-    v.push_back(m->new_sequence());
-    m->forward(*v[1], std::span<const int32_t>(prompt.data(), half), LogitsRows::None, nullptr);
-  }
-  const std::vector<int32_t> chunk(prompt.begin(), prompt.begin() + long(half));
-  const std::vector<int32_t> token = {prompt[half]};
-  std::vector<float> w0(n_vocab), w1(n_vocab), s0(n_vocab, NAN), s1(n_vocab, NAN);
-  const Model::BatchItem wi[] = {{w[0].get(), chunk, w0.data()}, {w[1].get(), token, w1.data()}};
-  const Model::BatchItem si[] = {{s[0].get(), chunk, s0.data()}, {s[1].get(), token, s1.data()}};
-  whole->forward_batch(wi);
-  split->forward_batch(si);
-  expect_close(s0, w0, "batched prompt chunk");
-  expect_close(s1, w1, "batched decode token");
-  TokenPick greedy;
-  int32_t tw[2] = {-1, -1}, ts[2] = {-2, -2};
-  const std::vector<int32_t> next = {1};
-  const Model::BatchItem wp[] = {{w[0].get(), next, nullptr, &greedy, &tw[0]},
-                                 {w[1].get(), next, nullptr, &greedy, &tw[1]}};
-  const Model::BatchItem sp[] = {{s[0].get(), next, nullptr, &greedy, &ts[0]},
-                                 {s[1].get(), next, nullptr, &greedy, &ts[1]}};
-  whole->forward_batch(wp);
-  split->forward_batch(sp);
-  EXPECT_EQ(ts[0], tw[0]);
-  EXPECT_EQ(ts[1], tw[1]);
-  const std::vector<int32_t> bad = {int32_t(n_vocab)};
-  EXPECT_THROW(split->forward(*s[0], bad, LogitsRows::Last, s0.data()), Error);
-  EXPECT_EQ(s[0]->n_past(), int64_t(half + 1));
-  EXPECT_NO_THROW(split->forward(*s[0], next, LogitsRows::Last, s0.data()));
-}
+// Two sequences stepped together (TensorParallelCase::expect_batch_of_two_matches).
+TEST_P(TensorParallelQwen35, BatchOfTwoMatchesTheWholeModel) { expect_batch_of_two_matches(); }
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, TensorParallelQwen35,
@@ -356,28 +314,7 @@ TEST(TensorParallelQwen35Load, KeyHeadsAreReplicatedWithTheirValueHeads) {
 // the prompt cache, whose hits restore a checkpointed prefix of every rank's recurrent state, get
 // the tokens the whole model gives each alone (up to a tie between the two best).
 TEST(TensorParallelQwen35Engine, CachedHybridPrefixesGetTheWholeModelsTokens) {
-  const FixtureCase c = fixture("qwen3_5_text");
-  EngineOptions o;
-  o.model_dir = c.dir;
-  o.prefill_chunk = 8;
-  o.max_step_tokens = 24;
-  auto whole = std::make_unique<Engine>(load_model(c.dir), nullptr, ModelConfig::load(c.dir), o);
-  auto split = std::make_unique<Engine>(load_tp(c, 2), nullptr, ModelConfig::load(c.dir), o);
-  const auto base = c.reference["prompt"].get<std::vector<int32_t>>();
-  const double tol = 1e-3 * std::max(1.0, c.reference["logits_std"].get<double>());
-  auto request = [&](int i) {
-    GenerationRequest r;
-    for (size_t k = 0; k < 17 + size_t(i * 7); ++k) r.prompt.push_back(base[k % base.size()]);
-    r.max_tokens = 4;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    r.logprobs = 2;
-    return r;
-  };
-  size_t compared = 0;
-  test::expect_split_engine_gives_lone_tokens(*whole, *split, 4, request, tol, c.name, &compared);
-  EXPECT_GT(split->cache_stats().hits, 0u);
-  EXPECT_GT(compared, size_t(16)) << "too many ties to compare";
+  test::expect_split_engine_gives_lone_tokens(fixture("qwen3_5_text"), 4, 17, 0, 16);
 }
 
 }  // namespace
