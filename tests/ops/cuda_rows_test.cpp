@@ -1,7 +1,8 @@
 // The CUDA backend's ops for steps of several sequences (one decode row each, each row on its
 // own cache or recurrent states) against the CPU backend row by row: paged caches of different
-// lengths, some with dropped positions (null table entries), GQA groups, head dims
-// 64/80/128/256, sliding windows, split-K lengths; the Gated DeltaNet mixer; and pick_tokens
+// lengths, some with dropped positions (null table entries), GQA groups 1 to 20 (the tensor-core
+// rows kernel takes up to 16, the SIMT kernel the rest), head dims 64/80/128/256, sliding
+// windows, softcaps, split-K lengths, both kernels; the Gated DeltaNet mixer; and pick_tokens
 // against pick_token on each row.
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <cstddef>
 
 #ifdef HEARTH_HAVE_CUDA
+#include "backend/cuda/attention.h"
 #include "cuda_test_util.h"
 #include "paged_kv_test_util.h"
 
@@ -20,6 +22,7 @@ using CudaRows = CudaTest;
 
 struct RowsCase {
   int n_head, n_head_kv, hd, window;
+  float softcap;
   // (kept, positions already stored): a sequence's cache, of random contents, holds positions
   // [0, past + 1) (its row's position included) less those below past + 1 - kept, the blocks
   // wholly below first's block freed (kept: what a ring of that capacity held).
@@ -30,20 +33,30 @@ const std::vector<RowsCase>& rows_cases() {
   static const std::vector<RowsCase> cases = {
       // Short and long caches side by side: the longest sets the split count, the others
       // leave their empty splits.
-      {16, 8, 128, 0, {{256, 0}, {4096, 3000}, {512, 300}}},
-      {8, 2, 64, 0, {{256, 17}, {256, 255}, {1024, 700}, {256, 5}, {2048, 2047}}},
-      {16, 4, 256, 0, {{256, 100}, {512, 511}}},
-      {8, 1, 128, 0, std::vector<std::pair<int64_t, int64_t>>(40, {256, 77})},  // many rows
-      {8, 2, 80, 0, {{256, 3}, {256, 200}}},                                    // hd 80: no vec
-      {8, 8, 64, 64, {{128, 300}, {96, 90}, {128, 40}}},  // sliding windows, dropped positions
+      {16, 8, 128, 0, 0.0f, {{256, 0}, {4096, 3000}, {512, 300}}},
+      {8, 2, 64, 0, 0.0f, {{256, 17}, {256, 255}, {1024, 700}, {256, 5}, {2048, 2047}}},
+      {16, 4, 256, 0, 0.0f, {{256, 100}, {512, 511}}},
+      {8, 1, 128, 0, 0.0f, std::vector<std::pair<int64_t, int64_t>>(40, {256, 77})},  // many rows
+      {8, 2, 80, 0, 0.0f, {{256, 3}, {256, 200}}},              // hd 80: no vec, no tensor cores
+      {8, 8, 64, 64, 0.0f, {{128, 300}, {96, 90}, {128, 40}}},  // windows, dropped positions
       // Paged edges: first inside a block with 12 null entries below; first on a block's start
       // with a row that fills its block (end 128); end 64; a row that opens a block (end 193).
-      {8, 2, 128, 128, {{200, 1000}, {64, 127}, {100, 63}, {129, 192}, {4096, 700}}},
+      {8, 2, 128, 128, 0.0f, {{200, 1000}, {64, 127}, {100, 63}, {129, 192}, {4096, 700}}},
+      // A full 16-row tile (group 16); a group past it (20: the SIMT kernel); softcaps.
+      {32, 2, 128, 0, 0.0f, {{1024, 1000}, {64, 30}, {300, 299}}},
+      {40, 2, 64, 0, 0.0f, {{256, 130}, {700, 600}}},
+      {16, 4, 128, 0, 30.0f, {{256, 200}, {2000, 1500}, {70, 69}}},
+      {16, 2, 256, 100, 20.0f, {{256, 250}, {1000, 999}}},
+      // One row over a long cache: 40 blocks of the tensor-core kernel, so a deep split-K.
+      {32, 8, 128, 0, 0.0f, {{16384, 9000}}},
   };
   return cases;
 }
 
 TEST_F(CudaRows, AttentionInputAndAttentionEqualEachRowAlone) {
+  struct Reset {
+    ~Reset() { cuda::attention_set_kernel(cuda::AttentionKernel::Auto); }
+  } reset;
   uint32_t seed = 900;
   for (const RowsCase& c : rows_cases()) {
     const int64_t n = int64_t(c.seqs.size()), row = int64_t(c.n_head_kv) * c.hd;
@@ -83,14 +96,20 @@ TEST_F(CudaRows, AttentionInputAndAttentionEqualEachRowAlone) {
     for (size_t s = 0; s < seqs.size(); ++s)
       seqs[s].expect_close(kBf16Tol, "cache of row " + std::to_string(s) + ", " + what);
 
-    const AttentionParams p{c.n_head, c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
-                            0.0f,     c.window};
-    auto o = out({n, c.n_head, c.hd});
-    gpu_->attention_rows(o.g, q.g, gv.data(), pos.data(), p);
+    const AttentionParams p{c.n_head,  c.n_head_kv, c.hd, 1.0f / std::sqrt(float(c.hd)),
+                            c.softcap, c.window};
+    auto want = out({n, c.n_head, c.hd});
     for (int64_t r = 0; r < n; ++r)
-      cpu_->attention(o.c.slice_rows(r, r + 1), q.c.slice_rows(r, r + 1), cv[size_t(r)],
+      cpu_->attention(want.c.slice_rows(r, r + 1), q.c.slice_rows(r, r + 1), cv[size_t(r)],
                       pos.data() + r, p);
-    EXPECT_LT(rel_err(down(o.g), o.host), 1.5e-2) << "attention_rows " << what;
+    for (auto kern : {cuda::AttentionKernel::Auto, cuda::AttentionKernel::Simt}) {
+      cuda::attention_set_kernel(kern);
+      // f32 outputs as well as bf16 ones (the backend's activations may be either).
+      auto o = out({n, c.n_head, c.hd}, n % 2 ? DType::F32 : DType::BF16);
+      gpu_->attention_rows(o.g, q.g, gv.data(), pos.data(), p);
+      EXPECT_LT(rel_err(down(o.g), want.host), 1.5e-2)
+          << "attention_rows " << what << " softcap " << c.softcap << " kernel " << int(kern);
+    }
   }
 }
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/device_util.cuh"
 
 namespace hearth::cuda {
@@ -30,13 +31,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kChunk = 32;                   // keys per warp step: one per lane
 constexpr int kBlockKeys = kWarps * kChunk;  // keys per block step; split lengths are multiples
-constexpr int kMaxSplits = 64;
-// The split-K arrival counters sit at the head of the workspace, one per group of blocks that
-// share outputs (token tile, KV head, head chunk). Their place is fixed so that no call's
-// partials overlap another call's counters (layers may differ in shape); a decode grid with
-// more groups than this fills the GPU without splitting anyway.
-constexpr int kMaxGroups = 1024;
-constexpr size_t kCounterBytes = size_t(kMaxGroups) * 4;
 
 struct AttnArgs {
   const void* q;
@@ -262,85 +256,6 @@ __device__ __forceinline__ void softmax_step(const float (&s)[NQ], float (&m)[NQ
   }
 }
 
-// Query slot i of a block: token t0 + i / hpb, head h0 + i % hpb; slots from n_live on are idle.
-struct Queries {
-  int t0, h0, hpb, n_live;
-  __device__ __forceinline__ int token(int i) const { return t0 + i / hpb; }
-  __device__ __forceinline__ int64_t index(int i, int n_head) const {  // (token, head) row
-    return int64_t(token(i)) * n_head + h0 + i % hpb;
-  }
-};
-
-// Split-K: the last block of a group to finish merges every split's partial in split order (the
-// same result whichever block comes last) and rearms the group's counter for the next launch.
-// wts: shared [NQ][kMaxSplits], free by now.
-template <int NQ, int HDP>
-__device__ void merge_splits(const AttnArgs& a, const Queries& qs, float* wts, int ns) {
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible device-wide before it counts itself
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(a.arrived + blockIdx.x, 1u) == unsigned(ns - 1);
-    if (last) atomicExch(a.arrived + blockIdx.x, 0u);  // every split has arrived: rearm
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other blocks' partials are read after their arrival was seen
-  const int hd = a.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t stride = int64_t(a.n_tokens) * a.n_head * (hd + 2);
-  // Split s weighs exp(m_s - m) / Σ_s' l_s' exp(m_s' - m) for its query: one warp per query,
-  // a lane per split (at most 64). __ldcg: the partials were written by other blocks.
-  for (int i = warp; i < qs.n_live; i += kWarps) {
-    const float* pm = a.part + qs.index(i, a.n_head) * (hd + 2);
-    float ms[2], ls[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int s = lane + 32 * r;
-      ms[r] = s < ns ? __ldcg(pm + s * stride) : -INFINITY;
-      ls[r] = s < ns ? __ldcg(pm + s * stride + 1) : 0.0f;
-    }
-    const float mm = warp_max(fmaxf(ms[0], ms[1]));
-    float c[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) c[r] = mm == -INFINITY ? 0.0f : __expf(ms[r] - mm);
-    const float ll = warp_sum(ls[0] * c[0] + ls[1] * c[1]);
-    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (lane + 32 * r < ns) wts[i * kMaxSplits + lane + 32 * r] = c[r] * inv;
-  }
-  __syncthreads();
-  // A thread's outputs x = threadIdx.x + 128·j, each summed over the splits in split order; the
-  // loads of four splits for all of them go out together (one round trip per four splits, not
-  // one per output and eight splits).
-  constexpr int kPer = (NQ * HDP + kWarps * 32 - 1) / (kWarps * 32);
-  const int n_out = qs.n_live * hd;
-  float o[kPer];
-  const float* pa[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int x = min(int(threadIdx.x) + j * kWarps * 32, n_out - 1), i = x / hd;
-    pa[j] = a.part + qs.index(i, a.n_head) * (hd + 2) + 2 + (x - i * hd);
-    o[j] = 0.0f;
-  }
-#pragma unroll 4
-  for (int s = 0; s < ns; ++s) {
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int x = int(threadIdx.x) + j * kWarps * 32;
-      if (x < n_out) o[j] += wts[(x / hd) * kMaxSplits + s] * __ldcg(pa[j] + s * stride);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int x = int(threadIdx.x) + j * kWarps * 32;
-    if (x < n_out) {
-      const int i = x / hd;
-      st(a.out, a.odt, qs.index(i, a.n_head) * hd + (x - i * hd), o[j]);
-    }
-  }
-}
-
 // VEC: 16-byte K words and V slices (head_dim % 8 == 0, aligned cache); otherwise element-wise.
 // The minimum of one block per SM is stated so that ptxas does not trade spills for occupancy
 // (left to itself, nvcc 13 squeezes some variants to 64-168 registers and spills); decode grids
@@ -508,7 +423,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
     for (int e = 0; e < DPL; ++e) accs[(warp * NQ + i) * HDP + lane * DPL + e] = acc[i][e];
   }
   __syncthreads();
-  const int64_t n_q = int64_t(a.n_tokens) * a.n_head;
+  const SplitTarget tgt{a.part, a.arrived, a.out, a.odt, a.n_tokens, a.n_head, a.head_dim};
   for (int x = threadIdx.x; x < qy.n_live * hd; x += blockDim.x) {
     const int i = x / hd, d = x - i * hd;
     float mm = -INFINITY;
@@ -524,18 +439,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_kernel(AttnArgs a) {
       }
     }
     const int64_t qi = qy.index(i, a.n_head);
-    if (split) {
-      float* part = a.part + (int64_t(blockIdx.y) * n_q + qi) * (hd + 2);
-      part[2 + d] = o;
-      if (d == 0) {
-        part[0] = mm;
-        part[1] = ll;
-      }
-    } else {
+    if (split)
+      store_partial(tgt, int(blockIdx.y), qi, d, mm, ll, o);
+    else
       st(a.out, a.odt, qi * hd + d, ll > 0.0f ? o / ll : 0.0f);
-    }
   }
-  if (split) merge_splits<NQ, HDP>(a, qy, smem + C::kP, n_used);
+  if (split) merge_splits<NQ, HDP, kWarps * 32>(tgt, qy, smem + C::kP, n_used);
 }
 
 struct Shape {
@@ -562,7 +471,7 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
   s.blocks_x = int(tiles * p.n_head_kv * s.head_chunks);
   s.split_len = 1 << 30;
   s.n_splits = 1;
-  if (decode && s.blocks_x <= kMaxGroups) {
+  if (decode && s.blocks_x <= kMaxSplitGroups) {
     int64_t keys = span;
     if (p.window > 0) keys = std::min<int64_t>(keys, p.window + n_tokens);
     // About two blocks per SM for long contexts.
@@ -617,6 +526,7 @@ void attention_set_kernel(AttentionKernel k) { g_kernel.store(int(k), std::memor
 
 void attention_init() {
   attention_mma_init();
+  attention_rows_mma_init();
   configure<4, 1>();
   configure<8, 1>();
   configure<16, 1>();
@@ -634,7 +544,7 @@ size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const Attenti
                                  int64_t span, bool rows_apart) {
   const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart);
   if (s.n_splits <= 1) return 0;
-  return kCounterBytes +
+  return kAttentionCounterBytes +
          size_t(s.n_splits) * size_t(n_tokens) * size_t(p.n_head) * size_t(p.head_dim + 2) * 4;
 }
 
@@ -683,7 +593,7 @@ void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t sp
     if (ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, span, rows_apart))
       cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
     a.arrived = reinterpret_cast<unsigned*>(ctx.attn_ws);
-    a.part = ctx.attn_ws + kCounterBytes / 4;
+    a.part = ctx.attn_ws + kAttentionCounterBytes / 4;
   }
   a.n_tokens = int(n_tokens);
   a.n_head = p.n_head;
@@ -741,6 +651,17 @@ void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t sp
 
 void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const SeqKv* seqs,
                     const int32_t* positions, const AttentionParams& p) {
+  const auto k = AttentionKernel(g_kernel.load(std::memory_order_relaxed));
+  if (k != AttentionKernel::Simt && attention_rows_mma_supported(out, q, kv, p)) {
+    // The same splits as the SIMT kernel's: the workspace is sized by them.
+    if (kv.span < 1 || kv.span > INT32_MAX - 2 * kChunk)
+      cuda_fail("attention", "unsupported cache span", __FILE__, __LINE__);
+    const Shape s = shape_for(ctx.sm_count, q.d[0], p, kv.span, /*rows_apart=*/true);
+    if (s.n_splits > 1 &&
+        ctx.attn_ws_bytes < attention_workspace_bytes(ctx, q.d[0], p, kv.span, true))
+      cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
+    return attention_rows_mma(ctx, out, q, kv, seqs, positions, p, s.split_len, s.n_splits);
+  }
   AttnArgs a{};
   a.seqs = seqs;
   a.k_off = kv.k_off;
