@@ -231,14 +231,7 @@ __global__ void __launch_bounds__(BM * 2) attention_mma_kernel(MmaArgs a) {
 #pragma unroll
       for (int kk = 0; kk < kKs; ++kk) {
         uint32_t af[4];
-        if constexpr (kQRegs) {
-          af[0] = qf[kk][0];
-          af[1] = qf[kk][1];
-          af[2] = qf[kk][2];
-          af[3] = qf[kk][3];
-        } else {
-          ldsm_x4(q_base + (kk >> 2) * 128 + xv[kk & 3], af);
-        }
+        q_fragment<kQRegs>(af, qf, kk, q_base, xv);
 #pragma unroll
         for (int np = 0; np < kNt / 2; ++np) {
           uint32_t b[4];
@@ -398,18 +391,11 @@ const Config* find_config(int hd, int bm) {
 }  // namespace
 
 void attention_mma_init() {
-  int dev = 0, major = 0, optin = 0;
-  HEARTH_CUDA_CHECK(cudaGetDevice(&dev));
-  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const size_t optin = mma_smem_optin();
   for (Config& c : g_configs) {
     const size_t static_smem = size_t(c.bm) * 8 + 8;  // s_lo, s_hi, s_range
-    c.ok = major >= 8 && c.smem + static_smem <= size_t(optin);
-    if (!c.ok) continue;
-    HEARTH_CUDA_CHECK(
-        cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)));
-    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
+    c.ok = c.smem + static_smem <= optin;
+    if (c.ok) allow_smem(c.kernel, c.smem);
   }
 }
 

@@ -183,14 +183,7 @@ __global__ void __launch_bounds__(NW * 32) attention_rows_mma_kernel(RowsArgs a)
 #pragma unroll
     for (int kk = 0; kk < kKs; ++kk) {
       uint32_t af[4];
-      if constexpr (kQRegs) {
-        af[0] = qf[kk][0];
-        af[1] = qf[kk][1];
-        af[2] = qf[kk][2];
-        af[3] = qf[kk][3];
-      } else {
-        ldsm_x4(q_base + (kk >> 2) * 128 + xv[kk & 3], af);
-      }
+      q_fragment<kQRegs>(af, qf, kk, q_base, xv);
       uint32_t b[4];
       ldsm_x4(k_base + stage + (kk >> 2) * 128 + xk[kk & 3], b);
       mma_bf16(s[0], af, b[0], b[1]);
@@ -321,18 +314,11 @@ const Config* find_config(int hd) {
 }  // namespace
 
 void attention_rows_mma_init() {
-  int dev = 0, major = 0, optin = 0;
-  HEARTH_CUDA_CHECK(cudaGetDevice(&dev));
-  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const size_t optin = mma_smem_optin();
   for (Config& c : g_configs) {
     const size_t static_smem = size_t(c.threads / 32) * kRows * 2 * 4 + 16;  // s_ml, merge flag
-    c.ok = major >= 8 && c.smem + static_smem <= size_t(optin);
-    if (!c.ok) continue;
-    HEARTH_CUDA_CHECK(
-        cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)));
-    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
+    c.ok = c.smem + static_smem <= optin;
+    if (c.ok) allow_smem(c.kernel, c.smem);
   }
 }
 

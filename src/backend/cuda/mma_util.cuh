@@ -5,9 +5,31 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/common.h"
+
 namespace hearth::cuda {
+
+// Host: the shared memory a block may opt into on the current device, or 0 where these kernels
+// cannot run (before sm_80).
+inline size_t mma_smem_optin() {
+  int dev = 0, major = 0, optin = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&dev));
+  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return major >= 8 ? size_t(optin) : 0;
+}
+
+// Host: lets `kernel` take `smem` bytes of dynamic shared memory, the carveout at its maximum.
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t smem) {
+  HEARTH_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
@@ -77,6 +99,22 @@ __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
 template <int HD>
 __device__ __forceinline__ uint32_t swz(int r, int c) {
   return uint32_t(r * (HD * 2) + ((c ^ (r & 7)) << 4));
+}
+
+// Q's A fragment for k-step kk (dims 16kk..16kk+15): from registers where the kernel keeps them
+// (qf, loaded once), else by ldmatrix from the swizzled Q tile (q_base: the lane's row; xv: the
+// lane's 4 chunk offsets, as the kernels compute them).
+template <bool kInRegs, int N>
+__device__ __forceinline__ void q_fragment(uint32_t (&af)[4], const uint32_t (&qf)[N][4], int kk,
+                                           uint32_t q_base, const uint32_t (&xv)[4]) {
+  if constexpr (kInRegs) {
+    af[0] = qf[kk][0];
+    af[1] = qf[kk][1];
+    af[2] = qf[kk][2];
+    af[3] = qf[kk][3];
+  } else {
+    ldsm_x4(q_base + (kk >> 2) * 128 + xv[kk & 3], af);
+  }
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
