@@ -24,6 +24,7 @@
 #include "backend/cuda/attention.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "cuda_graph_timing.cuh"
 
 using namespace hearth;
 using namespace hearth::cuda;
@@ -146,28 +147,7 @@ double rel_diff(const std::vector<float>& got, const std::vector<float>& ref) {
 // Microseconds per call of `call`, from a CUDA graph of `reps` calls after one warm-up call.
 template <typename F>
 double graph_us(Ctx& ctx, int reps, F call) {
-  call();
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  HEARTH_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < reps; ++i) call();
-  HEARTH_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
-  HEARTH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));  // warm-up
-  cudaEvent_t e0, e1;
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e0));
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e1));
-  HEARTH_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
-  HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
-  HEARTH_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
-  HEARTH_CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0.0f;
-  HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return 1e3 * ms / reps;
+  return 1e3 * graph_ms_per_call(ctx, reps, 1, [&](int) { call(); });
 }
 
 // A zeroed split-K workspace of `bytes` for ctx.

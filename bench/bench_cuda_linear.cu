@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/common.h"
+#include "cuda_graph_timing.cuh"
 
 using hearth::cuda::Ctx;
 using hearth::cuda::Ten;
@@ -32,37 +33,11 @@ Ten tensor(void* p, int64_t rows, int64_t cols) {
   return t;
 }
 
-// Median milliseconds of one product: `launch(copy)` for kCopies copies, captured once.
+// Median milliseconds of one product: `launch(copy)` for kCopies copies, captured once (the
+// first launch, outside the capture, lets cuBLASLt pick its plan for the shape).
 template <typename Launch>
 double time_products(Ctx& ctx, int reps, Launch launch) {
-  launch(0);  // outside the capture: cuBLASLt picks its plan for the shape
-  HEARTH_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  HEARTH_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-  for (int c = 0; c < kCopies; ++c) launch(c);
-  HEARTH_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
-  HEARTH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));  // warm-up
-  cudaEvent_t e0, e1;
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e0));
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    HEARTH_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
-    HEARTH_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
-    HEARTH_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
-    HEARTH_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    HEARTH_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(double(t) / kCopies);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return graph_ms_per_call(ctx, kCopies, reps, launch);
 }
 
 void run(Ctx& ctx, const char* name, int64_t out, int64_t in, int reps) {

@@ -429,13 +429,7 @@ void attention_mma(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
   a.m_tiles = (a.n_tokens + c->bm - 1) / c->bm;
   a.window = p.window;
   a.softcap = p.softcap;
-  if (p.softcap > 0.0f) {
-    a.sc_in = p.scale / p.softcap;
-    a.sc_out = p.softcap * kLog2e;
-  } else {
-    a.sc_in = 0.0f;
-    a.sc_out = p.scale * kLog2e;
-  }
+  log2_score_constants(p.scale, p.softcap, a.sc_in, a.sc_out);
   if (a.n_tokens <= 0) return;
   const unsigned blocks = unsigned(a.m_tiles) * unsigned(p.n_head);
   c->kernel<<<blocks, unsigned(c->bm * 2), c->smem, ctx.stream>>>(a);

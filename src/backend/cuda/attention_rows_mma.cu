@@ -360,13 +360,7 @@ void attention_rows_mma(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv,
   a.split_len = split_len;
   a.n_splits = n_splits;
   a.softcap = p.softcap;
-  if (p.softcap > 0.0f) {
-    a.sc_in = p.scale / p.softcap;
-    a.sc_out = p.softcap * kLog2e;
-  } else {
-    a.sc_in = 0.0f;
-    a.sc_out = p.scale * kLog2e;
-  }
+  log2_score_constants(p.scale, p.softcap, a.sc_in, a.sc_out);
   const dim3 grid(unsigned(n_tokens * p.n_head_kv), unsigned(n_splits));
   launch_pdl(ctx, c->kernel, grid, dim3(unsigned(c->threads)), c->smem, a);
   HEARTH_CUDA_LAUNCHED();

@@ -12,6 +12,8 @@
 
 namespace hearth::cuda {
 
+constexpr float kLog2e = 1.4426950408889634f;
+
 // Host: the shared memory a block may opt into on the current device, or 0 where these kernels
 // cannot run (before sm_80).
 inline size_t mma_smem_optin() {
@@ -20,6 +22,14 @@ inline size_t mma_smem_optin() {
   HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return major >= 8 ? size_t(optin) : 0;
+}
+
+// Host: the constants that turn a raw score s = q·k into log2 units in the tensor-core kernels:
+// with a softcap, tanh(s · in) · out (in = scale / softcap, out = softcap · log2e); without,
+// s · out (out = scale · log2e; in unused).
+inline void log2_score_constants(float scale, float softcap, float& in, float& out) {
+  in = softcap > 0.0f ? scale / softcap : 0.0f;
+  out = (softcap > 0.0f ? softcap : scale) * kLog2e;
 }
 
 // Host: lets `kernel` take `smem` bytes of dynamic shared memory, the carveout at its maximum.
@@ -116,7 +126,5 @@ __device__ __forceinline__ void q_fragment(uint32_t (&af)[4], const uint32_t (&q
     ldsm_x4(q_base + (kk >> 2) * 128 + xv[kk & 3], af);
   }
 }
-
-constexpr float kLog2e = 1.4426950408889634f;
 
 }  // namespace hearth::cuda
