@@ -16,8 +16,6 @@
 // The warps' (m, l, O) are merged through shared memory at the end; splits (attention_split.cuh)
 // are merged by the last block to finish. Rounding as the prefill kernel: q and P go through
 // bf16 (K/V already are); accumulation and softmax are f32.
-#include <climits>
-
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/device_util.cuh"
