@@ -510,6 +510,19 @@ void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t sp
 
 std::atomic<int> g_kernel{int(AttentionKernel::Auto)};
 
+// The call's shape, after the checks both kernels need: a span the positions' int32 arithmetic
+// holds, and a workspace (sized by attention_workspace_bytes) large enough for its splits.
+Shape checked_shape(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p, int64_t span,
+                    bool rows_apart) {
+  if (span < 1 || span > INT32_MAX - 2 * kChunk)
+    cuda_fail("attention", "unsupported cache span", __FILE__, __LINE__);
+  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart);
+  if (s.n_splits > 1 &&
+      ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, span, rows_apart))
+    cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
+  return s;
+}
+
 // Query rows per block of the tensor-core kernel. 128-row tiles halve the K/V bytes loaded per
 // FLOP but make half as many blocks, and under the causal mask the late tiles carry most of the
 // work: use them only when there are several waves of blocks.
@@ -581,17 +594,13 @@ void launch_simt(Ctx& ctx, AttnArgs& a, const Ten& out, const Ten& q, int64_t sp
   const int64_t n_tokens = q.d[0];
   if (p.head_dim < 1 || p.head_dim > 256)
     cuda_fail("attention", "unsupported head shape", __FILE__, __LINE__);
-  if (span < 1 || span > INT32_MAX - 2 * kChunk)
-    cuda_fail("attention", "unsupported cache span", __FILE__, __LINE__);
-  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart);
+  const Shape s = checked_shape(ctx, n_tokens, p, span, rows_apart);
   a.q = q.p;
   a.qdt = q.dtype;
   a.out = out.p;
   a.odt = out.dtype;
   a.positions = positions;
   if (s.n_splits > 1) {
-    if (ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, span, rows_apart))
-      cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
     a.arrived = reinterpret_cast<unsigned*>(ctx.attn_ws);
     a.part = ctx.attn_ws + kAttentionCounterBytes / 4;
   }
@@ -654,12 +663,7 @@ void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, con
   const auto k = AttentionKernel(g_kernel.load(std::memory_order_relaxed));
   if (k != AttentionKernel::Simt && attention_rows_mma_supported(out, q, kv, p)) {
     // The same splits as the SIMT kernel's: the workspace is sized by them.
-    if (kv.span < 1 || kv.span > INT32_MAX - 2 * kChunk)
-      cuda_fail("attention", "unsupported cache span", __FILE__, __LINE__);
-    const Shape s = shape_for(ctx.sm_count, q.d[0], p, kv.span, /*rows_apart=*/true);
-    if (s.n_splits > 1 &&
-        ctx.attn_ws_bytes < attention_workspace_bytes(ctx, q.d[0], p, kv.span, true))
-      cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
+    const Shape s = checked_shape(ctx, q.d[0], p, kv.span, /*rows_apart=*/true);
     return attention_rows_mma(ctx, out, q, kv, seqs, positions, p, s.split_len, s.n_splits);
   }
   AttnArgs a{};
