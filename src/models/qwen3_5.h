@@ -146,6 +146,10 @@ class Qwen35Sequence final : public SequenceState {
   std::vector<int> kv_index_, lin_index_;  // per layer, -1 when not of that kind
   std::vector<DeviceBuffer> conv_, rec_;
   std::vector<Tensor> conv_views_, rec_views_;
+  // s into kept_ in position order (replacing one at the same position), the oldest dropped
+  // past max_kept.
+  void keep(std::shared_ptr<const RecurrentSnapshot> s, size_t max_kept);
+
   std::vector<std::shared_ptr<const RecurrentSnapshot>> kept_;  // shared with share()'s copies
   std::vector<int64_t> planned_;                                // keep_checkpoints_within
   std::vector<std::unique_ptr<RecurrentSnapshot>> building_;    // their snapshots, by layer

@@ -111,12 +111,16 @@ bool Qwen35Sequence::restore(const RecurrentSnapshot& snap) {
   return true;
 }
 
-void Qwen35Sequence::keep_snapshot(size_t max_kept) {
-  const int64_t n = n_past();
-  std::erase_if(kept_, [n](const auto& s) { return s->n_past == n; });
-  kept_.push_back(snapshot());
+void Qwen35Sequence::keep(std::shared_ptr<const RecurrentSnapshot> s, size_t max_kept) {
+  const int64_t n = s->n_past;
+  std::erase_if(kept_, [n](const auto& k) { return k->n_past == n; });
+  const auto at = std::upper_bound(kept_.begin(), kept_.end(), n,
+                                   [](int64_t v, const auto& k) { return v < k->n_past; });
+  kept_.insert(at, std::move(s));
   while (kept_.size() > std::max<size_t>(max_kept, 1)) kept_.erase(kept_.begin());
 }
+
+void Qwen35Sequence::keep_snapshot(size_t max_kept) { keep(snapshot(), max_kept); }
 
 void Qwen35Sequence::keep_checkpoints_within(std::span<const int64_t> positions) {
   planned_.clear();
@@ -149,14 +153,8 @@ void Qwen35Sequence::keep_planned(size_t max_kept) {
     const bool complete =
         s->n_past <= n_past() &&
         std::all_of(s->conv.begin(), s->conv.end(), [](const auto& b) { return bool(b.data()); });
-    if (!complete) continue;
-    const int64_t n = s->n_past;
-    std::erase_if(kept_, [n](const auto& k) { return k->n_past == n; });
-    kept_.push_back(std::move(s));
+    if (complete) keep(std::move(s), max_kept);
   }
-  std::sort(kept_.begin(), kept_.end(),
-            [](const auto& a, const auto& b) { return a->n_past < b->n_past; });
-  while (kept_.size() > std::max<size_t>(max_kept, 1)) kept_.erase(kept_.begin());
   planned_.clear();
   building_.clear();
 }
