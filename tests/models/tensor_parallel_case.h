@@ -31,6 +31,22 @@ inline std::unique_ptr<Model> load_tp(const FixtureCase& c, int tp) {
   return load_model(c.dir, options);
 }
 
+// Every prompt row's logits from the whole model (want) and the split one (got), each from a
+// fresh sequence (kept, for decode steps after).
+struct SideBySide {
+  std::unique_ptr<SequenceState> whole, split;
+  std::vector<float> want, got;
+};
+inline SideBySide prefill_side_by_side(Model& whole, Model& split,
+                                       std::span<const int32_t> prompt) {
+  SideBySide r{whole.new_sequence(), split.new_sequence(), {}, {}};
+  r.want.resize(prompt.size() * size_t(whole.info().n_vocab));
+  r.got.assign(r.want.size(), NAN);
+  whole.forward(*r.whole, prompt, LogitsRows::All, r.want.data());
+  split.forward(*r.split, prompt, LogitsRows::All, r.got.data());
+  return r;
+}
+
 struct TpCase {
   FixtureCase fixture;
   int tp;

@@ -273,10 +273,7 @@ TEST(TensorParallelQwen35Load, UnevenExpertsSplitGiveTheWholeModelsLogits) {
   auto split = load_tp({c.name, c.model_type, dir.string(), c.reference}, 4);
   const auto prompt = c.reference["prompt"].get<std::vector<int32_t>>();
   const size_t V = size_t(whole->info().n_vocab);
-  std::vector<float> want(prompt.size() * V), got(want.size(), NAN);
-  auto a = whole->new_sequence(), b = split->new_sequence();
-  whole->forward(*a, prompt, LogitsRows::All, want.data());
-  split->forward(*b, prompt, LogitsRows::All, got.data());
+  auto [a, b, want, got] = test::prefill_side_by_side(*whole, *split, prompt);
   const double std = c.reference["logits_std"].get<double>();
   EXPECT_LT(test::max_error_rel_std(got.data(), want, std), tolerance(c)) << "prefill";
   for (int step = 0; step < 3; ++step) {

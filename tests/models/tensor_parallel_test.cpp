@@ -254,10 +254,7 @@ TEST(TensorParallelLoad, UnevenVocabularySplits) {
   std::vector<int32_t> prompt = llama.reference["prompt"].get<std::vector<int32_t>>();
   for (int32_t& t : prompt) t %= int32_t(kVocab);
   prompt.back() = int32_t(kVocab - 1);  // the last row of the last rank's part
-  std::vector<float> want(prompt.size() * kVocab), got(want.size(), NAN);
-  auto a = whole->new_sequence(), b = split->new_sequence();
-  whole->forward(*a, prompt, LogitsRows::All, want.data());
-  split->forward(*b, prompt, LogitsRows::All, got.data());
+  auto [a, b, want, got] = test::prefill_side_by_side(*whole, *split, prompt);
   EXPECT_LT(test::max_error_rel_std(got.data(), want, llama.reference["logits_std"].get<double>()),
             1e-3);
   fs::remove_all(dir);
@@ -297,11 +294,7 @@ TEST(TensorParallelLoad, AffineWeightsShardAlongTheirGroups) {
   auto split = load_model(dir / "q4_dense_down", options);
   EXPECT_NE(split->info().formats.find("affine 4-bit g32"), std::string::npos);
   const auto prompt = llama.reference["prompt"].get<std::vector<int32_t>>();
-  const size_t V = size_t(whole->info().n_vocab);
-  std::vector<float> want(prompt.size() * V), got(want.size(), NAN);
-  auto a = whole->new_sequence(), b = split->new_sequence();
-  whole->forward(*a, prompt, LogitsRows::All, want.data());
-  split->forward(*b, prompt, LogitsRows::All, got.data());
+  auto [a, b, want, got] = test::prefill_side_by_side(*whole, *split, prompt);
   double scale = 0, err2 = 0, ref2 = 0, worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double d = double(got[i]) - want[i];
