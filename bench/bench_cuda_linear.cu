@@ -1,10 +1,10 @@
 // Products of a few rows, as a step of several decoding sequences runs them: hearth's GEMV
 // (gemv.cu, the decode path of a single sequence, which multiplies each weight by every row's
-// input) against the cuBLASLt GEMM (linear.cu) on the Qwen3-8B shape's matrices, at 1 to 16
-// rows. Prints the time per product (median of reps, CUDA events, each product launched alone
-// and timed as a graph of 32 launches on distinct weights so that none comes from L2) and the
-// weight bytes per second. Where the GEMM wins sets kBatchGemvRows (cuda_backend_impl.h).
-// Usage: bench_cuda_linear [reps]   (built only with CUDA)
+// input) against the cuBLASLt GEMM (linear.cu) on the Qwen3-8B shape's matrices, at 1 to 256
+// rows (the GEMV up to 8). Prints the time per product (median of reps, CUDA events, each product
+// launched alone and timed as a graph of 32 launches on distinct weights so that none comes from
+// L2) and the weight bytes per second. Where the GEMM wins sets kBatchGemvRows
+// (cuda_backend_impl.h). Usage: bench_cuda_linear [reps]   (built only with CUDA)
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -22,6 +22,7 @@ using hearth::cuda::Ten;
 namespace {
 
 constexpr int kCopies = 32;  // distinct weight matrices per timed graph: 32 × ≥ 8 MB ≫ L2
+constexpr int64_t kMaxRows = 256;
 
 Ten tensor(void* p, int64_t rows, int64_t cols) {
   Ten t;
@@ -48,13 +49,13 @@ void run(Ctx& ctx, const char* name, int64_t out, int64_t in, int reps) {
     HEARTH_CUDA_CHECK(cudaMemset(p, 0x3c, w_bytes));  // 0x3c3c: bf16 ~0.011
   }
   void *x = nullptr, *y = nullptr;
-  HEARTH_CUDA_CHECK(cudaMalloc(&x, size_t(16 * in) * 2));
-  HEARTH_CUDA_CHECK(cudaMemset(x, 0x3c, size_t(16 * in) * 2));
-  HEARTH_CUDA_CHECK(cudaMalloc(&y, size_t(16 * out) * 2));
+  HEARTH_CUDA_CHECK(cudaMalloc(&x, size_t(kMaxRows * in) * 2));
+  HEARTH_CUDA_CHECK(cudaMemset(x, 0x3c, size_t(kMaxRows * in) * 2));
+  HEARTH_CUDA_CHECK(cudaMalloc(&y, size_t(kMaxRows * out) * 2));
   std::printf("%-10s [%5lld x %5lld] %6.1f MB\n", name, static_cast<long long>(out),
               static_cast<long long>(in), double(w_bytes) / 1e6);
   std::printf("  rows |  GEMV us |  GB/s | GEMM us |  GB/s\n");
-  for (int64_t rows : {1, 2, 3, 4, 5, 6, 8, 12, 16}) {
+  for (int64_t rows : {1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64, 128, 256}) {
     const Ten xt = tensor(x, rows, in), yt = tensor(y, rows, out);
     double gemv = 0;
     if (rows <= 8) {

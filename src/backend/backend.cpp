@@ -13,6 +13,10 @@
 
 namespace hearth {
 
+void Backend::prepare_weights_stacked(const Tensor* host, int n, Tensor* out) {
+  for (int i = 0; i < n; ++i) out[i] = host[i].empty() ? Tensor() : prepare_weight(host[i]);
+}
+
 void Backend::linear_many(const Tensor& x, const LinearOut* outs, int n_outs,
                           const InputNorm* norm) {
   if (norm) {  // normalise into scratch, then this backend's own plain form

@@ -105,6 +105,11 @@ class Backend {
   // Makes a checkpoint tensor (host view into the mapped file) usable by this backend's ops:
   // the CPU reads it in place; a GPU backend uploads it once and owns the copy.
   virtual Tensor prepare_weight(const Tensor& host) = 0;
+  // prepare_weight for matrices of the same columns that always multiply the same input (q, k
+  // and v; gate and up): out[i] is host[i] prepared. A backend may keep them as consecutive row
+  // ranges of one matrix, so that its products of many rows run them as one (the CUDA backend);
+  // the default prepares each alone.
+  virtual void prepare_weights_stacked(const Tensor* host, int n, Tensor* out);
   // dst = src: same device, dtype and size.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   // Copies host memory into a tensor of this backend.

@@ -246,6 +246,11 @@ void LlamaModel::load_weights() {
       L.k = rows_of(p + "self_attn.qkv_proj", qkv, {nq + kv_rows.begin, nq + kv_rows.end});
       L.v = rows_of(p + "self_attn.qkv_proj", qkv,
                     {nq + nkv + kv_rows.begin, nq + nkv + kv_rows.end});
+    } else if (shard_.world == 1) {  // separate tensors, stacked where the backend gains
+      L.q = take_linear(p + "self_attn.q_proj", nq, H, d_.qkv_bias);
+      L.k = take_linear(p + "self_attn.k_proj", nkv, H, d_.qkv_bias);
+      L.v = take_linear(p + "self_attn.v_proj", nkv, H, d_.qkv_bias);
+      prepare_stacked(*backend_, {&L.q, &L.k, &L.v});
     } else {
       L.q = rows_of(p + "self_attn.q_proj", take_linear(p + "self_attn.q_proj", nq, H, d_.qkv_bias),
                     q_rows);
@@ -266,6 +271,10 @@ void LlamaModel::load_weights() {
       const Linear gu = take_linear(p + "mlp.gate_up_proj", 2 * d_.n_ff, H, d_.mlp_bias);
       L.gate = rows_of(p + "mlp.gate_up_proj", gu, ff_);
       L.up = rows_of(p + "mlp.gate_up_proj", gu, {d_.n_ff + ff_.begin, d_.n_ff + ff_.end});
+    } else if (shard_.world == 1) {
+      L.gate = take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias);
+      L.up = take_linear(p + "mlp.up_proj", d_.n_ff, H, d_.mlp_bias);
+      prepare_stacked(*backend_, {&L.gate, &L.up});
     } else {
       L.gate = rows_of(p + "mlp.gate_proj",
                        take_linear(p + "mlp.gate_proj", d_.n_ff, H, d_.mlp_bias), ff_);

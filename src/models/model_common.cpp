@@ -4,8 +4,30 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace hearth {
+
+namespace {
+void prepare_stacked_weights(Backend& backend, std::span<Tensor* const> weights) {
+  std::vector<Tensor> host, prepared(weights.size());
+  for (const Tensor* t : weights) host.push_back(*t);
+  backend.prepare_weights_stacked(host.data(), int(host.size()), prepared.data());
+  for (size_t i = 0; i < weights.size(); ++i) *weights[i] = prepared[i];
+}
+}  // namespace
+
+void prepare_stacked(Backend& backend, std::initializer_list<Tensor*> weights) {
+  prepare_stacked_weights(backend, {weights.begin(), weights.size()});
+}
+
+void prepare_stacked(Backend& backend, std::initializer_list<Linear*> parts) {
+  std::vector<Tensor*> weights;
+  for (Linear* l : parts) weights.push_back(&l->w);
+  prepare_stacked_weights(backend, weights);
+  for (Linear* l : parts)
+    if (!l->bias.empty()) l->bias = backend.prepare_weight(l->bias);
+}
 
 void use_text_model_names(WeightStore& weights) {
   // A bare base model (saved from AutoModel, as embedding models are: Qwen3-Embedding's

@@ -4,6 +4,7 @@
 // stack describes alike.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -19,6 +20,11 @@ struct Linear {
   Tensor w;     // [out, in]
   Tensor bias;  // [out] or empty
 };
+
+// Host weights of products that always take the same input (q, k, v; gate, up), prepared
+// together (Backend::prepare_weights_stacked) in this order; each bias alone.
+void prepare_stacked(Backend& backend, std::initializer_list<Linear*> parts);
+void prepare_stacked(Backend& backend, std::initializer_list<Tensor*> weights);
 
 // Multimodal wrappers keep the text model under a prefix: model.language_model.* (HF) and
 // language_model.model.* (gemma3's legacy names, MLX) become model.*, language_model.lm_head.*

@@ -339,37 +339,22 @@ class Loader {
     if (sh_.rank == 0)
       for (auto& [name, t] : w_.mtp) prep(t);
     for (auto& L : w_.layers) {
-      for (Tensor* t : {&L.attn_norm,
-                        &L.ffn_norm,
-                        &L.q.w,
-                        &L.q.bias,
-                        &L.gate.w,
-                        &L.gate.bias,
-                        &L.k.w,
-                        &L.k.bias,
-                        &L.v.w,
-                        &L.v.bias,
-                        &L.o.w,
-                        &L.o.bias,
-                        &L.q_norm,
-                        &L.k_norm,
-                        &L.in_qkv,
-                        &L.in_z,
-                        &L.in_b,
-                        &L.in_a,
-                        &L.out_proj,
-                        &L.conv_w,
-                        &L.a_log,
-                        &L.dt_bias,
-                        &L.lin_norm,
-                        &L.mlp_gate,
-                        &L.mlp_up,
-                        &L.mlp_down,
-                        &L.moe.router,
-                        &L.moe.shared_gate,
-                        &L.moe.shared_up,
-                        &L.moe.shared_down,
-                        &L.moe.shared_expert_gate})
+      // The products of one input together, in the order the model runs them (linear_many,
+      // linear_glu).
+      if (!L.gate.w.empty())  // the attention output gate
+        prepare_stacked(be_, {&L.q.w, &L.k.w, &L.v.w, &L.gate.w});
+      else if (!L.q.w.empty())
+        prepare_stacked(be_, {&L.q.w, &L.k.w, &L.v.w});
+      else
+        prepare_stacked(be_, {&L.in_qkv, &L.in_z, &L.in_b, &L.in_a});
+      prepare_stacked(be_, {&L.mlp_gate, &L.mlp_up});
+      for (Tensor* t : {&L.attn_norm,     &L.ffn_norm,        &L.q.bias,
+                        &L.gate.bias,     &L.k.bias,          &L.v.bias,
+                        &L.o.w,           &L.o.bias,          &L.q_norm,
+                        &L.k_norm,        &L.out_proj,        &L.conv_w,
+                        &L.a_log,         &L.dt_bias,         &L.lin_norm,
+                        &L.mlp_down,      &L.moe.router,      &L.moe.shared_gate,
+                        &L.moe.shared_up, &L.moe.shared_down, &L.moe.shared_expert_gate})
         prep(*t);
       for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
         for (auto& t : *v) prep(t);

@@ -127,6 +127,96 @@ TEST_F(CudaFused, LinearGlu) {
   }
 }
 
+// Host bf16 copies of matrices, as a checkpoint holds them, prepared together on the GPU.
+struct StackedHost {
+  std::vector<std::vector<uint16_t>> bits;
+  std::vector<Tensor> host, gpu;
+};
+StackedHost prepare_stacked_on(Backend& gpu, const std::vector<const std::vector<float>*>& values,
+                               const std::vector<int64_t>& rows, int64_t in) {
+  StackedHost s;
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::vector<uint16_t>& b = s.bits.emplace_back(values[i]->size());
+    for (size_t j = 0; j < b.size(); ++j) b[j] = f32_to_bf16((*values[i])[j]);
+  }
+  for (size_t i = 0; i < values.size(); ++i)
+    s.host.push_back(Tensor(s.bits[i].data(), DType::BF16, {rows[i], in}));
+  s.gpu.resize(values.size());
+  gpu.prepare_weights_stacked(s.host.data(), int(s.host.size()), s.gpu.data());
+  return s;
+}
+
+// Products of more rows than the GEMV takes, by weights prepared as row ranges of one matrix
+// (q|k|v|gate, the Gated DeltaNet's qkv|z|b|a, gate|up): one GEMM whose columns are split into
+// the outputs (with their biases) or read as GLU halves; past kStackedRows (256) rows, as at
+// 513 here, each product alone. Odd output widths, f32 outputs, biases and the input norm.
+TEST_F(CudaFused, StackedProducts) {
+  struct Case {
+    int64_t n;
+    std::vector<int64_t> outs;
+    bool bias;
+    DType y_dtype;
+  };
+  const int64_t in = 1024;
+  const std::vector<Case> cases = {{9, {512, 128, 128, 512}, false, DType::BF16},
+                                   {33, {17, 33, 1031}, true, DType::BF16},
+                                   {64, {384, 256, 16, 16}, false, DType::F32},
+                                   {200, {40, 24}, true, DType::F32},
+                                   {513, {256, 64, 64}, true, DType::BF16}};
+  uint32_t seed = 900;
+  for (const auto& c : cases) {
+    for (const NormCase& nc : {kNormCases[0], kNormCases[2]}) {
+      auto x = make({c.n, in}, randn(size_t(c.n * in), seed++));
+      auto gain = make({in}, randn(size_t(in), seed++, 0.1f), nc.gain_dtype);
+      auto scratch = out({c.n, in});
+      std::vector<Pair> ws, bs, ys;
+      std::vector<const std::vector<float>*> values;
+      for (int64_t rows : c.outs) {
+        ws.push_back(make({rows, in}, randn(size_t(rows * in), seed++, 0.05f)));
+        bs.push_back(c.bias ? make({rows}, randn(size_t(rows), seed++)) : Pair());
+        ys.push_back(out({c.n, rows}, c.y_dtype));
+      }
+      for (const Pair& w : ws) values.push_back(&w.host);
+      const StackedHost st = prepare_stacked_on(*gpu_, values, c.outs, in);
+      for (size_t i = 1; i < c.outs.size(); ++i)  // one matrix, parts in order
+        EXPECT_EQ(st.gpu[i].data,
+                  static_cast<const char*>(st.gpu[i - 1].data) + st.gpu[i - 1].nbytes());
+      std::vector<Backend::LinearOut> g, h;
+      for (size_t i = 0; i < c.outs.size(); ++i) {
+        g.push_back({ys[i].g, st.gpu[i], bs[i].g});
+        h.push_back({ys[i].c, ws[i].c, bs[i].c});
+      }
+      const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
+      const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
+      gpu_->linear_many(x.g, g.data(), int(g.size()), nc.on ? &gn : nullptr);
+      cpu_->linear_many(nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c, h.data(),
+                        int(h.size()), nullptr);
+      for (size_t i = 0; i < c.outs.size(); ++i)
+        expect_close(ys[i], kBf16Tol,
+                     "stacked linear_many n=" + std::to_string(c.n) + " part " + std::to_string(i) +
+                         " out=" + std::to_string(c.outs[i]) + norm_name(nc));
+    }
+  }
+  for (int64_t n : {9, 64, 513}) {
+    for (int64_t ff : {24, 3072}) {
+      for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
+        auto x = make({n, in}, randn(size_t(n * in), seed++));
+        auto wg = make({ff, in}, randn(size_t(ff * in), seed++, 0.05f));
+        auto wu = make({ff, in}, randn(size_t(ff * in), seed++, 0.05f));
+        const StackedHost st = prepare_stacked_on(*gpu_, {&wg.host, &wu.host}, {ff, ff}, in);
+        auto y = out({n, ff}), up = out({n, ff});
+        gpu_->linear_glu(y.g, up.g, x.g, {y.g, st.gpu[0], Tensor()}, {up.g, st.gpu[1], Tensor()},
+                         act, nullptr);
+        cpu_->linear_glu(y.c, up.c, x.c, {y.c, wg.c, Tensor()}, {up.c, wu.c, Tensor()}, act,
+                         nullptr);
+        expect_close(y, kBf16Tol,
+                     "stacked linear_glu n=" + std::to_string(n) + " ff=" + std::to_string(ff) +
+                         " act=" + std::to_string(int(act)));
+      }
+    }
+  }
+}
+
 // x += (in · wᵀ + bias) * scale: the GEMV epilogue (n ≤ 8), the GEMM's accumulate (n > 8, no
 // bias) and the composed form (n > 8 with a bias).
 TEST_F(CudaFused, LinearResidual) {

@@ -142,8 +142,8 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
 // graph capture only looks it up.
 void linear_prepare(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w);
 void linear_plans_clear();
-// Whether linear_accumulate takes these operands (more than 8 rows, bf16, a cuBLASLt plan: made
-// now, so the launch may be captured); otherwise the caller composes the product and the add.
+// Whether linear_accumulate takes these operands (more rows than the GEMV's, bf16, a cuBLASLt plan:
+// made now, so the launch may be captured); otherwise the caller composes the product and the add.
 bool linear_accumulate_fits(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w);
 // x += (in · wᵀ) * scale through the GEMM's own accumulate (beta = 1).
 void linear_accumulate(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w, float scale);
@@ -235,6 +235,19 @@ void add_bias(Ctx& ctx, const Ten& y, const Ten& bias);  // y[n, out] += bias[ou
 // elementwise.cu
 void embedding(Ctx& ctx, const Ten& y, const Ten& table, const int32_t* ids, float scale);
 void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act);
+// y[rows, f] = act(all[:, :f]) * all[:, f:] for bf16 all [rows, 2f]: the GLU of a stacked
+// gate|up product.
+void glu_halves(Ctx& ctx, const Ten& y, const Ten& all, int32_t act);
+// A stacked product's columns to their tensors: y[i] ([rows, cols[i]], all's dtype) gets the
+// next cols[i] columns of all [rows, Σ cols] (bf16 or f32), plus bias[i] when it is set.
+struct ColumnParts {
+  void* y[kGemvMaxSegs] = {};
+  const void* bias[kGemvMaxSegs] = {};
+  int64_t cols[kGemvMaxSegs] = {};
+  int32_t bias_dtype[kGemvMaxSegs] = {};
+  int32_t n = 0, pad = 0;
+};
+void split_columns(Ctx& ctx, const Ten& all, const ColumnParts& parts);
 void add(Ctx& ctx, const Ten& y, const Ten& a, const Ten& b, float b_scale);
 void scale(Ctx& ctx, const Ten& x, float s);
 void softcap(Ctx& ctx, const Ten& x, float cap);

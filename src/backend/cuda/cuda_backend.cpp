@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -84,6 +85,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(picks_dev_);
   cudaFree(packed_partials_);
   cudaFree(dequant_);
+  cudaFree(stacked_out_);
   cudaFreeHost(out_host_);
   cudaFreeHost(dyn_host_);
   cudaFreeHost(moe_ids_host_);
@@ -123,9 +125,59 @@ void CudaBackend::linear_many(const Tensor& x, const LinearOut* outs, int n_outs
     jobs.y[i] = Ten(o.y);
     jobs.bias[i] = Ten(o.bias);
   }
-  if (!fits) return Backend::linear_many(x, outs, n_outs, norm);
-  jobs.n = n_outs;
-  submit<&cuda::gemv_many>(Ten(x), jobs, gemv_norm(norm));
+  if (fits) {
+    jobs.n = n_outs;
+    return submit<&cuda::gemv_many>(Ten(x), jobs, gemv_norm(norm));
+  }
+  // More rows: the composed form normalises into scratch and comes back here without a norm.
+  const Tensor w = norm || n_outs > kGemvMaxSegs ? Tensor() : stacked_weight(x, outs, n_outs);
+  if (w.empty()) return Backend::linear_many(x, outs, n_outs, norm);
+  // One GEMM for all of them, then each output's columns (and bias) copied out.
+  const Ten all = stacked_output(x.rows(), w.dim(0), outs[0].y.dtype);
+  submit_linear(all, x, w, Tensor());
+  ColumnParts parts;
+  parts.n = n_outs;
+  for (int i = 0; i < n_outs; ++i) {
+    parts.y[i] = outs[i].y.data;
+    parts.bias[i] = outs[i].bias.data;
+    parts.bias_dtype[i] = int32_t(outs[i].bias.dtype);
+    parts.cols[i] = outs[i].w.dim(0);
+  }
+  submit<&cuda::split_columns>(all, parts);
+}
+
+Tensor CudaBackend::stacked_weight(const Tensor& x, const LinearOut* outs, int n_outs) const {
+  const int64_t n = x.rows();
+  if (n_outs < 2 || n <= ctx_.gemv_max_rows || n > kStackedRows || x.device != Device::CUDA ||
+      x.dtype != DType::BF16 || x.ndim != 2)
+    return Tensor();
+  int64_t rows = 0;
+  for (int i = 0; i < n_outs; ++i) {
+    const LinearOut& o = outs[i];
+    // Part i starts where part i - 1 ends (bf16 rows of x.cols()).
+    const void* expected = static_cast<const std::byte*>(outs[0].w.data) + rows * x.cols() * 2;
+    const bool ok =
+        !o.w.is_packed() && o.w.device == Device::CUDA && o.w.dtype == DType::BF16 &&
+        o.w.ndim == 2 && o.w.dim(1) == x.cols() && o.w.data == expected &&
+        o.y.device == Device::CUDA && o.y.dtype == outs[0].y.dtype &&
+        (o.y.dtype == DType::BF16 || o.y.dtype == DType::F32) && o.y.numel() == n * o.w.dim(0) &&
+        (o.bias.empty() || (o.bias.device == Device::CUDA && o.bias.numel() == o.w.dim(0)));
+    if (!ok) return Tensor();
+    rows += o.w.dim(0);
+  }
+  return Tensor(outs[0].w.data, DType::BF16, {rows, x.cols()}, Device::CUDA);
+}
+
+Ten CudaBackend::stacked_output(int64_t rows, int64_t cols, DType dtype) {
+  const size_t bytes = size_t(rows * cols) * dtype_size(dtype);
+  if (bytes > stacked_out_bytes_) regrow_device(&stacked_out_, stacked_out_bytes_, bytes);
+  Ten t;
+  t.p = stacked_out_;
+  t.dtype = dtype == DType::F32 ? kF32 : kBF16;
+  t.ndim = 2;
+  t.d[0] = rows;
+  t.d[1] = cols;
+  return t;
 }
 
 void CudaBackend::linear_glu(const Tensor& y, const Tensor& up_scratch, const Tensor& x,
@@ -133,11 +185,21 @@ void CudaBackend::linear_glu(const Tensor& y, const Tensor& up_scratch, const Te
                              const InputNorm* norm) {
   bind();
   GemvWeight g, u;
-  if (!gemv_weight(x, gate.w, g) || !gemv_weight(x, up.w, u) || !g.same_format(u) ||
-      !gemv_takes_norm(x, norm))
-    return Backend::linear_glu(y, up_scratch, x, gate, up, act, norm);
-  submit<&cuda::gemv_glu>(Ten(y), Ten(x), g, Ten(gate.bias), u, Ten(up.bias), int32_t(act),
-                          gemv_norm(norm));
+  if (gemv_weight(x, gate.w, g) && gemv_weight(x, up.w, u) && g.same_format(u) &&
+      gemv_takes_norm(x, norm))
+    return submit<&cuda::gemv_glu>(Ten(y), Ten(x), g, Ten(gate.bias), u, Ten(up.bias), int32_t(act),
+                                   gemv_norm(norm));
+  // More rows, gate and up stacked (the composed form normalises and comes back here): one
+  // GEMM, then the GLU reads its two halves.
+  const LinearOut both[] = {gate, up};
+  const bool halves = !norm && gate.bias.empty() && up.bias.empty() && y.dtype == DType::BF16 &&
+                      reinterpret_cast<uintptr_t>(y.data) % 16 == 0 && gate.w.ndim == 2 &&
+                      gate.w.dim(0) == up.w.dim(0) && gate.w.dim(0) % 8 == 0;
+  const Tensor w = halves ? stacked_weight(x, both, 2) : Tensor();
+  if (w.empty()) return Backend::linear_glu(y, up_scratch, x, gate, up, act, norm);
+  const Ten all = stacked_output(x.rows(), w.dim(0), DType::BF16);
+  submit_linear(all, x, w, Tensor());
+  submit<&cuda::glu_halves>(Ten(y), all, int32_t(act));
 }
 
 void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,

@@ -1,6 +1,7 @@
 // The CUDA backend: device memory, weight upload, and what leaves the device (host outputs such as
 // the logits, and token picks).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -210,6 +211,31 @@ Tensor CudaBackend::prepare_weight(const Tensor& host) {
   t.device = Device::CUDA;
   weights_.push_back(std::move(buf));
   return t;
+}
+
+void CudaBackend::prepare_weights_stacked(const Tensor* host, int n, Tensor* out) {
+  // One allocation for plain bf16 host matrices of the same columns whose rows stay 16-byte
+  // aligned (the GEMV's vector loads read every part where it starts).
+  bool stack = n >= 2;
+  size_t bytes = 0;
+  for (int i = 0; stack && i < n; ++i) {
+    const Tensor& t = host[i];
+    stack = !t.empty() && !t.is_packed() && t.device == Device::CPU && t.dtype == DType::BF16 &&
+            t.ndim == 2 && t.dim(1) == host[0].dim(1) && t.dim(1) % 8 == 0;
+    bytes += stack ? t.nbytes() : 0;
+  }
+  if (!stack) return Backend::prepare_weights_stacked(host, n, out);
+  bind();
+  DeviceBuffer buf = alloc(bytes);
+  auto* at = static_cast<std::byte*>(buf.data());
+  for (int i = 0; i < n; ++i) {
+    upload(at, host[i].data, host[i].nbytes());
+    out[i] = host[i];
+    out[i].data = at;
+    out[i].device = Device::CUDA;
+    at += host[i].nbytes();
+  }
+  weights_.push_back(std::move(buf));
 }
 
 void CudaBackend::copy_from_host(const Tensor& dst, const void* src) {

@@ -2,6 +2,8 @@
 // fill, dtype conversion, x·sigmoid(gate), and the MoE gather / scatter-add. All are
 // memory-bound grid-stride loops over f32 math; inputs and outputs may be F32, F16 or BF16
 // (read per launch), which is how the CPU reference (f32) and the bf16 activations meet.
+#include <algorithm>
+
 #include "backend/cuda/device_util.cuh"
 
 namespace hearth::cuda {
@@ -27,28 +29,68 @@ __global__ void glu_kernel(void* y, int ydt, const void* g, int gdt, const void*
   GRID_STRIDE(i, n) { st(y, ydt, i, activation_f(act, ld(g, gdt, i)) * ld(u, udt, i)); }
 }
 
-// y = op(a, b) elementwise on bf16 rows moved 16 bytes (8 elements) at a time, each result
-// rounded once at the store.
+// op(a, b) on 8 bf16 values (16 bytes) each, every result rounded once.
+template <typename Op>
+__device__ __forceinline__ uint4 op_bf16x8(uint4 a, uint4 b, Op op) {
+  float fa[8], fb[8];
+  bf16x8_to_f32(a, fa);
+  bf16x8_to_f32(b, fb);
+  uint4 vy;
+  __nv_bfloat162* py = reinterpret_cast<__nv_bfloat162*>(&vy);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    py[j] = __floats2bfloat162_rn(op(fa[2 * j], fb[2 * j]), op(fa[2 * j + 1], fb[2 * j + 1]));
+  return vy;
+}
+
+// y = op(a, b) elementwise on bf16 rows moved 16 bytes (8 elements) at a time.
 template <typename Op>
 __device__ __forceinline__ void map2_bf16x8(uint4* y, const uint4* a, const uint4* b, int64_t n8,
                                             Op op) {
-  GRID_STRIDE(i, n8) {
-    float fa[8], fb[8];
-    bf16x8_to_f32(a[i], fa);
-    bf16x8_to_f32(b[i], fb);
-    uint4 vy;
-    __nv_bfloat162* py = reinterpret_cast<__nv_bfloat162*>(&vy);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      py[j] = __floats2bfloat162_rn(op(fa[2 * j], fb[2 * j]), op(fa[2 * j + 1], fb[2 * j + 1]));
-    y[i] = vy;
-  }
+  GRID_STRIDE(i, n8) y[i] = op_bf16x8(a[i], b[i], op);
 }
 
 // bf16 GLU through 16-byte accesses: a prefill chunk's GLU moves three [tokens, n_ff] matrices,
 // and the per-element kernel reached a quarter of the memory bandwidth on them.
 __global__ void glu_bf16x8_kernel(uint4* y, const uint4* g, const uint4* u, int64_t n8, int act) {
   map2_bf16x8(y, g, u, n8, [act](float gv, float uv) { return activation_f(act, gv) * uv; });
+}
+
+// The GLU of a stacked gate|up product: row r of `all` is [gate (f8 words) | up (f8 words)].
+__global__ void glu_halves_bf16x8_kernel(uint4* y, const uint4* all, int64_t rows, int64_t f8,
+                                         int act) {
+  GRID_STRIDE(i, rows * f8) {
+    const int64_t r = i / f8, c = i - r * f8;
+    const uint4* row = all + r * 2 * f8;
+    y[i] = op_bf16x8(row[c], row[f8 + c],
+                     [act](float gv, float uv) { return activation_f(act, gv) * uv; });
+  }
+}
+
+// Columns of a stacked product to their tensors (ColumnParts), with each part's bias: the
+// composed form's rounding (the product rounded to y's dtype, then the bias added). A block
+// row per row of `all`; the part is picked with constant indices (a dynamic index into the
+// parameter struct would copy it to local memory in every thread).
+__global__ void split_columns_kernel(const void* all, int dt, int64_t cols, ColumnParts parts) {
+  const int64_t r = blockIdx.y;
+  for (int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; col < cols;
+       col += int64_t(gridDim.x) * blockDim.x) {
+    int64_t c = col, width = parts.cols[0];
+    void* y = parts.y[0];
+    const void* bias = parts.bias[0];
+    int bias_dt = parts.bias_dtype[0];
+#pragma unroll
+    for (int k = 1; k < kGemvMaxSegs; ++k) {
+      if (k < parts.n && c >= width) {
+        c -= width;
+        width = parts.cols[k];
+        y = parts.y[k];
+        bias = parts.bias[k];
+        bias_dt = parts.bias_dtype[k];
+      }
+    }
+    st(y, dt, r * width + c, ld(all, dt, r * cols + col) + (bias ? ld(bias, bias_dt, c) : 0.0f));
+  }
 }
 
 // bf16 add (y = a + b·s) through 16-byte accesses.
@@ -127,6 +169,25 @@ void glu(Ctx& ctx, const Ten& y, const Ten& gate, const Ten& up, int32_t act) {
   }
   glu_kernel<<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(y.p, y.dtype, gate.p, gate.dtype,
                                                                  up.p, up.dtype, n, act);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void glu_halves(Ctx& ctx, const Ten& y, const Ten& all, int32_t act) {
+  const int64_t rows = all.rows(), f = all.cols() / 2;
+  if (all.dtype != kBF16 || y.dtype != kBF16 || f % 8 != 0 || y.numel() != rows * f ||
+      !aligned16(y.p) || !aligned16(all.p))
+    cuda_fail("glu_halves", "bf16 [rows, 2f] with f a multiple of 8 is needed", __FILE__, __LINE__);
+  glu_halves_bf16x8_kernel<<<grid_for(rows * f / 8, kThreads), kThreads, 0, ctx.stream>>>(
+      static_cast<uint4*>(y.p), static_cast<const uint4*>(all.p), rows, f / 8, act);
+  HEARTH_CUDA_LAUNCHED();
+}
+
+void split_columns(Ctx& ctx, const Ten& all, const ColumnParts& parts) {
+  const int64_t rows = all.rows(), cols = all.cols();
+  if (rows > 65535) cuda_fail("split_columns", "more than 65535 rows", __FILE__, __LINE__);
+  const dim3 grid(unsigned(std::min<int64_t>((cols + kThreads - 1) / kThreads, 64)),
+                  unsigned(rows));
+  split_columns_kernel<<<grid, kThreads, 0, ctx.stream>>>(all.p, all.dtype, cols, parts);
   HEARTH_CUDA_LAUNCHED();
 }
 

@@ -149,7 +149,8 @@ const Plan& accumulate_plan(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w)
 }  // namespace
 
 bool linear_accumulate_fits(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w) {
-  if (in.rows() <= 8 || in.dtype != kBF16 || w.dtype != kBF16 || x.dtype != kBF16) return false;
+  if (in.rows() <= ctx.gemv_max_rows || in.dtype != kBF16 || w.dtype != kBF16 || x.dtype != kBF16)
+    return false;
   return accumulate_plan(ctx, x, in, w).ok;
 }
 
