@@ -26,7 +26,6 @@ namespace {
 
 using test::kBf16Tol;
 using test::randn;
-using CudaFused = test::CudaTest;
 
 // The input norm's gain in a checkpoint dtype, with or without the gemma-style offset.
 struct NormCase {
@@ -52,6 +51,31 @@ std::string norm_name(const NormCase& nc) {
   return std::string(" norm(") + (nc.gain_dtype == DType::F32 ? "f32" : "bf16") + ", offset " +
          std::to_string(int(nc.offset)) + ")";
 }
+
+class CudaFused : public test::CudaTest {
+ protected:
+  // linear_many of x into ys on both backends, the GPU's by the weights `gpu_w` (ws's values,
+  // prepared as the case needs), the input norm by `gain` when nc.on; every output checked.
+  void expect_linear_many(const Pair& x, const Pair& gain, Pair& scratch, const NormCase& nc,
+                          const std::vector<Tensor>& gpu_w, const std::vector<Pair>& ws,
+                          const std::vector<Pair>& bs, std::vector<Pair>& ys,
+                          const std::string& what) {
+    std::vector<Backend::LinearOut> g, h;
+    for (size_t i = 0; i < ys.size(); ++i) {
+      g.push_back({ys[i].g, gpu_w[i], bs[i].g});
+      h.push_back({ys[i].c, ws[i].c, bs[i].c});
+    }
+    const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
+    const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
+    gpu_->linear_many(x.g, g.data(), int(g.size()), nc.on ? &gn : nullptr);
+    cpu_->linear_many(nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c, h.data(),
+                      int(h.size()), nullptr);
+    for (size_t i = 0; i < ys.size(); ++i)
+      expect_close(ys[i], kBf16Tol,
+                   what + " part " + std::to_string(i) + " out=" + std::to_string(ws[i].g.dim(0)) +
+                       norm_name(nc));
+  }
+};
 
 TEST_F(CudaFused, LinearMany) {
   struct Case {
@@ -79,20 +103,10 @@ TEST_F(CudaFused, LinearMany) {
         bs.push_back(c.bias ? make({rows}, randn(size_t(rows), seed++)) : Pair());
         ys.push_back(out({c.n, rows}));
       }
-      std::vector<Backend::LinearOut> g, h;
-      for (size_t i = 0; i < c.outs.size(); ++i) {
-        g.push_back({ys[i].g, ws[i].g, bs[i].g});
-        h.push_back({ys[i].c, ws[i].c, bs[i].c});
-      }
-      const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
-      const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
-      gpu_->linear_many(x.g, g.data(), int(g.size()), nc.on ? &gn : nullptr);
-      cpu_->linear_many(nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c, h.data(),
-                        int(h.size()), nullptr);
-      for (size_t i = 0; i < c.outs.size(); ++i)
-        expect_close(ys[i], kBf16Tol,
-                     "linear_many n=" + std::to_string(c.n) + " in=" + std::to_string(c.in) +
-                         " out=" + std::to_string(c.outs[i]) + norm_name(nc));
+      std::vector<Tensor> gpu_w;
+      for (const Pair& w : ws) gpu_w.push_back(w.g);
+      expect_linear_many(x, gain, scratch, nc, gpu_w, ws, bs, ys,
+                         "linear_many n=" + std::to_string(c.n) + " in=" + std::to_string(c.in));
       expect_close(x, 1e-12, "linear_many leaves its input alone" + norm_name(nc));
     }
   }
@@ -181,20 +195,8 @@ TEST_F(CudaFused, StackedProducts) {
       for (size_t i = 1; i < c.outs.size(); ++i)  // one matrix, parts in order
         EXPECT_EQ(st.gpu[i].data,
                   static_cast<const char*>(st.gpu[i - 1].data) + st.gpu[i - 1].nbytes());
-      std::vector<Backend::LinearOut> g, h;
-      for (size_t i = 0; i < c.outs.size(); ++i) {
-        g.push_back({ys[i].g, st.gpu[i], bs[i].g});
-        h.push_back({ys[i].c, ws[i].c, bs[i].c});
-      }
-      const Backend::InputNorm gn{gain.g, 1e-6f, nc.offset, scratch.g};
-      const Backend::InputNorm cn{gain.c, 1e-6f, nc.offset, scratch.c};
-      gpu_->linear_many(x.g, g.data(), int(g.size()), nc.on ? &gn : nullptr);
-      cpu_->linear_many(nc.on ? cpu_normalised(*cpu_, scratch, x.c, cn) : x.c, h.data(),
-                        int(h.size()), nullptr);
-      for (size_t i = 0; i < c.outs.size(); ++i)
-        expect_close(ys[i], kBf16Tol,
-                     "stacked linear_many n=" + std::to_string(c.n) + " part " + std::to_string(i) +
-                         " out=" + std::to_string(c.outs[i]) + norm_name(nc));
+      expect_linear_many(x, gain, scratch, nc, st.gpu, ws, bs, ys,
+                         "stacked linear_many n=" + std::to_string(c.n));
     }
   }
   for (int64_t n : {9, 64, 513}) {
