@@ -50,10 +50,16 @@ __device__ __forceinline__ void map2_bf16x8(uint4* y, const uint4* a, const uint
   GRID_STRIDE(i, n8) y[i] = op_bf16x8(a[i], b[i], op);
 }
 
+// act(gate) * up, the GLU of one element (the 16-byte kernels' op).
+struct GluOp {
+  int act;
+  __device__ float operator()(float gv, float uv) const { return activation_f(act, gv) * uv; }
+};
+
 // bf16 GLU through 16-byte accesses: a prefill chunk's GLU moves three [tokens, n_ff] matrices,
 // and the per-element kernel reached a quarter of the memory bandwidth on them.
 __global__ void glu_bf16x8_kernel(uint4* y, const uint4* g, const uint4* u, int64_t n8, int act) {
-  map2_bf16x8(y, g, u, n8, [act](float gv, float uv) { return activation_f(act, gv) * uv; });
+  map2_bf16x8(y, g, u, n8, GluOp{act});
 }
 
 // The GLU of a stacked gate|up product: row r of `all` is [gate (f8 words) | up (f8 words)].
@@ -62,8 +68,7 @@ __global__ void glu_halves_bf16x8_kernel(uint4* y, const uint4* all, int64_t row
   GRID_STRIDE(i, rows * f8) {
     const int64_t r = i / f8, c = i - r * f8;
     const uint4* row = all + r * 2 * f8;
-    y[i] = op_bf16x8(row[c], row[f8 + c],
-                     [act](float gv, float uv) { return activation_f(act, gv) * uv; });
+    y[i] = op_bf16x8(row[c], row[f8 + c], GluOp{act});
   }
 }
 
