@@ -40,15 +40,15 @@ const std::map<std::string, Factory>& factories() {
 std::unique_ptr<Backend> make_backend(const std::string& device, bool mmap, bool deterministic) {
   const DeviceName d = parse_device_name(device);
   if (d.kind == DeviceName::Kind::Cpu) return make_cpu_backend(mmap, deterministic);
-  if (deterministic && d.kind != DeviceName::Kind::Auto)
-    fail("--deterministic runs on the CPU only for now (device '{}')", device);
-  if (deterministic) return make_cpu_backend(mmap, true);
 #ifdef HEARTH_HAVE_CUDA
+  CudaOptions cuda;
+  cuda.deterministic = deterministic;
   if (d.kind == DeviceName::Kind::Auto)
-    return cuda_device_count() > 0 ? make_cuda_backend(0) : make_cpu_backend(mmap);
-  return make_cuda_backend(d.index);
+    return cuda_device_count() > 0 ? make_cuda_backend(0, cuda)
+                                   : make_cpu_backend(mmap, deterministic);
+  return make_cuda_backend(d.index, cuda);
 #else
-  if (d.kind == DeviceName::Kind::Auto) return make_cpu_backend(mmap);
+  if (d.kind == DeviceName::Kind::Auto) return make_cpu_backend(mmap, deterministic);
   fail("device '{}' is not available: this build of hearth has no CUDA backend", device);
 #endif
 }

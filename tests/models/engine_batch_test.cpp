@@ -184,9 +184,8 @@ TEST_P(EngineBatch, EachRequestGetsItsLoneTokens) {
 // --deterministic (batch-invariant kernels): alone or among 3, 8 or 17 requests, with prompts
 // chunked wherever the step budget falls, a request's tokens and logprobs are the same bits;
 // sampled requests (seeded) draw the same tokens too.
-TEST_P(EngineBatch, DeterministicIsBitIdenticalInAnyBatch) {
-  const FixtureCase& c = GetParam();
-  auto engine = make_engine(c, /*deterministic=*/true);
+void expect_deterministic(const FixtureCase& c, const std::string& device) {
+  auto engine = make_engine(c, /*deterministic=*/true, device);
   const int64_t n_vocab = engine->info().n_vocab;
   auto make = [&](int i) {
     GenerationRequest r = request(c, i, n_vocab);
@@ -203,8 +202,8 @@ TEST_P(EngineBatch, DeterministicIsBitIdenticalInAnyBatch) {
   for (int n : {3, 8, 17}) {
     const auto got = run_staggered(*engine, n, make);
     for (int i = 0; i < n; ++i) {
-      const std::string what =
-          c.name + " batch of " + std::to_string(n) + ", request " + std::to_string(i);
+      const std::string what = c.name + " on " + device + ", batch of " + std::to_string(n) +
+                               ", request " + std::to_string(i);
       const GenerationResult &a = alone[size_t(i)], &b = got[size_t(i)];
       ASSERT_EQ(b.tokens, a.tokens) << what;
       ASSERT_EQ(b.logprobs.size(), a.logprobs.size()) << what;
@@ -214,6 +213,10 @@ TEST_P(EngineBatch, DeterministicIsBitIdenticalInAnyBatch) {
       }
     }
   }
+}
+
+TEST_P(EngineBatch, DeterministicIsBitIdenticalInAnyBatch) {
+  expect_deterministic(GetParam(), "cpu");
 }
 
 TEST_P(EngineBatch, CancelledRequestsLeaveTheOthersAlone) {
@@ -550,6 +553,16 @@ TEST_P(EngineBatch, OnCudaEachRequestGetsItsLoneTokens) {
                            2 * tol);
     }
   }
+}
+
+// --deterministic on the GPU: every product through one fixed-order kernel, every query row through
+// the rows attention kernel with splits of a fixed length, the Gated DeltaNet through its
+// recurrence: the same bits alone and in any batch.
+TEST_P(EngineBatch, OnCudaDeterministicIsBitIdenticalInAnyBatch) {
+  const FixtureCase& c = GetParam();
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (!runs_on_cuda(c)) GTEST_SKIP() << c.model_type << " does not run on CUDA";
+  expect_deterministic(c, "cuda");
 }
 
 // Prefix sharing on the GPU: the caches share KV blocks there too (copy on write on the device),

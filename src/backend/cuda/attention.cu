@@ -454,7 +454,7 @@ struct Shape {
 // rows_apart: every token is a sequence of its own (attention_rows), so decode-shaped at any
 // count: one token per block, split-K by the largest span.
 Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_t span,
-                bool rows_apart) {
+                bool rows_apart, int fixed_split = 0) {
   const bool decode = n_tokens <= 8 || rows_apart;
   Shape s{};
   s.dpl = p.head_dim <= 32 ? 1 : p.head_dim <= 64 ? 2 : p.head_dim <= 128 ? 4 : 8;
@@ -471,7 +471,14 @@ Shape shape_for(int sm_count, int64_t n_tokens, const AttentionParams& p, int64_
   s.blocks_x = int(tiles * p.n_head_kv * s.head_chunks);
   s.split_len = 1 << 30;
   s.n_splits = 1;
-  if (decode && s.blocks_x <= kMaxSplitGroups) {
+  if (decode && fixed_split > 0 && rows_apart) {
+    // Fixed pieces at any row count (a call takes at most attention_rows_per_call rows, so every
+    // group has its counter).
+    int64_t keys = span;
+    if (p.window > 0) keys = std::min<int64_t>(keys, p.window + n_tokens);
+    s.split_len = fixed_split;
+    s.n_splits = int(std::min<int64_t>((keys + fixed_split - 1) / fixed_split, kMaxSplits + 1));
+  } else if (decode && s.blocks_x <= kMaxSplitGroups) {
     int64_t keys = span;
     if (p.window > 0) keys = std::min<int64_t>(keys, p.window + n_tokens);
     // About two blocks per SM for long contexts.
@@ -516,7 +523,12 @@ Shape checked_shape(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p, 
                     bool rows_apart) {
   if (span < 1 || span > INT32_MAX - 2 * kChunk)
     cuda_fail("attention", "unsupported cache span", __FILE__, __LINE__);
-  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart);
+  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart, ctx.attention_split_keys);
+  if (s.n_splits > kMaxSplits)
+    cuda_fail("attention", "more positions than fixed-length splits cover (--deterministic)",
+              __FILE__, __LINE__);
+  if (rows_apart && ctx.attention_split_keys > 0 && s.blocks_x > kMaxSplitGroups)
+    cuda_fail("attention", "more rows than attention_rows_per_call", __FILE__, __LINE__);
   if (s.n_splits > 1 &&
       ctx.attn_ws_bytes < attention_workspace_bytes(ctx, n_tokens, p, span, rows_apart))
     cuda_fail("attention", "split-K workspace too small", __FILE__, __LINE__);
@@ -553,9 +565,16 @@ void attention_init() {
   configure<8, 8>();
 }
 
+int64_t attention_rows_per_call(const AttentionParams& p) {
+  // A counter per split group (blocks_x of one row each), and at most 128 rows, whose block
+  // tables (one per row, though a prompt chunk's rows share one cache) stay a small upload.
+  const Shape s = shape_for(1, 1, p, 1, /*rows_apart=*/true);
+  return std::clamp<int64_t>(kMaxSplitGroups / std::max(1, s.blocks_x), 1, 128);
+}
+
 size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const AttentionParams& p,
                                  int64_t span, bool rows_apart) {
-  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart);
+  const Shape s = shape_for(ctx.sm_count, n_tokens, p, span, rows_apart, ctx.attention_split_keys);
   if (s.n_splits <= 1) return 0;
   return kAttentionCounterBytes +
          size_t(s.n_splits) * size_t(n_tokens) * size_t(p.n_head) * size_t(p.head_dim + 2) * 4;

@@ -132,6 +132,13 @@ struct Ctx {
   // bf16 products of at most this many rows take the GEMV (linear, linear_many, ...); more go
   // to cuBLASLt. 8 in a step of one sequence; steps of several set it lower (gemv_max_rows).
   int gemv_max_rows = 8;
+  // Keys per split-K piece of attention_rows: 0 sizes the pieces by the grid (the rows, heads and
+  // SMs of the call); > 0 fixes them (--deterministic: a row's pieces, counted back from its
+  // newest key, then depend on that row alone).
+  int attention_split_keys = 0;
+  // --deterministic: products never take cuBLASLt (linear_fixed, or linear's tiled kernel where
+  // that does not fit: both sum each output over k in one order at any row count).
+  bool fixed_order = false;
 };
 
 // --- launchers (ctx first, then the op's operands; device pointers only) ---
@@ -142,6 +149,12 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
 // graph capture only looks it up.
 void linear_prepare(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w);
 void linear_plans_clear();
+// The batch-invariant product (linear_fixed.cu): y[n, out] (rows ldy apart) = x · w[out, in]ᵀ
+// (+ bias), or y += (x · wᵀ + bias) · scale when `accumulate`; each output summed over k in one
+// order whatever n is. Fits bf16 x of 16-byte aligned rows of a multiple of 8 and bf16 or f32 y.
+bool linear_fixed_fits(const Ten& y, const Ten& x, const Ten& w);
+void linear_fixed(Ctx& ctx, const Ten& y, int64_t ldy, const Ten& x, const void* w, int64_t out,
+                  const Ten& bias, float scale, bool accumulate);
 // Whether linear_accumulate takes these operands (more rows than the GEMV's, bf16, a cuBLASLt plan:
 // made now, so the launch may be captured); otherwise the caller composes the product and the add.
 bool linear_accumulate_fits(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w);
@@ -286,6 +299,9 @@ size_t attention_workspace_bytes(const Ctx& ctx, int64_t n_tokens, const Attenti
                                  int64_t span, bool rows_apart = false);
 // Decode attention of n sequences, one row each: row t over the cache seqs[t], with kv's k_off
 // and v_off; kv.span is the largest of the rows' spans (it sizes the split-K).
+// The most rows one attention_rows call takes with fixed split lengths (its split groups, rows
+// × KV heads × head chunks, each need an arrival counter of the workspace; at most 128).
+int64_t attention_rows_per_call(const AttentionParams& p);
 void attention_rows(Ctx& ctx, const Ten& out, const Ten& q, const KvDev& kv, const SeqKv* seqs,
                     const int32_t* positions, const AttentionParams& p);
 // Raises the dynamic shared-memory limits once (outside any graph capture).

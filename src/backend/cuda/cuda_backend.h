@@ -38,6 +38,11 @@ struct CudaOptions {
   // (heads of 256 past 64 keys, of 128 past 128); off: a block per head at every length (the
   // same bits; tests compare the two).
   bool decode_xattn = true;
+
+  // --deterministic: every product through linear_fixed (one reduction order at any row count),
+  // never the GEMV, cuBLASLt or the one-kernel step, so a row's results do not depend on the
+  // other rows of its step.
+  bool deterministic = false;
 };
 
 // Number of CUDA devices the driver reports; 0 when there is no driver or no GPU (never throws).

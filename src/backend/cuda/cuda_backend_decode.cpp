@@ -87,7 +87,9 @@ std::atomic<int64_t> g_decode_xattn_taken{0};
 
 bool CudaBackend::decode_layers(const DecodeLayers& step) {
   using Mode = CudaOptions::DecodeStep;
-  if (options_.decode_step == Mode::Never || step.n_layers < 1 || !step.layers) return false;
+  // Deterministic: the per-op path, whose products are linear_fixed's at every row count.
+  if (options_.decode_step == Mode::Never || deterministic_ || step.n_layers < 1 || !step.layers)
+    return false;
   bind();
   const int64_t H = step.x.numel(), nh = step.n_head, nkv = step.n_head_kv, hd = step.head_dim;
   const DecodeLayer& L0 = step.layers[0];

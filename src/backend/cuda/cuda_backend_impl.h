@@ -58,6 +58,9 @@ constexpr size_t kBatchGraphs = 48;           // graphs of such steps kept (leas
 // products gain most (docs/cuda.md). A prompt chunk's products are large enough alone, and
 // copying the stacked output's columns out cost 1.5 % of pp512 on an H100.
 constexpr int64_t kStackedRows = 256;
+// --deterministic: keys per attention split-K piece (counted back from each row's newest key),
+// so rows of up to 64 pieces (131,072 positions) split the same at any row count.
+constexpr int kDeterministicSplitKeys = 2048;
 
 // Zero-padded copies of the parameter structs, so records compare bytewise.
 inline AttentionParams packed(const AttentionParams& p) {
@@ -376,6 +379,8 @@ class CudaBackend final : public Backend {
   // y = x · Wᵀ (+ bias) for a packed W: the decode kernel for ≤ 8 rows, else W dequantized to
   // bf16 in slices of rows of at most kDequantBytes, each through the GEMM.
   void linear_packed(const Ten& y, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // The same in deterministic mode: dequantized slices through linear_fixed at any row count.
+  void linear_packed_fixed(const Ten& y, const Tensor& x, const PackedTen& p, const Tensor& bias);
   // x += (in · Wᵀ + bias) * scale for a transposed trellis W in the decode kernels (their sum of
   // partials adds into x); false when they do not take it.
   bool packed_residual(const Tensor& x, const Tensor& in, const LinearOut& proj, float scale);
@@ -438,6 +443,9 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true, recording_ = false;
   const CudaOptions options_;
+  bool deterministic_ = false;  // CudaOptions::deterministic
+  // The GEMV's row limit in a step (Ctx::gemv_max_rows): `rows`, or none when deterministic.
+  int gemv_rows(int rows) const { return deterministic_ ? 0 : rows; }
   bool gdn_mixer_ = false;  // the one-kernel Gated DeltaNet mixer: on, and the device has clusters
   int decode_blocks_ = 0;   // the one-kernel step's grid: the SM count or options_.decode_blocks
   std::vector<Record> recs_;
@@ -501,6 +509,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> block_table_;
   std::vector<void*> state_table_;
   std::vector<PickDyn> pick_dyns_;
+  std::vector<KvView> det_views_;  // attention's rows in deterministic mode (host side)
   size_t picks_dev_bytes_ = 0;
   int64_t pick_rows_ = 0;  // rows of pick_tokens' scratch asked for so far
   // Packed weights: the transposed-trellis products' partial sums, and prefill's bf16 rows.

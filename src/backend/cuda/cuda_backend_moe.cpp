@@ -10,7 +10,10 @@ namespace hearth::cuda {
 int64_t CudaBackend::moe_experts(const Tensor& y, const Tensor& x, const Tensor& logits,
                                  const MoeExperts& ex, const MoeScratch& s) {
   bind();
-  if (!moe_supported(y, x, logits, ex, s)) return Backend::moe_experts(y, x, logits, ex, s);
+  // Deterministic: the composed form, whose products are linear_fixed's and whose combine adds
+  // a token's experts in index order.
+  if (deterministic_ || !moe_supported(y, x, logits, ex, s))
+    return Backend::moe_experts(y, x, logits, ex, s);
   const int64_t n = x.rows(), E = ex.n_expert, k = s.ids.cols();
   if (n == 0) return 0;
   if (moe_decode_fits(Ten(x), Ten(s.gate), k) && moe_aligned(ex)) {

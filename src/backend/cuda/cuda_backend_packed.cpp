@@ -53,6 +53,9 @@ Tensor CudaBackend::prepare_packed(const Tensor& host) {
 void CudaBackend::submit_linear(const Ten& y, const Tensor& x, const Tensor& w,
                                 const Tensor& bias) {
   if (w.is_packed()) return linear_packed(y, x, w, bias);
+  if (deterministic_ && cuda::linear_fixed_fits(y, Ten(x), Ten(w)))
+    return submit<&cuda::linear_fixed>(y, y.cols(), Ten(x), static_cast<const void*>(w.data),
+                                       w.dim(0), Ten(bias), 1.0f, false);
   if (recording_) cuda::linear_prepare(ctx_, y, Ten(x), Ten(w));
   submit<&cuda::linear>(y, Ten(x), Ten(w), Ten(bias));
 }
@@ -62,6 +65,7 @@ void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
   if (w.device != Device::CUDA || w.ndim != 2)
     fail("{}: packed weight {} is not a prepared matrix", name_, w.describe());
   const PackedTen p(w);
+  if (deterministic_) return linear_packed_fixed(y, x, p, bias);
   if (gemv_fits(Ten(x), p)) return submit<&cuda::gemv_one>(y, Ten(x), GemvWeight(p), Ten(bias));
   if (packed_gemv_fits(Ten(x), p)) {
     ensure_partials(p);
@@ -86,8 +90,35 @@ void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
   if (!bias.empty()) submit<&cuda::add_bias>(y, Ten(bias));
 }
 
+void CudaBackend::linear_packed_fixed(const Ten& y, const Tensor& x, const PackedTen& p,
+                                      const Tensor& bias) {
+  // Dequantized slices of rows, each through linear_fixed into its columns of y: the same sums
+  // at any row count (the decode kernels sum a row's codes in their own order).
+  if (p.transposed())
+    fail("{}: --deterministic does not take transposed trellis weights yet", name_);
+  Ten slice;  // a dequantized slice: bf16 rows of p.in, 16-byte aligned
+  slice.p = dequant_;
+  slice.dtype = cuda::kBF16;
+  if (!cuda::linear_fixed_fits(y, Ten(x), slice))
+    fail("{}: --deterministic needs bf16 activations of a multiple of 8 columns", name_);
+  const int64_t per_slice = std::clamp<int64_t>(int64_t(kDequantBytes) / (p.in * 2), 1, p.out);
+  const size_t need = size_t(per_slice * p.in) * 2;
+  if (need > dequant_bytes_) regrow_device(&dequant_, dequant_bytes_, need);
+  const size_t elem = y.dtype == cuda::kF32 ? 4 : 2;
+  for (int64_t r0 = 0; r0 < p.out; r0 += per_slice) {
+    const int64_t r1 = std::min(p.out, r0 + per_slice);
+    submit<&cuda::packed_dequantize>(dequant_, p, r0, r1);
+    Ten cols = y;
+    cols.p = static_cast<char*>(y.p) + size_t(r0) * elem;
+    submit<&cuda::linear_fixed>(cols, y.cols(), Ten(x), static_cast<const void*>(dequant_), r1 - r0,
+                                Ten(), 1.0f, false);
+  }
+  if (!bias.empty()) submit<&cuda::add_bias>(y, Ten(bias));
+}
+
 bool CudaBackend::packed_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
                                   float scale) {
+  if (deterministic_) return false;  // composed: linear_packed_fixed, then the add
   if (proj.w.device != Device::CUDA || proj.w.ndim != 2) return false;
   const PackedTen p(proj.w);
   if (!packed_gemv_fits(Ten(in), p)) return false;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "core/error.h"
 
 namespace hearth::cuda {
 
@@ -18,7 +19,7 @@ void CudaBackend::begin_batch_step(int64_t n_tokens, int64_t n_sequences) {
   // The GEMV's cost grows with its rows (each weight is multiplied by every row's input from
   // L1), while cuBLASLt's tensor-core GEMM reads the matrix once at any row count: past
   // kBatchGemvRows rows of different sequences the GEMM is faster (bench_cuda_linear).
-  ctx_.gemv_max_rows = kBatchGemvRows;
+  ctx_.gemv_max_rows = gemv_rows(kBatchGemvRows);
 }
 
 const SeqKv* CudaBackend::upload_seq_kvs(const KvView* kvs, int64_t n, KvDev* kv) {
@@ -82,8 +83,24 @@ void CudaBackend::attention_rows(const Tensor& out, const Tensor& q, const KvVie
                                  const int32_t* positions, const AttentionParams& p) {
   bind();
   const int64_t n = q.dim(0);
+  if (deterministic_) {
+    // Fixed-length splits need a counter per split group: at most this many rows a launch.
+    const int64_t per_call = cuda::attention_rows_per_call(p);
+    if (n > per_call) {
+      for (int64_t r0 = 0; r0 < n; r0 += per_call) {
+        const int64_t r1 = std::min(n, r0 + per_call);
+        attention_rows(out.slice_rows(r0, r1), q.slice_rows(r0, r1), kvs + r0, positions + r0, p);
+      }
+      return;
+    }
+  }
   KvDev kv;
   const SeqKv* table = p.head_dim % 8 == 0 ? upload_seq_kvs(kvs, n, &kv) : nullptr;
+  if (!table && deterministic_)  // the default would come back through attention()
+    fail(
+        "{}: --deterministic attention needs caches of 64-position blocks and head dims of a "
+        "multiple of 8 (head dim {})",
+        name_, p.head_dim);
   if (!table) return Backend::attention_rows(out, q, kvs, positions, p);
   ensure_attention_workspace(attention_workspace_bytes(ctx_, n, p, kv.span, /*rows_apart=*/true));
   const int32_t* d_pos = upload_ints(positions, n, 1);

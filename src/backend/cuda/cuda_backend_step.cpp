@@ -15,7 +15,7 @@ void CudaBackend::begin_step(int64_t n_tokens) {
 
 void CudaBackend::open_step(bool recordable, int64_t slot) {
   bind();
-  ctx_.gemv_max_rows = 8;
+  ctx_.gemv_max_rows = gemv_rows(8);
   recs_.clear();
   blob_.clear();
   dedup_.clear();
@@ -34,7 +34,7 @@ void CudaBackend::end_step() {
   if (recording_) finish_recording();
   if (out_.p) deliver_now();
   recording_ = false;
-  ctx_.gemv_max_rows = 8;  // ops outside a step, as in a step of one sequence
+  ctx_.gemv_max_rows = gemv_rows(8);  // ops outside a step, as in a step of one sequence
 }
 
 const int32_t* CudaBackend::upload_ints(const void* src, int64_t n, int tag) {

@@ -149,7 +149,8 @@ const Plan& accumulate_plan(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w)
 }  // namespace
 
 bool linear_accumulate_fits(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w) {
-  if (in.rows() <= ctx.gemv_max_rows || in.dtype != kBF16 || w.dtype != kBF16 || x.dtype != kBF16)
+  if (ctx.fixed_order || in.rows() <= ctx.gemv_max_rows || in.dtype != kBF16 || w.dtype != kBF16 ||
+      x.dtype != kBF16)
     return false;
   return accumulate_plan(ctx, x, in, w).ok;
 }
@@ -223,7 +224,7 @@ void linear(Ctx& ctx, const Ten& y, const Ten& x, const Ten& w, const Ten& bias)
     HEARTH_CUDA_LAUNCHED();
     return;
   }
-  if (bf16 && (y.dtype == kBF16 || y.dtype == kF32)) {
+  if (bf16 && (y.dtype == kBF16 || y.dtype == kF32) && !ctx.fixed_order) {
     const int align = std::min({alignment_of(x.p), alignment_of(w.p), alignment_of(y.p)});
     const Plan& p = plan_for(ctx, n, out, in, y.dtype, align, out, false);
     if (p.ok) {
