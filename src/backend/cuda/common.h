@@ -153,6 +153,8 @@ void linear_plans_clear();
 // (+ bias), or y += (x · wᵀ + bias) · scale when `accumulate`; each output summed over k in one
 // order whatever n is. Fits bf16 x of 16-byte aligned rows of a multiple of 8 and bf16 or f32 y.
 bool linear_fixed_fits(const Ten& y, const Ten& x, const Ten& w);
+// Raises its kernels' shared-memory limits once (outside any graph capture).
+void linear_fixed_init();
 void linear_fixed(Ctx& ctx, const Ten& y, int64_t ldy, const Ten& x, const void* w, int64_t out,
                   const Ten& bias, float scale, bool accumulate);
 // Whether linear_accumulate takes these operands (more rows than the GEMV's, bf16, a cuBLASLt plan:

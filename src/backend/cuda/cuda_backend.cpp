@@ -68,6 +68,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options)
   ring_ = kGraphDynInts;
   attention_init();
   gemv_init();
+  if (deterministic_) linear_fixed_init();
   pick_token_init(ctx_);
   gated_delta_init();
   if (gdn_mixer_) gated_delta_mixer_init();

@@ -113,17 +113,29 @@ __global__ void __launch_bounds__(WM* WN * 32) linear_fixed_kernel(FixedArgs a) 
 }
 
 template <int BM, int BN, int WM, int WN, int STAGES>
-void launch(Ctx& ctx, const FixedArgs& a) {
-  constexpr size_t kSmem = size_t(STAGES) * (BM + BN) * kRowBytes;
-  auto kernel = linear_fixed_kernel<BM, BN, WM, WN, STAGES>;
-  static const bool allowed = (allow_smem(kernel, kSmem), true);  // once per instantiation
-  (void)allowed;
-  const dim3 grid(unsigned((a.out + BN - 1) / BN), unsigned((a.n + BM - 1) / BM));
-  kernel<<<grid, WM * WN * 32, kSmem, ctx.stream>>>(a);
-  HEARTH_CUDA_LAUNCHED();
-}
+struct Config {
+  static constexpr size_t kSmem = size_t(STAGES) * (BM + BN) * kRowBytes;
+  static void allow() { allow_smem(linear_fixed_kernel<BM, BN, WM, WN, STAGES>, kSmem); }
+  static void launch(Ctx& ctx, const FixedArgs& a) {
+    const dim3 grid(unsigned((a.out + BN - 1) / BN), unsigned((a.n + BM - 1) / BM));
+    linear_fixed_kernel<BM, BN, WM, WN, STAGES><<<grid, WM * WN * 32, kSmem, ctx.stream>>>(a);
+    HEARTH_CUDA_LAUNCHED();
+  }
+};
+// Shapes by rows, for speed only (the sums are the same in each): decode-sized calls get narrow
+// column tiles and a deep ring so that a matrix streams through enough blocks; prompt chunks get
+// large tiles that reuse each loaded row.
+using Few = Config<16, 32, 1, 2, 8>;     // up to 16 rows
+using Some = Config<64, 64, 2, 2, 4>;    // up to 64
+using Many = Config<128, 128, 2, 4, 3>;  // more
 
 }  // namespace
+
+void linear_fixed_init() {
+  Few::allow();
+  Some::allow();
+  Many::allow();
+}
 
 bool linear_fixed_fits(const Ten& y, const Ten& x, const Ten& w) {
   return x.dtype == kBF16 && w.dtype == kBF16 && (y.dtype == kBF16 || y.dtype == kF32) &&
@@ -152,15 +164,12 @@ void linear_fixed(Ctx& ctx, const Ten& y, int64_t ldy, const Ten& x, const void*
   a.bias_dt = bias.dtype;
   a.accumulate = accumulate;
   if (a.n <= 0 || out <= 0) return;
-  // Shapes by rows, for speed only (the sums are the same in each): decode-sized calls get
-  // narrow column tiles and a deep ring so that a matrix streams through enough blocks; prompt
-  // chunks get large tiles that reuse each loaded row.
   if (a.n <= 16)
-    launch<16, 32, 1, 2, 8>(ctx, a);
+    Few::launch(ctx, a);
   else if (a.n <= 64)
-    launch<64, 64, 2, 2, 4>(ctx, a);
+    Some::launch(ctx, a);
   else
-    launch<128, 128, 2, 4, 3>(ctx, a);
+    Many::launch(ctx, a);
 }
 
 }  // namespace hearth::cuda
