@@ -1,10 +1,11 @@
 // Products of a few rows, as a step of several decoding sequences runs them: hearth's GEMV
 // (gemv.cu, the decode path of a single sequence, which multiplies each weight by every row's
 // input) against the cuBLASLt GEMM (linear.cu) on the Qwen3-8B shape's matrices, at 1 to 256
-// rows (the GEMV up to 8). Prints the time per product (median of reps, CUDA events, each product
-// launched alone and timed as a graph of 32 launches on distinct weights so that none comes from
-// L2) and the weight bytes per second. Where the GEMM wins sets kBatchGemvRows
-// (cuda_backend_impl.h). Usage: bench_cuda_linear [reps]   (built only with CUDA)
+// rows (the GEMV up to 8), and --deterministic's linear_fixed (linear_fixed.cu) beside them. Prints
+// the time per product (median of reps, CUDA events, each product launched alone and timed as a
+// graph of 32 launches on distinct weights so that none comes from L2) and the weight bytes per
+// second. Where the GEMM wins sets kBatchGemvRows (cuda_backend_impl.h). Usage: bench_cuda_linear
+// [reps]   (built only with CUDA)
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -54,7 +55,7 @@ void run(Ctx& ctx, const char* name, int64_t out, int64_t in, int reps) {
   HEARTH_CUDA_CHECK(cudaMalloc(&y, size_t(kMaxRows * out) * 2));
   std::printf("%-10s [%5lld x %5lld] %6.1f MB\n", name, static_cast<long long>(out),
               static_cast<long long>(in), double(w_bytes) / 1e6);
-  std::printf("  rows |  GEMV us |  GB/s | GEMM us |  GB/s\n");
+  std::printf("  rows |  GEMV us |  GB/s | GEMM us |  GB/s | fixed us |  GB/s\n");
   for (int64_t rows : {1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64, 128, 256}) {
     const Ten xt = tensor(x, rows, in), yt = tensor(y, rows, out);
     double gemv = 0;
@@ -68,13 +69,16 @@ void run(Ctx& ctx, const char* name, int64_t out, int64_t in, int reps) {
     const double gemm = time_products(ctx, reps, [&](int c) {
       hearth::cuda::linear(ctx, yt, xt, tensor(w[size_t(c)], out, in), Ten());
     });
+    const double fixed = time_products(ctx, reps, [&](int c) {
+      hearth::cuda::linear_fixed(ctx, yt, out, xt, w[size_t(c)], out, Ten(), 1.0f, false);
+    });
     if (rows <= 8)
-      std::printf("  %4lld | %8.1f | %5.0f | %7.1f | %5.0f\n", static_cast<long long>(rows),
-                  gemv * 1e3, double(w_bytes) / gemv / 1e6, gemm * 1e3,
-                  double(w_bytes) / gemm / 1e6);
+      std::printf("  %4lld | %8.1f | %5.0f |", static_cast<long long>(rows), gemv * 1e3,
+                  double(w_bytes) / gemv / 1e6);
     else
-      std::printf("  %4lld |        - |     - | %7.1f | %5.0f\n", static_cast<long long>(rows),
-                  gemm * 1e3, double(w_bytes) / gemm / 1e6);
+      std::printf("  %4lld |        - |     - |", static_cast<long long>(rows));
+    std::printf(" %7.1f | %5.0f | %8.1f | %5.0f\n", gemm * 1e3, double(w_bytes) / gemm / 1e6,
+                fixed * 1e3, double(w_bytes) / fixed / 1e6);
   }
   for (void* p : w) cudaFree(p);
   cudaFree(x);
@@ -102,6 +106,7 @@ int main(int argc, char** argv) {
     ctx.sm_count = prop.multiProcessorCount;
     ctx.pdl = prop.major >= 9;
     hearth::cuda::gemv_init();
+    hearth::cuda::linear_fixed_init();
     std::printf("%s, %d SMs; %d reps per row\n", prop.name, ctx.sm_count, reps);
     run(ctx, "q|k|v", 4096 + 2 * 1024, 4096, reps);
     run(ctx, "o", 4096, 4096, reps);
