@@ -1,7 +1,8 @@
 // The CUDA backend with CudaOptions::deterministic: a product's rows (linear, and the residual
 // form's x += product · scale) are the same bits whatever rows share the call (the same rows
 // alone, in small groups and among hundreds: every tile shape of linear_fixed), and agree with
-// the CPU backend within bf16 rounding. Skipped without a GPU.
+// the CPU backend within bf16 rounding; linear_fixed on Wᵀ gives W's bits. Skipped without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +13,9 @@
 #include "core/dtype.h"
 
 #ifdef HEARTH_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/common.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 
@@ -123,6 +127,32 @@ TEST_F(CudaDeterministic, ResidualRowsDoNotDependOnTheirNeighbours) {
                           {scratch.slice_rows(0, rows), w, Tensor()}, 0.5f);
     expect_same_bits(all, host(xr), begin, out, "residual rows " + std::to_string(rows));
   }
+}
+
+// Wᵀ stored [in, out] (a dequantized transposed trellis matrix) gives the same bits as W: the
+// mma sees the same values in the same order, only loaded through ldmatrix .trans.
+TEST_F(CudaDeterministic, TransposedWeightsGiveTheSameBits) {
+  const int64_t out = 136, in = 200;
+  const std::vector<float> wv = randn(size_t(out * in), 60, 0.05f);
+  std::vector<float> wt(wv.size());
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) wt[size_t(i * out + o)] = wv[size_t(o * in + i)];
+  const Tensor w = device({out, in}, wv, DType::BF16), w_t = device({in, out}, wt, DType::BF16);
+  cuda::Ctx ctx;
+  ASSERT_EQ(cudaStreamCreate(&ctx.stream), cudaSuccess);
+  cuda::linear_fixed_init();
+  for (int64_t n : {1, 17, 100}) {
+    const Tensor x = device({n, in}, randn(size_t(n * in), 61 + uint32_t(n)), DType::BF16);
+    const Tensor y = device({n, out}, std::vector<float>(size_t(n * out), 0.0f), DType::F32),
+                 y_t = device({n, out}, std::vector<float>(size_t(n * out), 0.0f), DType::F32);
+    cuda::linear_fixed(ctx, cuda::Ten(y), out, cuda::Ten(x), w.data, out, cuda::Ten(), 1.0f, false,
+                       false);
+    cuda::linear_fixed(ctx, cuda::Ten(y_t), out, cuda::Ten(x), w_t.data, out, cuda::Ten(), 1.0f,
+                       false, true);
+    ASSERT_EQ(cudaStreamSynchronize(ctx.stream), cudaSuccess);
+    expect_same_bits(host(y), host(y_t), 0, out, "Wᵀ, rows " + std::to_string(n));
+  }
+  cudaStreamDestroy(ctx.stream);
 }
 
 }  // namespace

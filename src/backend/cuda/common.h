@@ -152,11 +152,12 @@ void linear_plans_clear();
 // The batch-invariant product (linear_fixed.cu): y[n, out] (rows ldy apart) = x · w[out, in]ᵀ
 // (+ bias), or y += (x · wᵀ + bias) · scale when `accumulate`; each output summed over k in one
 // order whatever n is. Fits bf16 x of 16-byte aligned rows of a multiple of 8 and bf16 or f32 y.
+// w_transposed: w is stored as Wᵀ [in, out] (out a multiple of 8), with the same sums.
 bool linear_fixed_fits(const Ten& y, const Ten& x, const Ten& w);
 // Raises its kernels' shared-memory limits once (outside any graph capture).
 void linear_fixed_init();
 void linear_fixed(Ctx& ctx, const Ten& y, int64_t ldy, const Ten& x, const void* w, int64_t out,
-                  const Ten& bias, float scale, bool accumulate);
+                  const Ten& bias, float scale, bool accumulate, bool w_transposed = false);
 // Whether linear_accumulate takes these operands (more rows than the GEMV's, bf16, a cuBLASLt plan:
 // made now, so the launch may be captured); otherwise the caller composes the product and the add.
 bool linear_accumulate_fits(Ctx& ctx, const Ten& x, const Ten& in, const Ten& w);

@@ -217,7 +217,7 @@ void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const Linea
       cuda::linear_fixed_fits(Ten(x), Ten(in), Ten(proj.w)))
     return submit<&cuda::linear_fixed>(Ten(x), x.cols(), Ten(in),
                                        static_cast<const void*>(proj.w.data), proj.w.dim(0),
-                                       Ten(proj.bias), scale, true);
+                                       Ten(proj.bias), scale, true, false);
   GemvWeight w;
   if (same && gemv_weight(in, proj.w, w))
     return submit<&cuda::gemv_residual>(Ten(x), scale, Ten(in), w, Ten(proj.bias),

@@ -55,7 +55,7 @@ void CudaBackend::submit_linear(const Ten& y, const Tensor& x, const Tensor& w,
   if (w.is_packed()) return linear_packed(y, x, w, bias);
   if (deterministic_ && cuda::linear_fixed_fits(y, Ten(x), Ten(w)))
     return submit<&cuda::linear_fixed>(y, y.cols(), Ten(x), static_cast<const void*>(w.data),
-                                       w.dim(0), Ten(bias), 1.0f, false);
+                                       w.dim(0), Ten(bias), 1.0f, false, false);
   if (recording_) cuda::linear_prepare(ctx_, y, Ten(x), Ten(w));
   submit<&cuda::linear>(y, Ten(x), Ten(w), Ten(bias));
 }
@@ -92,15 +92,25 @@ void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
 
 void CudaBackend::linear_packed_fixed(const Ten& y, const Tensor& x, const PackedTen& p,
                                       const Tensor& bias) {
-  // Dequantized slices of rows, each through linear_fixed into its columns of y: the same sums
-  // at any row count (the decode kernels sum a row's codes in their own order).
-  if (p.transposed())
-    fail("{}: --deterministic does not take transposed trellis weights yet", name_);
+  // Dequantized slices of rows, each through linear_fixed into its columns of y (a transposed
+  // trellis matrix whole, as Wᵀ): the same sums at any row count (the decode kernels sum a
+  // row's codes in their own order).
   Ten slice;  // a dequantized slice: bf16 rows of p.in, 16-byte aligned
   slice.p = dequant_;
   slice.dtype = cuda::kBF16;
-  if (!cuda::linear_fixed_fits(y, Ten(x), slice))
-    fail("{}: --deterministic needs bf16 activations of a multiple of 8 columns", name_);
+  if (!cuda::linear_fixed_fits(y, Ten(x), slice) || (p.transposed() && p.out % 8 != 0))
+    fail(
+        "{}: --deterministic needs bf16 activations of a multiple of 8 columns (and a multiple "
+        "of 8 outputs for a transposed trellis matrix)",
+        name_);
+  if (p.transposed()) {
+    const size_t need = size_t(p.in * p.out) * 2;
+    if (need > dequant_bytes_) regrow_device(&dequant_, dequant_bytes_, need);
+    submit<&cuda::packed_dequantize>(dequant_, p, int64_t(0), p.in);
+    submit<&cuda::linear_fixed>(y, y.cols(), Ten(x), static_cast<const void*>(dequant_), p.out,
+                                Ten(bias), 1.0f, false, true);
+    return;
+  }
   const int64_t per_slice = std::clamp<int64_t>(int64_t(kDequantBytes) / (p.in * 2), 1, p.out);
   const size_t need = size_t(per_slice * p.in) * 2;
   if (need > dequant_bytes_) regrow_device(&dequant_, dequant_bytes_, need);
@@ -111,7 +121,7 @@ void CudaBackend::linear_packed_fixed(const Ten& y, const Tensor& x, const Packe
     Ten cols = y;
     cols.p = static_cast<char*>(y.p) + size_t(r0) * elem;
     submit<&cuda::linear_fixed>(cols, y.cols(), Ten(x), static_cast<const void*>(dequant_), r1 - r0,
-                                Ten(), 1.0f, false);
+                                Ten(), 1.0f, false, false);
   }
   if (!bias.empty()) submit<&cuda::add_bias>(y, Ten(bias));
 }

@@ -30,12 +30,20 @@ struct FixedArgs {
   bool accumulate;
 };
 
+// W stored transposed (Wᵀ [in, out], a dequantized transposed trellis matrix): its tile is BK
+// rows of k, each BN outputs wide plus 16 bytes of padding (ldmatrix .trans reads 8 rows of one
+// 16-byte column without bank conflicts), and the fragments come out transposed into the same
+// registers, so both layouts feed the mma the same values in the same order.
+template <int BN>
+constexpr int kWtRowBytes = BN * 2 + 16;
+
 // Block tile BM rows of x × BN rows of W; WM × WN warps, each (BM/WM) × (BN/WN) as MT m16 tiles ×
 // NT n8 tiles; STAGES tiles of K in flight through cp.async.
-template <int BM, int BN, int WM, int WN, int STAGES>
+template <int BM, int BN, int WM, int WN, int STAGES, bool kWT>
 __global__ void __launch_bounds__(WM* WN * 32) linear_fixed_kernel(FixedArgs a) {
   constexpr int kThreads = WM * WN * 32, MT = BM / WM / 16, NT = BN / WN / 8;
-  constexpr int kStageBytes = (BM + BN) * kRowBytes;
+  constexpr int kWBytes = kWT ? kBK * kWtRowBytes<BN> : BN * kRowBytes;
+  constexpr int kStageBytes = BM * kRowBytes + kWBytes;
   static_assert(MT >= 1 && NT >= 2 && NT % 2 == 0, "warp tiles of m16 × pairs of n8");
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t base = smem_u32(smem);
@@ -44,19 +52,31 @@ __global__ void __launch_bounds__(WM* WN * 32) linear_fixed_kernel(FixedArgs a) 
   const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
   const int64_t k_tiles = (a.in + kBK - 1) / kBK;
 
-  // Stage s holds x rows m0.. (tile rows 0..BM-1), then W rows n0.. (tile rows BM..BM+BN-1);
-  // chunks past `in` and rows past n or out are zeros (their products add exact zeros).
+  // Stage s holds x rows m0.. (tile rows 0..BM-1), then W rows n0.. (tile rows BM..BM+BN-1), or
+  // Wᵀ's rows k0..k0+BK-1 (kWT); chunks past `in` and rows past n or out are zeros (their
+  // products add exact zeros).
   auto load = [&](int64_t kt, int stage) {
     const uint32_t s = base + uint32_t(stage * kStageBytes);
     const int64_t k0 = kt * kBK;
-    for (int i = threadIdx.x; i < (BM + BN) * 8; i += kThreads) {
-      const int r = i >> 3, c = i & 7;
-      const int64_t k = k0 + c * 8;
-      const bool is_x = r < BM;
-      const int64_t row = is_x ? m0 + r : n0 + (r - BM);
-      const bool valid = (is_x ? row < a.n : row < a.out) && k < a.in;
-      const __nv_bfloat16* src = (is_x ? a.x : a.w) + (valid ? row * a.in + k : 0);
-      cp_async16(s + swz<kBK>(r, c), src, valid);
+    constexpr int kWChunks = kWT ? kBK * (BN / 8) : BN * 8;
+    for (int i = threadIdx.x; i < BM * 8 + kWChunks; i += kThreads) {
+      if (i < BM * 8) {
+        const int r = i >> 3, c = i & 7;
+        const int64_t row = m0 + r, k = k0 + c * 8;
+        const bool valid = row < a.n && k < a.in;
+        cp_async16(s + swz<kBK>(r, c), a.x + (valid ? row * a.in + k : 0), valid);
+      } else if constexpr (kWT) {
+        const int j = i - BM * 8, r = j / (BN / 8), c = j % (BN / 8);
+        const int64_t k = k0 + r, col = n0 + c * 8;
+        const bool valid = k < a.in && col < a.out;
+        cp_async16(s + BM * kRowBytes + r * kWtRowBytes<BN> + c * 16,
+                   a.w + (valid ? k * a.out + col : 0), valid);
+      } else {
+        const int r = (i >> 3) - BM, c = i & 7;
+        const int64_t row = n0 + r, k = k0 + c * 8;
+        const bool valid = row < a.out && k < a.in;
+        cp_async16(s + swz<kBK>(BM + r, c), a.w + (valid ? row * a.in + k : 0), valid);
+      }
     }
   };
 
@@ -82,9 +102,14 @@ __global__ void __launch_bounds__(WM* WN * 32) linear_fixed_kernel(FixedArgs a) 
       for (int nt = 0; nt < NT; nt += 2) {
         // Matrices (n-tile nt, k 0-7), (nt, k 8-15), (nt+1, k 0-7), (nt+1, k 8-15).
         const int i = lane >> 3;
-        const int r = BM + wn * (BN / WN) + nt * 8 + (lane & 7) + ((i >> 1) << 3);
+        const int n_in = wn * (BN / WN) + nt * 8 + ((i >> 1) << 3);  // the matrix's first output
         uint32_t b[4];
-        ldsm_x4(s + swz<kBK>(r, 2 * kk + (i & 1)), b);
+        if constexpr (kWT)  // rows of k: lane (l & 7) gives k row 16kk + 8(i & 1) + (l & 7)
+          ldsm_x4_trans(s + BM * kRowBytes +
+                            (16 * kk + 8 * (i & 1) + (lane & 7)) * kWtRowBytes<BN> + n_in * 2,
+                        b);
+        else
+          ldsm_x4(s + swz<kBK>(BM + n_in + (lane & 7), 2 * kk + (i & 1)), b);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_bf16(acc[mt][nt], af[mt], b[0], b[1]);
@@ -114,11 +139,21 @@ __global__ void __launch_bounds__(WM* WN * 32) linear_fixed_kernel(FixedArgs a) 
 
 template <int BM, int BN, int WM, int WN, int STAGES>
 struct Config {
-  static constexpr size_t kSmem = size_t(STAGES) * (BM + BN) * kRowBytes;
-  static void allow() { allow_smem(linear_fixed_kernel<BM, BN, WM, WN, STAGES>, kSmem); }
-  static void launch(Ctx& ctx, const FixedArgs& a) {
+  template <bool kWT>
+  static constexpr size_t kSmem = size_t(STAGES) *
+                                  (BM * kRowBytes + (kWT ? kBK * kWtRowBytes<BN> : BN * kRowBytes));
+  static void allow() {
+    allow_smem(linear_fixed_kernel<BM, BN, WM, WN, STAGES, false>, kSmem<false>);
+    allow_smem(linear_fixed_kernel<BM, BN, WM, WN, STAGES, true>, kSmem<true>);
+  }
+  static void launch(Ctx& ctx, const FixedArgs& a, bool w_transposed) {
     const dim3 grid(unsigned((a.out + BN - 1) / BN), unsigned((a.n + BM - 1) / BM));
-    linear_fixed_kernel<BM, BN, WM, WN, STAGES><<<grid, WM * WN * 32, kSmem, ctx.stream>>>(a);
+    if (w_transposed)
+      linear_fixed_kernel<BM, BN, WM, WN, STAGES, true>
+          <<<grid, WM * WN * 32, kSmem<true>, ctx.stream>>>(a);
+    else
+      linear_fixed_kernel<BM, BN, WM, WN, STAGES, false>
+          <<<grid, WM * WN * 32, kSmem<false>, ctx.stream>>>(a);
     HEARTH_CUDA_LAUNCHED();
   }
 };
@@ -143,7 +178,7 @@ bool linear_fixed_fits(const Ten& y, const Ten& x, const Ten& w) {
 }
 
 void linear_fixed(Ctx& ctx, const Ten& y, int64_t ldy, const Ten& x, const void* w, int64_t out,
-                  const Ten& bias, float scale, bool accumulate) {
+                  const Ten& bias, float scale, bool accumulate, bool w_transposed) {
   Ten wt;
   wt.p = const_cast<void*>(w);
   wt.dtype = kBF16;
@@ -164,12 +199,14 @@ void linear_fixed(Ctx& ctx, const Ten& y, int64_t ldy, const Ten& x, const void*
   a.bias_dt = bias.dtype;
   a.accumulate = accumulate;
   if (a.n <= 0 || out <= 0) return;
+  if (w_transposed && out % 8 != 0)  // Wᵀ's rows move in 16-byte chunks of outputs
+    cuda_fail("linear_fixed", "Wᵀ needs a multiple of 8 outputs", __FILE__, __LINE__);
   if (a.n <= 16)
-    Few::launch(ctx, a);
+    Few::launch(ctx, a, w_transposed);
   else if (a.n <= 64)
-    Some::launch(ctx, a);
+    Some::launch(ctx, a, w_transposed);
   else
-    Many::launch(ctx, a);
+    Many::launch(ctx, a, w_transposed);
 }
 
 }  // namespace hearth::cuda
