@@ -28,7 +28,7 @@ void add_model_options(CLI::App& app, ModelOptions& o, std::vector<std::string>*
                "reading the mapped file");
   app.add_flag("--deterministic", o.deterministic,
                "batch-invariant kernels: a request's results are bit-identical whatever else "
-               "runs with it (CPU only; slower prefill)");
+               "runs with it (slower; on CUDA every product through one fixed-order kernel)");
   app.add_option("--tensor-parallel", o.tensor_parallel,
                  "-tp N: split the model over N ranks, one thread each with a share of the "
                  "threads (Megatron-style tensor parallelism; CPU and the llama and Qwen3.5 "
