@@ -38,11 +38,14 @@ std::vector<int32_t> random_tokens(const Model& model, int64_t n, std::mt19937& 
   return tokens;
 }
 
-// A sequence holding `depth` random tokens (not timed).
+// A sequence holding `depth` random tokens (not timed). Its last logits come back to the host:
+// on a GPU that waits for the prefill to finish, which would otherwise still be running when the
+// timed work that follows starts, and be counted in it.
 std::unique_ptr<SequenceState> sequence_at(Model& model, int64_t depth, int64_t chunk,
                                            std::mt19937& rng) {
   auto state = model.new_sequence();
-  if (depth > 0) prefill(model, *state, random_tokens(model, depth, rng), chunk, nullptr);
+  std::vector<float> logits;
+  if (depth > 0) prefill(model, *state, random_tokens(model, depth, rng), chunk, &logits);
   return state;
 }
 
