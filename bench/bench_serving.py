@@ -6,7 +6,10 @@ generated tokens (ignore_eos), until the level's requests are done; --prefix-len
 random tokens before every prompt of a level (a shared system prompt). Prints per level: requests,
 failures, wall time, output tokens/s, requests/s, time to first token p50/p99 and inter-token
 latency p50/p99 (the gap between streamed chunks carrying text, per token when a chunk carries
-several).
+several). The client sees a token when its text arrives; a token with no text of its own (an id
+the tokenizer has no text for, as random checkpoints pick with a small tokenizer, or a piece of a
+character) shows only with a later one. Where the server reports its own view in the usage chunk
+(hearth's `timings.ttft_ms`, arrival to first token), that is printed too ("engine TTFT").
 
 Standard library only, so it runs on a bare GPU machine. Example:
   hearth serve -m MODEL --port 8080 &
@@ -25,14 +28,15 @@ def percentile(values, p):
 
 
 def one_request(url, prompt, output_len, model, timeout):
-    """Streams one completion; returns (ttft_s, [inter-token gaps], completion_tokens) or raises."""
+    """Streams one completion; returns (ttft_s or None when no text came, [inter-token gaps],
+    completion_tokens, the server's ttft_s or None) or raises."""
     body = {"model": model, "prompt": prompt, "max_tokens": output_len, "stream": True,
             "ignore_eos": True, "temperature": 0, "stream_options": {"include_usage": True}}
     req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
     first = last = None
-    gaps, tokens, chunks = [], None, 0
+    gaps, tokens, chunks, engine_ttft = [], None, 0, None
     with urllib.request.urlopen(req, timeout=timeout) as r:
         for raw in r:
             line = raw.decode().strip()
@@ -43,6 +47,8 @@ def one_request(url, prompt, output_len, model, timeout):
                 raise RuntimeError(c["error"].get("message", str(c["error"])))
             if c.get("usage"):
                 tokens = c["usage"].get("completion_tokens")
+            if isinstance(c.get("timings"), dict) and "ttft_ms" in c["timings"]:
+                engine_ttft = c["timings"]["ttft_ms"] / 1e3
             ch = c.get("choices") or [{}]
             if ch[0].get("text"):
                 now = time.perf_counter()
@@ -53,14 +59,16 @@ def one_request(url, prompt, output_len, model, timeout):
                 last = now
                 chunks += 1
     if first is None:
-        raise RuntimeError("no text streamed")
+        if not tokens:
+            raise RuntimeError("no text streamed and no completion tokens reported")
+        return None, [], tokens, engine_ttft  # tokens without text: nothing to time here
     tokens = tokens if tokens is not None else chunks
     # A chunk may carry several tokens (text held back until it is valid UTF-8 or clear of a
     # stop string): spread the decode time over the tokens after the first.
     if tokens > 1 and chunks > 1 and tokens != chunks:
         per = (last - first) / (tokens - 1)
         gaps = [per] * (tokens - 1)
-    return first - t0, gaps, tokens
+    return first - t0, gaps, tokens, engine_ttft
 
 
 def run_level(args, concurrency, n_requests, rng):
@@ -71,7 +79,7 @@ def run_level(args, concurrency, n_requests, rng):
                for _ in range(n_requests)]
     lock = threading.Lock()
     next_i = [0]
-    ttfts, itls, out_tokens, errors = [], [], [0], []
+    ttfts, engine_ttfts, itls, out_tokens, errors = [], [], [], [0], []
 
     def client():
         while True:
@@ -81,10 +89,13 @@ def run_level(args, concurrency, n_requests, rng):
                     return
                 next_i[0] += 1
             try:
-                ttft, gaps, tokens = one_request(args.url, prompts[i], args.output_len, args.model,
-                                                 args.timeout)
+                ttft, gaps, tokens, engine_ttft = one_request(args.url, prompts[i], args.output_len,
+                                                              args.model, args.timeout)
                 with lock:
-                    ttfts.append(ttft)
+                    if ttft is not None:
+                        ttfts.append(ttft)
+                    if engine_ttft is not None:
+                        engine_ttfts.append(engine_ttft)
                     itls.extend(gaps)
                     out_tokens[0] += tokens
             except Exception as e:  # counted and reported; the level goes on
@@ -103,6 +114,8 @@ def run_level(args, concurrency, n_requests, rng):
             "output_tokens": out_tokens[0], "output_tok_s": out_tokens[0] / wall,
             "req_s": (n_requests - len(errors)) / wall,
             "ttft_p50_ms": percentile(ttfts, 50) * 1e3, "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
+            "engine_ttft_p50_ms": percentile(engine_ttfts, 50) * 1e3,
+            "engine_ttft_p99_ms": percentile(engine_ttfts, 99) * 1e3,
             "itl_p50_ms": percentile(itls, 50) * 1e3, "itl_p99_ms": percentile(itls, 99) * 1e3}
 
 
@@ -136,8 +149,8 @@ def main():
         print(f"{args.url}: prompts of {args.input_len} random tokens{shared}, "
               f"{args.output_len} generated")
         print("| clients | requests | failed | wall s | output tok/s | req/s | TTFT p50 ms | "
-              "TTFT p99 ms | ITL p50 ms | ITL p99 ms |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "TTFT p99 ms | engine TTFT p50 ms | engine TTFT p99 ms | ITL p50 ms | ITL p99 ms |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = 0
     for c in levels:
         n = args.requests or max(4, 2 * c)
@@ -148,6 +161,7 @@ def main():
         else:
             print(f"| {c} | {n} | {r['failed']} | {r['wall_s']:.2f} | {r['output_tok_s']:.1f} | "
                   f"{r['req_s']:.3f} | {r['ttft_p50_ms']:.1f} | {r['ttft_p99_ms']:.1f} | "
+                  f"{r['engine_ttft_p50_ms']:.1f} | {r['engine_ttft_p99_ms']:.1f} | "
                   f"{r['itl_p50_ms']:.2f} | {r['itl_p99_ms']:.2f} |")
         if r["first_error"]:
             print(f"first error at {c} clients: {r['first_error']}", file=sys.stderr)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/bench_serving.py against a real `hearth serve` of the bundled model: both concurrency
-# levels complete with no failed request, and the table has a row per level.
+# levels complete with no failed request, the table has a row per level, and each row has the
+# engine's time to first token (hearth reports it in the usage chunk).
 # Usage: bench_serving_smoke.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -16,3 +17,5 @@ out=$(python3 "$src/bench/bench_serving.py" --url "$url" --concurrency 1,3 --inp
   --output-len 12)
 echo "$out"
 [ "$(echo "$out" | grep -c '^| [13] |')" = 2 ]
+# Columns 9 and 10: engine TTFT p50 and p99, numbers rather than nan.
+[ "$(echo "$out" | grep '^| [13] |' | awk -F'|' '$10 + 0 > 0 && $11 + 0 > 0' | wc -l)" = 2 ]
