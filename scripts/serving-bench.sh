@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serving figures on an NVIDIA GPU host (after scripts/device-test.sh built hearth there): for each
-# shape, writes the random bf16 checkpoint (scripts/device-bench.sh), copies the bundled model's
-# tokenizer files into it, runs `hearth bench --parallel` (decode steps of B sequences), then
+# shape, writes the random bf16 checkpoint (scripts/device-bench.sh), gives it a tokenizer with
+# text for every id (bench/tokenizer_for_random.py, so each token streams as it is made), runs `hearth bench --parallel` (decode steps of B sequences), then
 # starts `hearth serve` on it and runs bench/bench_serving.py against it at each concurrency level.
 # These are the tables of docs/PERFORMANCE.md, "Many sequences at once". Environment:
 #   SHAPES       default "qwen3-8b" (also "qwen3_5-9b", any shape device-bench.sh writes)
@@ -21,7 +21,7 @@ DEVICE=${DEVICE:-cuda}
 for shape in $SHAPES; do
   SHAPES=$shape GENERATE_ONLY=1 bash scripts/device-bench.sh > /dev/null || continue
   dir=$MODELS/$shape
-  cp models/default/tokenizer.json models/default/tokenizer_config.json "$dir/"
+  python3 bench/tokenizer_for_random.py "$dir" > /dev/null || continue
   if [ -n "$PARALLEL" ]; then
     echo "== $shape: decode steps of several sequences"
     "$BUILD/hearth" bench -m "$dir" --device "$DEVICE" -p 0 -n 64 -r 1 --parallel ${PARALLEL//,/ }
