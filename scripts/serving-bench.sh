@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Serving figures on an NVIDIA GPU host (after scripts/device-test.sh built hearth there): for each
 # shape, writes the random bf16 checkpoint (scripts/device-bench.sh), gives it a tokenizer with
-# text for every id (bench/tokenizer_for_random.py, so each token streams as it is made), runs `hearth bench --parallel` (decode steps of B sequences), then
-# starts `hearth serve` on it and runs bench/bench_serving.py against it at each concurrency level.
+# text for every id (bench/tokenizer_for_random.py, so each token streams as it is made), runs
+# `hearth bench --parallel` (decode steps of B sequences), then starts `hearth serve` on it and
+# runs bench/bench_serving.py against it at each concurrency level.
 # These are the tables of docs/PERFORMANCE.md, "Many sequences at once". Environment:
 #   SHAPES       default "qwen3-8b" (also "qwen3_5-9b", any shape device-bench.sh writes)
 #   CONCURRENCY  default "256,128,64,32,8,1"; INPUT_LEN / OUTPUT_LEN default 1024 / 1024
