@@ -41,13 +41,12 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options)
   ctx_.sm_count = prop.multiProcessorCount;
   ctx_.pdl = prop.major >= 9 && options_.pdl;
   // The one-kernel mixer needs thread-block clusters (sm_90).
-  deterministic_ = options_.deterministic;
   // Deterministic: a decode token's Gated DeltaNet runs the same four kernels as a prompt's
   // (the recurrence), and attention splits keys in pieces of a fixed length.
-  gdn_mixer_ = prop.major >= 9 && options_.gdn_mixer && !deterministic_;
+  gdn_mixer_ = prop.major >= 9 && options_.gdn_mixer && !options_.deterministic;
   ctx_.gemv_max_rows = gemv_rows(8);
-  ctx_.attention_split_keys = deterministic_ ? kDeterministicSplitKeys : 0;
-  ctx_.fixed_order = deterministic_;
+  ctx_.attention_split_keys = options_.deterministic ? kDeterministicSplitKeys : 0;
+  ctx_.fixed_order = options_.deterministic;
   decode_blocks_ =
       options_.decode_blocks > 0 ? std::min(options_.decode_blocks, ctx_.sm_count) : ctx_.sm_count;
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
@@ -68,7 +67,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options)
   ring_ = kGraphDynInts;
   attention_init();
   gemv_init();
-  if (deterministic_) linear_fixed_init();
+  if (options_.deterministic) linear_fixed_init();
   pick_token_init(ctx_);
   gated_delta_init();
   if (gdn_mixer_) gated_delta_mixer_init();
@@ -213,7 +212,7 @@ void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const Linea
                                   float scale) {
   bind();
   const bool same = x.dtype == proj.y.dtype && x.numel() == proj.y.numel();
-  if (deterministic_ && same && !proj.w.is_packed() &&
+  if (options_.deterministic && same && !proj.w.is_packed() &&
       cuda::linear_fixed_fits(Ten(x), Ten(in), Ten(proj.w)))
     return submit<&cuda::linear_fixed>(Ten(x), x.cols(), Ten(in),
                                        static_cast<const void*>(proj.w.data), proj.w.dim(0),
@@ -231,7 +230,7 @@ void CudaBackend::linear_residual(const Tensor& x, const Tensor& in, const Linea
 }
 
 bool CudaBackend::gemv_weight(const Tensor& x, const Tensor& w, GemvWeight& g) const {
-  if (deterministic_) return false;  // the GEMV sums differently from linear_fixed
+  if (options_.deterministic) return false;  // the GEMV sums differently from linear_fixed
   if (!w.is_packed()) {
     if (x.rows() > ctx_.gemv_max_rows || !gemv_fits(Ten(x), Ten(w))) return false;
     g = GemvWeight(Ten(w));
@@ -315,7 +314,7 @@ void CudaBackend::kv_store(const KvView& kv, const Tensor& k, const Tensor& v,
 void CudaBackend::attention(const Tensor& out, const Tensor& q, const KvView& kv,
                             const int32_t* positions, const AttentionParams& p) {
   bind();
-  if (deterministic_) {
+  if (options_.deterministic) {
     // Every query row through the rows kernel, a row of its own over the same cache: prompt
     // chunks, decode tokens and steps of many sequences then sum a row's keys alike.
     std::vector<KvView>& views = det_views_;

@@ -88,7 +88,8 @@ std::atomic<int64_t> g_decode_xattn_taken{0};
 bool CudaBackend::decode_layers(const DecodeLayers& step) {
   using Mode = CudaOptions::DecodeStep;
   // Deterministic: the per-op path, whose products are linear_fixed's at every row count.
-  if (options_.decode_step == Mode::Never || deterministic_ || step.n_layers < 1 || !step.layers)
+  if (options_.decode_step == Mode::Never || options_.deterministic || step.n_layers < 1 ||
+      !step.layers)
     return false;
   bind();
   const int64_t H = step.x.numel(), nh = step.n_head, nkv = step.n_head_kv, hd = step.head_dim;

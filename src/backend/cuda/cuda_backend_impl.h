@@ -443,9 +443,8 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true, recording_ = false;
   const CudaOptions options_;
-  bool deterministic_ = false;  // CudaOptions::deterministic
   // The GEMV's row limit in a step (Ctx::gemv_max_rows): `rows`, or none when deterministic.
-  int gemv_rows(int rows) const { return deterministic_ ? 0 : rows; }
+  int gemv_rows(int rows) const { return options_.deterministic ? 0 : rows; }
   bool gdn_mixer_ = false;  // the one-kernel Gated DeltaNet mixer: on, and the device has clusters
   int decode_blocks_ = 0;   // the one-kernel step's grid: the SM count or options_.decode_blocks
   std::vector<Record> recs_;

@@ -12,7 +12,7 @@ int64_t CudaBackend::moe_experts(const Tensor& y, const Tensor& x, const Tensor&
   bind();
   // Deterministic: the composed form, whose products are linear_fixed's and whose combine adds
   // a token's experts in index order.
-  if (deterministic_ || !moe_supported(y, x, logits, ex, s))
+  if (options_.deterministic || !moe_supported(y, x, logits, ex, s))
     return Backend::moe_experts(y, x, logits, ex, s);
   const int64_t n = x.rows(), E = ex.n_expert, k = s.ids.cols();
   if (n == 0) return 0;

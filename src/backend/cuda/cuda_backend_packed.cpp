@@ -53,7 +53,7 @@ Tensor CudaBackend::prepare_packed(const Tensor& host) {
 void CudaBackend::submit_linear(const Ten& y, const Tensor& x, const Tensor& w,
                                 const Tensor& bias) {
   if (w.is_packed()) return linear_packed(y, x, w, bias);
-  if (deterministic_ && cuda::linear_fixed_fits(y, Ten(x), Ten(w)))
+  if (options_.deterministic && cuda::linear_fixed_fits(y, Ten(x), Ten(w)))
     return submit<&cuda::linear_fixed>(y, y.cols(), Ten(x), static_cast<const void*>(w.data),
                                        w.dim(0), Ten(bias), 1.0f, false, false);
   if (recording_) cuda::linear_prepare(ctx_, y, Ten(x), Ten(w));
@@ -65,7 +65,7 @@ void CudaBackend::linear_packed(const Ten& y, const Tensor& x, const Tensor& w,
   if (w.device != Device::CUDA || w.ndim != 2)
     fail("{}: packed weight {} is not a prepared matrix", name_, w.describe());
   const PackedTen p(w);
-  if (deterministic_) return linear_packed_fixed(y, x, p, bias);
+  if (options_.deterministic) return linear_packed_fixed(y, x, p, bias);
   if (gemv_fits(Ten(x), p)) return submit<&cuda::gemv_one>(y, Ten(x), GemvWeight(p), Ten(bias));
   if (packed_gemv_fits(Ten(x), p)) {
     ensure_partials(p);
@@ -128,7 +128,7 @@ void CudaBackend::linear_packed_fixed(const Ten& y, const Tensor& x, const Packe
 
 bool CudaBackend::packed_residual(const Tensor& x, const Tensor& in, const LinearOut& proj,
                                   float scale) {
-  if (deterministic_) return false;  // composed: linear_packed_fixed, then the add
+  if (options_.deterministic) return false;  // composed: linear_packed_fixed, then the add
   if (proj.w.device != Device::CUDA || proj.w.ndim != 2) return false;
   const PackedTen p(proj.w);
   if (!packed_gemv_fits(Ten(in), p)) return false;

@@ -83,7 +83,7 @@ void CudaBackend::attention_rows(const Tensor& out, const Tensor& q, const KvVie
                                  const int32_t* positions, const AttentionParams& p) {
   bind();
   const int64_t n = q.dim(0);
-  if (deterministic_) {
+  if (options_.deterministic) {
     // Fixed-length splits need a counter per split group: at most this many rows a launch.
     const int64_t per_call = cuda::attention_rows_per_call(p);
     if (n > per_call) {
@@ -96,7 +96,7 @@ void CudaBackend::attention_rows(const Tensor& out, const Tensor& q, const KvVie
   }
   KvDev kv;
   const SeqKv* table = p.head_dim % 8 == 0 ? upload_seq_kvs(kvs, n, &kv) : nullptr;
-  if (!table && deterministic_)  // the default would come back through attention()
+  if (!table && options_.deterministic)  // the default would come back through attention()
     fail(
         "{}: --deterministic attention needs caches of 64-position blocks and head dims of a "
         "multiple of 8 (head dim {})",
